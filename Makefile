@@ -1,0 +1,28 @@
+# The README's two commands are `make demo` and `make test`; both do all set-up
+# on a fresh clone (virtualenv, editable install with dev extras, Delta jars)
+# and skip what is already done.
+
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test bench soak capture clean-setup
+
+setup: $(VENV)/.installed
+	@$(VPY) -m cdc_apply.spark.jars
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing cdc_apply and its pinned dependencies into $(VENV) ..."
+	@$(VPY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+demo: setup
+	@$(VENV)/bin/cdc-apply demo
+
+test: setup
+	@$(VPY) -m pytest $(PYTEST_ARGS)
+
+clean-setup:
+	rm -rf $(VENV) .jars

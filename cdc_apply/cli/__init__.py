@@ -1,0 +1,1 @@
+"""The ``cdc-apply`` command."""

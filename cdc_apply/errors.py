@@ -1,0 +1,78 @@
+"""One exception tree for the whole project.
+
+Every error has a fixed one-line ``summary`` per class and a ``context`` of
+key/value pairs naming where the problem came from (source, seq, LSN, byte
+offset, config key, ...). ``str(err)`` renders both, so a log line alone is
+enough to find the offending input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CdcApplyError(Exception):
+    """Base class: ``summary`` is fixed per class, ``detail`` and ``context`` vary."""
+
+    summary = "cdc_apply failed"
+
+    def __init__(self, detail: str = "", **context: Any) -> None:
+        self.detail = detail
+        self.context: dict[str, Any] = {k: v for k, v in context.items() if v is not None}
+        super().__init__(self._render())
+
+    def with_context(self, **context: Any) -> "CdcApplyError":
+        """Return the same error with more context (callers add source, seq, LSN)."""
+        merged = {**context, **self.context}
+        clone = type(self).__new__(type(self))
+        CdcApplyError.__init__(clone, self.detail, **merged)
+        clone.__cause__ = self.__cause__
+        return clone
+
+    def _render(self) -> str:
+        text = self.summary
+        if self.detail:
+            text += f": {self.detail}"
+        if self.context:
+            text += " [" + ", ".join(f"{k}={_show(v)}" for k, v in self.context.items()) + "]"
+        return text
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else repr(value)
+
+
+class DecodeError(CdcApplyError):
+    """A message or value could not be decoded (truncated, garbled, unknown kind)."""
+
+    summary = "cannot decode logical replication message"
+
+
+class SchemaError(CdcApplyError):
+    """Schema history is inconsistent with the data (unknown relation, wrong column count)."""
+
+    summary = "schema mismatch"
+
+
+class ConfigError(CdcApplyError):
+    """Configuration is invalid; the context names the key."""
+
+    summary = "invalid configuration"
+
+
+class SetupError(CdcApplyError):
+    """The local runtime is not usable (Java, Delta jars, Maven)."""
+
+    summary = "runtime set-up problem"
+
+
+class ApplyError(CdcApplyError):
+    """A change could not be applied to silver."""
+
+    summary = "cannot apply change"
+
+
+class LandError(CdcApplyError):
+    """The lander could not read the replication slot or write bronze."""
+
+    summary = "cannot land changes"

@@ -1,0 +1,1 @@
+"""Pure pgoutput protocol code: messages, decoder, tuple values, type map, encoder. No Spark."""

@@ -1,0 +1,111 @@
+"""Spark sessions: the active one on Databricks, a local ``local[2]`` one elsewhere."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from cdc_apply.errors import SetupError
+from cdc_apply.spark.jars import DELTA_ARTIFACT, default_jars_dir, installed_jars
+
+MIN_JAVA = 17
+_LOG4J = Path(__file__).with_name("log4j2.properties")
+
+# Settings sized for a small local machine; a caller's **conf wins over these.
+LOCAL_DEFAULTS: dict[str, str] = {
+    "spark.master": "local[2]",
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "4g",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
+}
+
+
+def java_version(java: str | None = None) -> int:
+    """Major version of the Java that Spark will start (``$JAVA_HOME`` or PATH)."""
+    if java is None:
+        home = os.environ.get("JAVA_HOME")
+        java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise SetupError(
+            f"no Java found; install a Java {MIN_JAVA} runtime (Debian: apt-get install openjdk-17-jre-headless) "
+            "or set JAVA_HOME"
+        )
+    proc = subprocess.run([java, "-version"], capture_output=True, text=True)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', proc.stderr + proc.stdout)
+    if not match:
+        raise SetupError("cannot read the Java version", java=java, output=(proc.stderr or proc.stdout).strip())
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8.0_..." style
+        major = int(match.group(2))
+    return major
+
+
+def _active_delta_session():
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is None:
+        return None
+    conf = active.conf
+    extensions = conf.get("spark.sql.extensions", "") or ""
+    if "io.delta" in extensions or conf.get("spark.databricks.clusterUsageTags.clusterId", None):
+        return active
+    return None
+
+
+def spark_session(app_name: str = "cdc_apply", **conf: Any):
+    """Return a Spark session with Delta Lake.
+
+    On Databricks (or whenever a session with Delta is already active) the
+    active session is returned untouched. Otherwise a local session is built:
+    ``local[2]``, the Delta SQL extension and catalog, small shuffle partitions,
+    session time zone UTC, and the Delta jars fetched by ``make setup``.
+
+    Keyword arguments are Spark settings and override the local defaults; pass
+    dotted keys with ``**{"spark.sql.shuffle.partitions": "8"}``.
+    """
+    active = _active_delta_session()
+    if active is not None:
+        return active
+
+    major = java_version()
+    if major < MIN_JAVA:
+        raise SetupError(
+            f"Java {major} found, Spark 4 needs Java {MIN_JAVA} or newer; install openjdk-17 and point JAVA_HOME at it"
+        )
+    jars = installed_jars()
+    if not jars:
+        raise SetupError(
+            f"the Delta jars are not installed in {default_jars_dir()}; run `make setup` "
+            f"(or `python -m cdc_apply.spark.jars`) once with access to Maven Central",
+            artifact=DELTA_ARTIFACT,
+        )
+
+    from pyspark.sql import SparkSession
+
+    settings = dict(LOCAL_DEFAULTS)
+    settings["spark.jars"] = ",".join(str(j) for j in jars)
+    java_opts = f"-Dlog4j.configurationFile=file:{_LOG4J}"
+    settings["spark.driver.extraJavaOptions"] = java_opts
+    settings["spark.executor.extraJavaOptions"] = java_opts
+    settings.update({k: str(v) for k, v in conf.items()})
+
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,26 @@
+"""Shared fixtures: one local[2] Spark session and one PostgreSQL 18 per test run.
+
+Pure tests never touch these fixtures, so they run without a JVM or a server.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from cdc_apply import spark_session
+
+    session = spark_session("cdc_apply-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    from cdc_apply.testing.postgres import start_postgres
+
+    server = start_postgres(tmp_path_factory.mktemp("pg") / "data")
+    yield server
+    server.destroy()

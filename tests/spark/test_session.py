@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import pytest
+from chispa import assert_df_equality
+from delta.tables import DeltaTable
+
+from cdc_apply import SetupError, spark_session
+from cdc_apply.spark.session import java_version
+
+pytestmark = pytest.mark.spark
+
+
+def test_merge_into_a_delta_table_gives_the_expected_rows(spark, tmp_path):
+    path = str(tmp_path / "customers")
+    spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], "id INT, name STRING").write.format("delta").save(path)
+    changes = spark.createDataFrame([(2, "B", "U"), (3, None, "D"), (4, "d", "I")], "id INT, name STRING, op STRING")
+    (
+        DeltaTable.forPath(spark, path).alias("t")
+        .merge(changes.alias("s"), "t.id = s.id")
+        .whenMatchedDelete("s.op = 'D'")
+        .whenMatchedUpdate(set={"name": "s.name"})
+        .whenNotMatchedInsert(values={"id": "s.id", "name": "s.name"})
+        .execute()
+    )
+    expected = spark.createDataFrame([(1, "a"), (2, "B"), (4, "d")], "id INT, name STRING")
+    assert_df_equality(spark.read.format("delta").load(path), expected, ignore_row_order=True)
+
+
+def test_spark_session_returns_the_active_delta_session(spark):
+    assert spark_session() is spark
+
+
+def test_local_session_uses_utc_and_small_shuffles(spark):
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    assert int(spark.conf.get("spark.sql.shuffle.partitions")) <= 8
+    assert spark.sparkContext.master == "local[2]"
+
+
+def test_missing_java_is_a_setup_error_naming_what_to_install(tmp_path):
+    with pytest.raises(SetupError, match="install a Java 17"):
+        java_version(str(tmp_path / "no-java"))
