@@ -19,6 +19,18 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(workdir=args.workdir)
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    from cdc_apply.cli import inspect as inspect_cmd
+
+    if args.hex is not None:
+        failed = inspect_cmd.inspect_hex(args.hex)
+    else:
+        failed = inspect_cmd.inspect_bronze(args.bronze, args.source, args.from_seq)
+    if failed:
+        print(f"cdc-apply inspect: {failed} message(s) could not be decoded", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cdc-apply",
@@ -29,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the end-to-end demo on an embedded default")
     demo.add_argument("--workdir", default="demo-data", help="folder for the demo's tables (default: demo-data)")
     demo.set_defaults(run=_demo)
+
+    inspect = sub.add_parser("inspect", help="print messages as JSON, one object per line")
+    where = inspect.add_mutually_exclusive_group(required=True)
+    where.add_argument("--bronze", metavar="PATH", help="a bronze Delta table")
+    where.add_argument("--hex", metavar="FILE", help="a file of hex payloads, one per line (- for stdin)")
+    inspect.add_argument("--source", help="only this source (bronze)")
+    inspect.add_argument("--from-seq", type=int, default=0, metavar="N", help="start at this seq (bronze)")
+    inspect.set_defaults(run=_inspect)
     return parser
 
 

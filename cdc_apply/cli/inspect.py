@@ -1,0 +1,70 @@
+"""``cdc-apply inspect``: print bronze messages as JSON, one object per line.
+
+Reads a file of hex payloads (``--hex``) or a bronze Delta table (``--bronze``).
+A message that cannot be decoded prints an object with an ``error`` and the run
+goes on; the exit code is 1 when any message failed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Iterable, Iterator, TextIO
+
+from cdc_apply.errors import CdcApplyError, DecodeError
+from cdc_apply.pgoutput import StreamDecoder, format_lsn, parse_lsn, render_message
+
+
+def read_hex_lines(lines: Iterable[str]) -> Iterator[tuple[int, int | None, bytes | DecodeError]]:
+    """``(seq, lsn, payload)`` per line; seq is the 0-based line number.
+
+    A line is the payload in hex, or ``X/Y<TAB>xid<TAB>hex`` as written by the
+    golden capture script (then the LSN is taken from it). Blank lines and lines
+    starting with ``#`` are skipped but still counted.
+    """
+    for seq, line in enumerate(lines):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        lsn = None
+        fields = text.split("\t")
+        try:
+            if len(fields) == 3:
+                lsn = parse_lsn(fields[0])
+            yield seq, lsn, bytes.fromhex(fields[-1])
+        except ValueError as exc:
+            yield seq, lsn, DecodeError(f"line is not hex: {exc}", line=seq + 1)
+
+
+def inspect_stream(rows: Iterable[tuple[int, int | None, bytes | DecodeError]], out: TextIO,
+                   decoder: StreamDecoder | None = None, source: str | None = None) -> int:
+    """Decode ``(seq, lsn, payload)`` rows of one source in order; return the number that failed."""
+    decoder = decoder or StreamDecoder()
+    failed = 0
+    for seq, lsn, payload in rows:
+        head = {"source": source} if source is not None else {}
+        head.update(seq=seq, lsn=format_lsn(lsn) if lsn is not None else None)
+        try:
+            if isinstance(payload, DecodeError):
+                raise payload
+            record = {**head, **render_message(decoder.decode(payload))}
+        except CdcApplyError as err:
+            failed += 1
+            record = {**head, "type": None, "error": str(err.with_context(source=source, seq=seq))}
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return failed
+
+
+def inspect_hex(path: str, out: TextIO = sys.stdout) -> int:
+    with open(path, encoding="utf-8") if path != "-" else sys.stdin as handle:
+        return inspect_stream(read_hex_lines(handle), out)
+
+
+def inspect_bronze(path: str, source: str | None, from_seq: int, out: TextIO = sys.stdout) -> int:
+    """Decode a bronze table, source by source in seq order, starting at ``from_seq``."""
+    from cdc_apply.delta.bronze import read_bronze_messages
+
+    failed = 0
+    for source_name, in_stream, rows in read_bronze_messages(path, source, from_seq):
+        failed += inspect_stream(rows, out, StreamDecoder(in_stream=in_stream), source=source_name)
+    return failed
