@@ -1,0 +1,282 @@
+"""Assemble transactions from one source's control messages, in seq order.
+
+Control messages are everything but the changes: Begin, Commit, Origin,
+Relation, Type, the stream messages and the two-phase messages. Changes
+(Insert, Update, Delete, Truncate, Message) are not needed here — a
+transaction's changes are exactly the bronze rows inside its seq ranges:
+
+* plain: ``[Begin, Commit]``; two-phase: ``[Begin Prepare, Prepare]`` — PostgreSQL
+  sends such a transaction whole, nothing interleaves with it;
+* streamed: its Stream Start ... Stream Stop blocks.
+
+The rules follow PostgreSQL's apply worker (worker.c): Stream Commit, Commit
+Prepared and Commit make changes visible; Stream Abort of the top-level xid
+drops the transaction, of a subxid drops that subtransaction (see
+:func:`excluded_ranges`); a Stream Start with first_segment = 1 for an xid
+already seen restarts it (the walsender re-sends in-progress transactions
+after a reconnect); Rollback Prepared drops the prepared transaction, and is
+ignored when its Prepare was never received, as the apply worker does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Mapping
+
+from cdc_apply.errors import CdcApplyError, DecodeError
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.decoder import StreamDecoder
+from cdc_apply.apply.state import OpenTxn, PreparedTxn, SeqRange, SourceState, StreamedTxn
+
+CHANGE_TYPES = frozenset(b"IUDTM")
+CONTROL_TYPES = frozenset(b"BCORYSEcAbPKrp")
+
+
+@dataclass(frozen=True, slots=True)
+class DecidedTxn:
+    """A transaction whose fate is known: committed (in commit order) or aborted."""
+
+    kind: str  # "plain", "streamed" or "prepared"
+    xid: int
+    begin_seq: int
+    decide_seq: int
+    ranges: tuple[SeqRange, ...]
+    in_stream: bool
+    commit_lsn: int | None = None
+    end_lsn: int | None = None
+    commit_ts: int | None = None
+    gid: str | None = None
+    origin: str | None = None
+    origin_lsn: int | None = None
+    sub_aborts: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaEvent:
+    """A Relation or Type message, with where it sits."""
+
+    seq: int
+    lsn: int
+    message: m.Relation | m.Type
+
+
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    committed: tuple[DecidedTxn, ...]
+    aborted: tuple[DecidedTxn, ...]
+    schema_events: tuple[SchemaEvent, ...]
+    state: SourceState
+
+    def skip_ranges(self) -> tuple[SeqRange, ...]:
+        """Ranges whose change rows must not be applied now: aborted, or still pending."""
+        out = [r for t in self.aborted for r in t.ranges]
+        out.extend(self.state.pending_ranges())
+        return tuple(sorted(out))
+
+
+class _Assembler:
+    def __init__(self, state: SourceState, source: str | None) -> None:
+        self.source = source
+        self.open: OpenTxn | None = state.open_txn
+        self.streams: dict[int, StreamedTxn] = {s.xid: s for s in state.streams}
+        self.prepared: dict[str, PreparedTxn] = {p.gid: p for p in state.prepared}
+        self.block_start = state.block_start
+        self.block_xid = state.stream_xid
+        self.committed: list[DecidedTxn] = []
+        self.aborted: list[DecidedTxn] = []
+        self.schema: list[SchemaEvent] = []
+        self.decoder = StreamDecoder(state.in_stream, state.stream_xid)
+        self.state = state
+
+    def fail(self, detail: str, seq: int, lsn: int, **context) -> DecodeError:
+        return DecodeError(detail, source=self.source, seq=seq, lsn=m.format_lsn(lsn), **context)
+
+    def feed(self, seq: int, lsn: int, payload: bytes) -> None:
+        try:
+            msg = self.decoder.decode(payload)
+        except CdcApplyError as err:
+            raise err.with_context(source=self.source, seq=seq, lsn=m.format_lsn(lsn)) from None
+        handler = getattr(self, "on_" + type(msg).__name__, None)
+        if handler is not None:
+            handler(msg, seq, lsn)
+
+    # -- plain and two-phase transactions -------------------------------------
+    def on_Begin(self, msg: m.Begin, seq: int, lsn: int) -> None:
+        self._open(OpenTxn("plain", msg.xid, seq, msg.final_lsn, msg.commit_ts), seq, lsn)
+
+    def on_BeginPrepare(self, msg: m.BeginPrepare, seq: int, lsn: int) -> None:
+        self._open(OpenTxn("prepared", msg.xid, seq, msg.prepare_lsn, msg.prepare_ts, gid=msg.gid), seq, lsn)
+
+    def _open(self, txn: OpenTxn, seq: int, lsn: int) -> None:
+        if self.open is not None:
+            raise self.fail(f"transaction xid {txn.xid} begins while xid {self.open.xid} "
+                            f"(begun at seq {self.open.begin_seq}) is still open", seq, lsn)
+        if self.decoder.in_stream:
+            raise self.fail("Begin inside a stream block", seq, lsn)
+        self.open = txn
+
+    def on_Origin(self, msg: m.Origin, seq: int, lsn: int) -> None:
+        if self.open is not None:
+            self.open = replace(self.open, origin=msg.name, origin_lsn=msg.commit_lsn)
+        elif self.decoder.in_stream and self.decoder.stream_xid in self.streams:
+            xid = self.decoder.stream_xid
+            self.streams[xid] = replace(self.streams[xid], origin=msg.name, origin_lsn=msg.commit_lsn)
+        else:
+            raise self.fail("Origin outside a transaction", seq, lsn)
+
+    def on_Commit(self, msg: m.Commit, seq: int, lsn: int) -> None:
+        txn = self._close("plain", seq, lsn)
+        if msg.commit_lsn != txn.begin_lsn:
+            raise self.fail(f"Commit LSN {m.format_lsn(msg.commit_lsn)} differs from the Begin's final LSN "
+                            f"{m.format_lsn(txn.begin_lsn)}", seq, lsn, xid=txn.xid)
+        self.committed.append(DecidedTxn("plain", txn.xid, txn.begin_seq, seq, ((txn.begin_seq, seq),), False,
+                                         msg.commit_lsn, msg.end_lsn, msg.commit_ts,
+                                         origin=txn.origin, origin_lsn=txn.origin_lsn))
+
+    def on_Prepare(self, msg: m.Prepare, seq: int, lsn: int) -> None:
+        txn = self._close("prepared", seq, lsn)
+        if msg.gid != txn.gid or msg.xid != txn.xid:
+            raise self.fail(f"Prepare of gid {msg.gid!r} closes Begin Prepare of gid {txn.gid!r}", seq, lsn)
+        self._park(PreparedTxn(msg.xid, msg.gid, ((txn.begin_seq, seq),), False, (), txn.begin_seq, seq,
+                               msg.prepare_lsn, msg.end_lsn, msg.prepare_ts, txn.origin, txn.origin_lsn), seq, lsn)
+
+    def _close(self, kind: str, seq: int, lsn: int) -> OpenTxn:
+        txn = self.open
+        if txn is None or txn.kind != kind:
+            what = "Commit" if kind == "plain" else "Prepare"
+            raise self.fail(f"{what} without a matching Begin" + ("" if txn is None else f" (open: {txn.kind})"),
+                            seq, lsn)
+        self.open = None
+        return txn
+
+    def _park(self, prepared: PreparedTxn, seq: int, lsn: int) -> None:
+        if prepared.gid in self.prepared:
+            raise self.fail(f"gid {prepared.gid!r} prepared twice", seq, lsn)
+        self.prepared[prepared.gid] = prepared
+
+    def on_CommitPrepared(self, msg: m.CommitPrepared, seq: int, lsn: int) -> None:
+        prepared = self.prepared.pop(msg.gid, None)
+        if prepared is None:
+            raise self.fail(f"Commit Prepared for gid {msg.gid!r}, whose Prepare is not in bronze", seq, lsn,
+                            xid=msg.xid)
+        self.committed.append(DecidedTxn(
+            "prepared", prepared.xid, prepared.begin_seq, seq, prepared.ranges, prepared.in_stream,
+            msg.commit_lsn, msg.end_lsn, msg.commit_ts, gid=msg.gid, origin=prepared.origin,
+            origin_lsn=prepared.origin_lsn, sub_aborts=prepared.sub_aborts))
+
+    def on_RollbackPrepared(self, msg: m.RollbackPrepared, seq: int, lsn: int) -> None:
+        prepared = self.prepared.pop(msg.gid, None)
+        if prepared is not None:
+            self.aborted.append(DecidedTxn("prepared", prepared.xid, prepared.begin_seq, seq, prepared.ranges,
+                                           prepared.in_stream, gid=msg.gid))
+
+    # -- streamed transactions ---------------------------------------------------
+    def on_StreamStart(self, msg: m.StreamStart, seq: int, lsn: int) -> None:
+        if self.open is not None:
+            raise self.fail(f"Stream Start inside transaction xid {self.open.xid}", seq, lsn)
+        known = self.streams.get(msg.xid)
+        if msg.first_segment:
+            if known is not None and known.blocks:
+                # The walsender restarted this transaction: what was received before is superseded.
+                self.aborted.append(DecidedTxn("streamed", msg.xid, known.blocks[0][0], seq, known.blocks, True))
+            self.streams[msg.xid] = StreamedTxn(msg.xid)
+        elif known is None:
+            raise self.fail(f"Stream Start continues xid {msg.xid}, whose first segment is not in bronze", seq, lsn)
+        self.block_start, self.block_xid = seq, msg.xid
+
+    def on_StreamStop(self, msg: m.StreamStop, seq: int, lsn: int) -> None:
+        # The decoder has already checked that a block was open.
+        stream = self.streams[self.block_xid]
+        self.streams[self.block_xid] = replace(stream, blocks=stream.blocks + ((self.block_start, seq),))
+        self.block_start = self.block_xid = None
+
+    def on_StreamCommit(self, msg: m.StreamCommit, seq: int, lsn: int) -> None:
+        stream = self._take_stream(msg.xid, "Stream Commit", seq, lsn)
+        self.committed.append(DecidedTxn(
+            "streamed", msg.xid, stream.blocks[0][0] if stream.blocks else seq, seq, stream.blocks, True,
+            msg.commit_lsn, msg.end_lsn, msg.commit_ts, origin=stream.origin, origin_lsn=stream.origin_lsn,
+            sub_aborts=stream.sub_aborts))
+
+    def on_StreamPrepare(self, msg: m.StreamPrepare, seq: int, lsn: int) -> None:
+        stream = self._take_stream(msg.xid, "Stream Prepare", seq, lsn)
+        begin = stream.blocks[0][0] if stream.blocks else seq
+        self._park(PreparedTxn(msg.xid, msg.gid, stream.blocks, True, stream.sub_aborts, begin, seq,
+                               msg.prepare_lsn, msg.end_lsn, msg.prepare_ts, stream.origin, stream.origin_lsn),
+                   seq, lsn)
+
+    def _take_stream(self, xid: int, what: str, seq: int, lsn: int) -> StreamedTxn:
+        if self.decoder.in_stream:
+            raise self.fail(f"{what} inside a stream block", seq, lsn)
+        stream = self.streams.pop(xid, None)
+        if stream is None:
+            raise self.fail(f"{what} for xid {xid}, whose stream is not in bronze", seq, lsn)
+        return stream
+
+    def on_StreamAbort(self, msg: m.StreamAbort, seq: int, lsn: int) -> None:
+        stream = self.streams.get(msg.xid)
+        if stream is None:
+            return  # nothing of it was received, so there is nothing to drop
+        if msg.subxid == msg.xid:
+            del self.streams[msg.xid]
+            begin = stream.blocks[0][0] if stream.blocks else seq
+            self.aborted.append(DecidedTxn("streamed", msg.xid, begin, seq, stream.blocks, True))
+        else:
+            self.streams[msg.xid] = replace(stream, sub_aborts=stream.sub_aborts + ((msg.subxid, seq),))
+
+    # -- schema ------------------------------------------------------------------
+    def on_Relation(self, msg: m.Relation, seq: int, lsn: int) -> None:
+        self.schema.append(SchemaEvent(seq, lsn, msg))
+
+    def on_Type(self, msg: m.Type, seq: int, lsn: int) -> None:
+        self.schema.append(SchemaEvent(seq, lsn, msg))
+
+    def finish(self, last_seq: int) -> Assembly:
+        state = replace(
+            self.state,
+            applied_seq=max(last_seq, self.state.applied_seq),
+            in_stream=self.decoder.in_stream,
+            stream_xid=self.decoder.stream_xid,
+            block_start=self.block_start,
+            open_txn=self.open,
+            streams=tuple(sorted(self.streams.values(), key=lambda s: s.xid)),
+            prepared=tuple(sorted(self.prepared.values(), key=lambda p: p.prepare_seq)),
+        )
+        if self.committed:
+            last = self.committed[-1]
+            state = replace(state, last_commit_lsn=last.commit_lsn, last_commit_ts=last.commit_ts,
+                            last_end_lsn=last.end_lsn)
+        return Assembly(tuple(self.committed), tuple(self.aborted), tuple(self.schema), state)
+
+
+def assemble_transactions(state: SourceState, controls: Iterable[tuple[int, int, bytes]], last_seq: int,
+                          source: str | None = None) -> Assembly:
+    """Walk ``(seq, lsn, payload)`` control messages (seq order, all with seq > ``state.applied_seq``).
+
+    ``last_seq`` is the largest seq of the batch (changes included); it becomes
+    the new ``applied_seq``. Change messages, if passed, are ignored here.
+    Framing errors (Commit without Begin, a nested Begin, an unknown
+    Commit Prepared ...) raise :class:`DecodeError` naming source, seq and LSN.
+    """
+    assembler = _Assembler(state, source)
+    for seq, lsn, payload in controls:
+        if payload and payload[0] in CHANGE_TYPES:
+            continue
+        assembler.feed(seq, lsn, payload)
+    return assembler.finish(last_seq)
+
+
+def excluded_ranges(txn: DecidedTxn, first_change_seq: Mapping[int, int]) -> tuple[SeqRange, ...]:
+    """Seq ranges of a streamed transaction dropped by subtransaction aborts.
+
+    As PostgreSQL's apply worker truncates its spool file at the first change
+    of the aborted subtransaction, everything from that change up to the
+    Stream Abort is dropped (nested subtransactions started later included).
+    ``first_change_seq`` maps a subxid to the seq of its first change in this
+    transaction; a subxid with no change drops nothing.
+    """
+    out = []
+    for subxid, abort_seq in txn.sub_aborts:
+        first = first_change_seq.get(subxid)
+        if first is not None and first < abort_seq:
+            out.append((first, abort_seq))
+    return tuple(sorted(out))
