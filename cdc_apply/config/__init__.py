@@ -1,1 +1,260 @@
-"""cdc_apply.config"""
+"""Typed configuration from ``conf/*.toml``; every error names the offending key.
+
+See ``conf/example.toml`` for every option with its default. Relative paths
+are resolved against the folder of the configuration file; URIs
+(``s3://...``, ``abfss://...``, ``dbfs:/...``) are used as they are.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from cdc_apply.errors import ConfigError
+
+
+def _is_uri(text: str) -> bool:
+    return "://" in text or text.startswith("dbfs:")
+
+
+@dataclass(frozen=True)
+class BronzeConfig:
+    path: str | None = None          # a Delta table path, or
+    table: str | None = None         # a catalog table name
+    sources: tuple[str, ...] = ()    # apply only these sources (default: all)
+    max_files_per_trigger: int | None = None
+    max_bytes_per_trigger: str | None = None
+
+
+@dataclass(frozen=True)
+class SilverConfig:
+    path: str | None = None              # silver root: relation ns.rel lives at <path>/<ns>/<rel>
+    table_template: str | None = None    # or catalog tables, e.g. "main.silver.{namespace}__{name}"
+    metadata_prefix: str = "_cdc_"
+    include_xid: bool = False
+    include_origin: bool = False
+    drop_columns: str = "drop"           # "drop" or "keep"
+    retype: str = "rewrite"              # "rewrite" or "fail"
+    deletion_vectors: bool = True
+    change_data_feed: bool = True
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    path: str | None = None              # bookkeeping tables and the streaming checkpoint, or
+    schema: str | None = None            # a catalog schema for the bookkeeping tables ...
+    checkpoint: str | None = None        # ... plus a checkpoint location
+
+
+@dataclass(frozen=True)
+class ApplyConfig:
+    trigger_interval: str = "10 seconds"
+    tables: tuple[str, ...] = ()         # allow list with wildcards: public.t1, *.t3, my_schema.*
+    exclude_tables: tuple[str, ...] = ()
+    skip_empty_transactions: bool = True
+    origin: str = "any"                  # "any" or "none" (only changes without an Origin)
+    on_error: str = "fail"               # "fail" or "quarantine"
+    numeric: str = "decimal"             # "decimal" or "string"
+    parallelism: int = 4                 # silver tables merged at once
+    max_messages_per_batch: int | None = None
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    key: tuple[str, ...] = ()            # key columns (for REPLICA IDENTITY FULL tables with a primary key)
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Where the lander reads (``[source]``): one PostgreSQL database, one slot."""
+
+    name: str = "postgres"               # the bronze `source` value
+    dsn: str | None = None
+    dsn_env: str | None = "CDC_APPLY_DSN"
+    slot: str = "cdc_apply"
+    publication: str = "cdc_apply"
+    proto_version: int = 4
+    binary: bool = False
+    messages: bool = True
+    streaming: str = "parallel"          # "off", "on" or "parallel"
+    two_phase: bool = True
+    origin: str = "any"
+    create_slot: bool = False
+    create_publication: bool = False
+    publication_tables: tuple[str, ...] = ()  # empty: FOR ALL TABLES
+
+
+@dataclass(frozen=True)
+class LandConfig:
+    batch_messages: int = 50_000
+    batch_bytes: int = 64 * 1024 * 1024
+    batch_seconds: float = 5.0
+    idle_exit_seconds: float = 3.0       # --once: stop after this long with nothing to land
+    keepalive_seconds: float = 10.0
+    retries: int = 8
+
+
+@dataclass(frozen=True)
+class Config:
+    pipeline: str
+    bronze: BronzeConfig
+    silver: SilverConfig
+    state: StateConfig
+    apply: ApplyConfig = ApplyConfig()
+    tables: Mapping[str, TableConfig] = field(default_factory=dict)
+    source: SourceConfig = SourceConfig()
+    land: LandConfig = LandConfig()
+    origin_file: str | None = None
+
+    def table_selected(self, qualified_name: str) -> bool:
+        """Whether ``namespace.name`` passes the allow and deny lists."""
+        if self.apply.tables and not any(_match(p, qualified_name) for p in self.apply.tables):
+            return False
+        return not any(_match(p, qualified_name) for p in self.apply.exclude_tables)
+
+    def key_for(self, qualified_name: str) -> tuple[str, ...]:
+        table = self.tables.get(qualified_name)
+        return table.key if table else ()
+
+    @property
+    def checkpoint_location(self) -> str:
+        if self.state.checkpoint:
+            return self.state.checkpoint
+        return _join(self.state.path or "", "checkpoint")
+
+
+def _match(pattern: str, name: str) -> bool:
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+def _join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+_CHOICES = {
+    "silver.drop_columns": ("drop", "keep"),
+    "silver.retype": ("rewrite", "fail"),
+    "apply.origin": ("any", "none"),
+    "apply.on_error": ("fail", "quarantine"),
+    "apply.numeric": ("decimal", "string"),
+    "source.streaming": ("off", "on", "parallel"),
+    "source.origin": ("any", "none"),
+}
+
+
+def _coerce(key: str, value: Any, annotation: str) -> Any:
+    """Check ``value`` against a dataclass field's annotation text."""
+    kinds = [a.strip() for a in annotation.split("|")]
+    if value is None and "None" in kinds:
+        return None
+    if "tuple[str, ...]" in kinds:
+        if isinstance(value, str):
+            return tuple(v.strip() for v in value.split(",") if v.strip())
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError("expected a list of strings (or one comma-separated string)", key=key)
+    if "bool" in kinds:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"expected true or false, got {value!r}", key=key)
+    if "int" in kinds:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 0:
+                raise ConfigError(f"must not be negative, got {value}", key=key)
+            return value
+        raise ConfigError(f"expected an integer, got {value!r}", key=key)
+    if "float" in kinds:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"expected a number, got {value!r}", key=key)
+    if "str" in kinds:
+        if isinstance(value, str):
+            choices = _CHOICES.get(key)
+            if choices and value not in choices:
+                raise ConfigError(f"must be one of {', '.join(choices)}; got {value!r}", key=key)
+            return value
+        raise ConfigError(f"expected a string, got {value!r}", key=key)
+    raise ConfigError(f"unsupported value {value!r}", key=key)
+
+
+def _section(cls, raw: Any, prefix: str):
+    if raw is None:
+        return cls()
+    if not isinstance(raw, Mapping):
+        raise ConfigError("expected a table", key=prefix)
+    known = {f.name: f for f in fields(cls)}
+    values = {}
+    for name, value in raw.items():
+        if name not in known:
+            raise ConfigError(f"unknown key (known: {', '.join(sorted(known))})", key=f"{prefix}.{name}")
+        values[name] = _coerce(f"{prefix}.{name}", value, str(known[name].type))
+    return cls(**values)
+
+
+def _resolve(path: str | None, base: Path) -> str | None:
+    if path is None or _is_uri(path) or os.path.isabs(path):
+        return path
+    return str((base / path).resolve())
+
+
+def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_file: str | None = None) -> Config:
+    """Validate a parsed TOML document; ``base_dir`` anchors relative paths."""
+    base = base_dir or Path.cwd()
+    allowed = {"pipeline", "bronze", "silver", "state", "apply", "tables", "source", "land"}
+    for key in raw:
+        if key not in allowed:
+            raise ConfigError(f"unknown section (known: {', '.join(sorted(allowed))})", key=key)
+    bronze = _section(BronzeConfig, raw.get("bronze"), "bronze")
+    silver = _section(SilverConfig, raw.get("silver"), "silver")
+    state = _section(StateConfig, raw.get("state"), "state")
+    if (bronze.path is None) == (bronze.table is None):
+        raise ConfigError("set exactly one of bronze.path and bronze.table", key="bronze.path")
+    if (silver.path is None) == (silver.table_template is None):
+        raise ConfigError("set exactly one of silver.path and silver.table_template", key="silver.path")
+    if silver.table_template is not None and "{name}" not in silver.table_template:
+        raise ConfigError("the template must contain {name} (and usually {namespace})", key="silver.table_template")
+    if state.path is None and (state.schema is None or state.checkpoint is None):
+        raise ConfigError("set state.path, or both state.schema and state.checkpoint", key="state.path")
+    if not silver.metadata_prefix:
+        raise ConfigError("must not be empty", key="silver.metadata_prefix")
+    bronze = BronzeConfig(**{**bronze.__dict__, "path": _resolve(bronze.path, base)})
+    silver = SilverConfig(**{**silver.__dict__, "path": _resolve(silver.path, base)})
+    state = StateConfig(**{**state.__dict__, "path": _resolve(state.path, base),
+                           "checkpoint": _resolve(state.checkpoint, base)})
+    apply = _section(ApplyConfig, raw.get("apply"), "apply")
+    if apply.parallelism < 1:
+        raise ConfigError("must be at least 1", key="apply.parallelism")
+    tables_raw = raw.get("tables") or {}
+    if not isinstance(tables_raw, Mapping):
+        raise ConfigError("expected a table of tables", key="tables")
+    tables = {name: _section(TableConfig, value, f"tables.{name}") for name, value in tables_raw.items()}
+    source = _section(SourceConfig, raw.get("source"), "source")
+    if source.proto_version not in (1, 2, 3, 4):
+        raise ConfigError("must be 1, 2, 3 or 4", key="source.proto_version")
+    land = _section(LandConfig, raw.get("land"), "land")
+    pipeline = raw.get("pipeline", None)
+    if pipeline is None:
+        pipeline = Path(state.path or state.schema or "cdc_apply").name or "cdc_apply"
+    if not isinstance(pipeline, str) or not pipeline:
+        raise ConfigError("expected a non-empty string", key="pipeline")
+    return Config(pipeline, bronze, silver, state, apply, tables, source, land, origin_file)
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a TOML configuration file."""
+    file = Path(path)
+    try:
+        with open(file, "rb") as handle:
+            raw = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError("configuration file not found", file=str(file)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", file=str(file)) from None
+    try:
+        return parse_config(raw, file.resolve().parent, str(file))
+    except ConfigError as err:
+        raise err.with_context(file=str(file)) from None

@@ -1,0 +1,157 @@
+"""Plan one micro-batch: which rows to decode, with which relation versions, for which transaction.
+
+Input per source: the carried :class:`SourceState`, the batch's control
+messages and its largest seq. Output: a :class:`BatchPlan` the Spark layer
+follows — the seq ranges to re-read from bronze (transactions begun in
+earlier batches and decided now), the :class:`DecodePlan` for the parallel
+decode, the committed transactions in commit order, and the next state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Mapping, Sequence
+
+from cdc_apply.apply.assemble import Assembly, DecidedTxn, assemble_transactions, excluded_ranges
+from cdc_apply.apply.changes import SKIP, DecodePlan, Slot, SourcePlan
+from cdc_apply.apply.schema import RelationVersion, SchemaHistory
+from cdc_apply.apply.state import SeqRange, SourceState
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+
+# (source, ranges, subxids) -> {subxid: seq of its first change within the ranges}
+FirstChangeLookup = Callable[[str, Sequence[SeqRange], Sequence[int]], Mapping[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceBatch:
+    """What one source contributes to a batch."""
+
+    source: str
+    previous: SourceState
+    assembly: Assembly
+    committed: tuple[DecidedTxn, ...]   # after the origin filter, in commit order
+    filtered: tuple[DecidedTxn, ...]    # committed at the source but filtered out (origin)
+    new_versions: tuple[RelationVersion, ...]
+    new_types: tuple[tuple[int, int, m.Type], ...]
+    reread: tuple[SeqRange, ...]        # ranges with seq <= previous.applied_seq to read from bronze
+    first_seq: int                      # smallest seq this batch decodes
+    last_seq: int
+
+    @property
+    def state(self) -> SourceState:
+        return self.assembly.state
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    sources: dict[str, SourceBatch]
+    decode: DecodePlan
+    slot_versions: tuple[RelationVersion, ...] = field(default=())
+
+    @property
+    def has_changes(self) -> bool:
+        return any(b.committed for b in self.sources.values())
+
+
+def _subtract(ranges: Iterable[SeqRange], holes: Sequence[SeqRange]) -> list[SeqRange]:
+    out = []
+    for start, end in ranges:
+        cursor = start
+        for h0, h1 in holes:
+            if h1 < cursor or h0 > end:
+                continue
+            if h0 > cursor:
+                out.append((cursor, h0 - 1))
+            cursor = max(cursor, h1 + 1)
+        if cursor <= end:
+            out.append((cursor, end))
+    return out
+
+
+def plan_source(source: str, state: SourceState, history: SchemaHistory,
+                controls: Iterable[tuple[int, int, bytes]], last_seq: int,
+                first_change_seq: FirstChangeLookup, origin_filter: str = "any") -> tuple[SourceBatch, SourcePlan]:
+    """Assemble one source's transactions and lay out its seq ranges for the decode."""
+    assembly = assemble_transactions(state, controls, last_seq, source)
+    new_versions, new_types = [], []
+    for event in assembly.schema_events:
+        recorded = history.record(event.seq, event.lsn, event.message)
+        if isinstance(recorded, RelationVersion):
+            new_versions.append(recorded)
+        elif isinstance(recorded, m.Type):
+            new_types.append((event.seq, event.lsn, recorded))
+
+    committed, filtered = [], []
+    for txn in assembly.committed:
+        (filtered if origin_filter == "none" and txn.origin is not None else committed).append(txn)
+
+    entries: list[tuple[int, int, int, bool]] = []  # start, end, txn index or SKIP, in_stream
+    for index, txn in enumerate(committed):
+        holes: tuple[SeqRange, ...] = ()
+        if txn.sub_aborts:
+            subxids = sorted({sub for sub, _ in txn.sub_aborts})
+            holes = excluded_ranges(txn, first_change_seq(source, txn.ranges, subxids))
+            entries.extend((a, b, SKIP, True) for a, b in holes)
+        entries.extend((a, b, index, txn.in_stream) for a, b in _subtract(txn.ranges, holes))
+    for txn in filtered + list(assembly.aborted):
+        entries.extend((a, b, SKIP, txn.in_stream) for a, b in txn.ranges)
+    for a, b in assembly.state.pending_ranges():
+        entries.append((a, b, SKIP, False))
+    entries.sort()
+
+    reread = tuple(sorted((a, min(b, state.applied_seq)) for t in committed for a, b in t.ranges
+                          if a <= state.applied_seq))
+    first_seq = min([state.applied_seq + 1] + [a for a, _ in reread])
+    splan = SourcePlan(
+        range_starts=tuple(e[0] for e in entries),
+        range_ends=tuple(e[1] for e in entries),
+        range_txn=tuple(e[2] for e in entries),
+        range_in_stream=tuple(e[3] for e in entries),
+        txn_commit_lsn=tuple(t.commit_lsn for t in committed),
+        txn_xid=tuple(t.xid for t in committed),
+        txn_commit_ts=tuple(t.commit_ts + m.PG_EPOCH_UNIX_MICROS for t in committed),
+        txn_origin=tuple(t.origin for t in committed),
+    )
+    batch = SourceBatch(source, state, assembly, tuple(committed), tuple(filtered), tuple(new_versions),
+                        tuple(new_types), reread, first_seq, max(last_seq, state.applied_seq))
+    return batch, splan
+
+
+def plan_batch(sources: Mapping[str, tuple[SourceState, SchemaHistory, list, int]],
+               first_change_seq: FirstChangeLookup, type_options: TypeOptions = TypeOptions(),
+               origin_filter: str = "any", quarantine: bool = False,
+               present_relations: Mapping[str, set[int]] | None = None) -> BatchPlan:
+    """Plan a batch over several sources: ``{source: (state, history, controls, last_seq)}``.
+
+    ``present_relations`` (optional) narrows the decode slots to relations that
+    may have changes in the batch; without it every relation version current
+    somewhere in the decoded seq span gets a slot.
+    """
+    batches: dict[str, SourceBatch] = {}
+    splans: dict[str, SourcePlan] = {}
+    slots: list[Slot] = []
+    slot_versions: list[RelationVersion] = []
+    for source, (state, history, controls, last_seq) in sorted(sources.items()):
+        batch, splan = plan_source(source, state, history, controls, last_seq, first_change_seq, origin_filter)
+        versions: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        if batch.committed:
+            wanted = present_relations.get(source) if present_relations is not None else None
+            for relation_id, rel_history in sorted(history.relations.items()):
+                if wanted is not None and relation_id not in wanted:
+                    continue
+                current = rel_history.between(batch.first_seq, batch.last_seq)
+                if not current:
+                    continue
+                seqs, indexes = [], []
+                for version in current:
+                    seqs.append(version.seq)
+                    indexes.append(len(slots))
+                    slots.append(Slot(source, relation_id, version.seq, version.qualified_name, version.column_names,
+                                      tuple(resolve_column_type(c.type_oid, c.type_modifier, history.types,
+                                                                type_options) for c in version.columns)))
+                    slot_versions.append(version)
+                versions[relation_id] = (tuple(seqs), tuple(indexes))
+        splans[source] = replace(splan, versions=versions)
+        batches[source] = batch
+    return BatchPlan(batches, DecodePlan(splans, tuple(slots), quarantine), tuple(slot_versions))
