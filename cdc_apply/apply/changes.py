@@ -64,6 +64,7 @@ class SourcePlan:
     txn_origin: tuple[str | None, ...] = ()
     versions: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     # relation_id -> (version seqs ascending, slot index per version)
+    ignored: frozenset[int] = frozenset()  # relations left out by the table allow/deny lists
 
     def locate(self, seq: int) -> int:
         """Index of the range holding ``seq``, or -1."""
@@ -239,6 +240,8 @@ def _decode_dml(batch, rows, ranges, sources, seqs, lsns, plan, schema) -> Itera
                 raise walked.error[i]
             splan = plan.sources[source]
             relation_id = int(walked.relation_id[i])
+            if relation_id in splan.ignored:
+                continue
             slot = splan.slot_for(relation_id, seq)
             if slot is None:
                 raise SchemaError(f"change for relation {relation_id}, which no Relation message described before it",

@@ -121,7 +121,8 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
 def plan_batch(sources: Mapping[str, tuple[SourceState, SchemaHistory, list, int]],
                first_change_seq: FirstChangeLookup, type_options: TypeOptions = TypeOptions(),
                origin_filter: str = "any", quarantine: bool = False,
-               present_relations: Mapping[str, set[int]] | None = None) -> BatchPlan:
+               present_relations: Mapping[str, set[int]] | None = None,
+               table_selected: Callable[[str], bool] = lambda name: True) -> BatchPlan:
     """Plan a batch over several sources: ``{source: (state, history, controls, last_seq)}``.
 
     ``present_relations`` (optional) narrows the decode slots to relations that
@@ -135,10 +136,11 @@ def plan_batch(sources: Mapping[str, tuple[SourceState, SchemaHistory, list, int
     for source, (state, history, controls, last_seq) in sorted(sources.items()):
         batch, splan = plan_source(source, state, history, controls, last_seq, first_change_seq, origin_filter)
         versions: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        ignored = frozenset(rid for rid, h in history.relations.items() if not table_selected(h.latest.qualified_name))
         if batch.committed:
             wanted = present_relations.get(source) if present_relations is not None else None
             for relation_id, rel_history in sorted(history.relations.items()):
-                if wanted is not None and relation_id not in wanted:
+                if (wanted is not None and relation_id not in wanted) or relation_id in ignored:
                     continue
                 current = rel_history.between(batch.first_seq, batch.last_seq)
                 if not current:
@@ -152,6 +154,6 @@ def plan_batch(sources: Mapping[str, tuple[SourceState, SchemaHistory, list, int
                                                                 type_options) for c in version.columns)))
                     slot_versions.append(version)
                 versions[relation_id] = (tuple(seqs), tuple(indexes))
-        splans[source] = replace(splan, versions=versions)
+        splans[source] = replace(splan, versions=versions, ignored=ignored)
         batches[source] = batch
     return BatchPlan(batches, DecodePlan(splans, tuple(slots), quarantine), tuple(slot_versions))

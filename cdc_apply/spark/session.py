@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,9 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
     from pyspark.sql import SparkSession
 
     settings = dict(LOCAL_DEFAULTS)
+    # Python workers must run the interpreter (and virtualenv) of the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
     settings["spark.jars"] = ",".join(str(j) for j in jars)
     java_opts = f"-Dlog4j.configurationFile=file:{_LOG4J}"
     settings["spark.driver.extraJavaOptions"] = java_opts

@@ -1,0 +1,136 @@
+"""The bookkeeping tables under the ``[state]`` location.
+
+=================  ==========================================================
+schema_history     one row per Relation version (source, relation, columns, first seq, LSN)
+type_cache         one row per Type message that named a type anew
+transactions       one row per applied transaction, with per-table counts and truncate flags
+messages           logical decoding messages ('M'), transactional and not
+quarantine         messages that could not be decoded or applied (on_error = "quarantine")
+progress           per source and apply version: applied-through seq and commit LSN, carried state, lag
+=================  ==========================================================
+
+Every write is an append tagged with Delta's ``txnAppId``/``txnVersion``
+(the apply version), so a re-run batch writes nothing twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from cdc_apply.apply.schema import SchemaHistory
+from cdc_apply.apply.state import SourceState
+from cdc_apply.config import Config
+from cdc_apply.delta.tables import TableRef, create_table, state_ref
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.decoder import decode_message
+from cdc_apply.pgoutput.encoder import encode
+
+COLUMN_STRUCT = "STRUCT<name: STRING, type_oid: BIGINT, type_name: STRING, type_modifier: INT, key: BOOLEAN>"
+
+SCHEMAS: dict[str, list[tuple[str, str]]] = {
+    "schema_history": [
+        ("source", "STRING"), ("relation_id", "BIGINT"), ("seq", "BIGINT"), ("lsn", "BIGINT"),
+        ("namespace", "STRING"), ("name", "STRING"), ("replica_identity", "STRING"),
+        ("columns", f"ARRAY<{COLUMN_STRUCT}>"), ("relation_message", "BINARY"),
+        ("apply_version", "BIGINT"), ("recorded_at", "TIMESTAMP"),
+    ],
+    "type_cache": [
+        ("source", "STRING"), ("type_oid", "BIGINT"), ("namespace", "STRING"), ("name", "STRING"),
+        ("seq", "BIGINT"), ("lsn", "BIGINT"), ("apply_version", "BIGINT"), ("recorded_at", "TIMESTAMP"),
+    ],
+    "transactions": [
+        ("source", "STRING"), ("xid", "BIGINT"), ("kind", "STRING"), ("gid", "STRING"),
+        ("commit_lsn", "BIGINT"), ("end_lsn", "BIGINT"), ("commit_ts", "TIMESTAMP"),
+        ("origin", "STRING"), ("origin_lsn", "BIGINT"), ("begin_seq", "BIGINT"), ("commit_seq", "BIGINT"),
+        ("changes", "BIGINT"),
+        ("tables", "ARRAY<STRUCT<table: STRING, inserts: BIGINT, updates: BIGINT, deletes: BIGINT, "
+                   "truncated: BOOLEAN, cascade: BOOLEAN, restart_identity: BOOLEAN>>"),
+        ("apply_version", "BIGINT"), ("applied_at", "TIMESTAMP"),
+    ],
+    "messages": [
+        ("source", "STRING"), ("seq", "BIGINT"), ("lsn", "BIGINT"), ("xid", "BIGINT"),
+        ("transactional", "BOOLEAN"), ("prefix", "STRING"), ("content", "BINARY"),
+        ("commit_lsn", "BIGINT"), ("commit_ts", "TIMESTAMP"), ("apply_version", "BIGINT"),
+    ],
+    "quarantine": [
+        ("source", "STRING"), ("seq", "BIGINT"), ("lsn", "BIGINT"), ("payload", "BINARY"),
+        ("error", "STRING"), ("apply_version", "BIGINT"), ("quarantined_at", "TIMESTAMP"),
+    ],
+    "progress": [
+        ("source", "STRING"), ("apply_version", "BIGINT"), ("batch_id", "BIGINT"),
+        ("applied_seq", "BIGINT"), ("applied_commit_lsn", "BIGINT"), ("applied_commit_ts", "TIMESTAMP"),
+        ("applied_end_lsn", "BIGINT"), ("state", "STRING"), ("bronze_max_seq", "BIGINT"),
+        ("messages", "BIGINT"), ("transactions", "BIGINT"), ("carried", "INT"),
+        ("oldest_needed_seq", "BIGINT"), ("lag_seq", "BIGINT"), ("lag_seconds", "DOUBLE"),
+        ("updated_at", "TIMESTAMP"),
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Bookkeeping:
+    """The bookkeeping tables of one pipeline."""
+
+    config: Config
+
+    def ref(self, table: str) -> TableRef:
+        return state_ref(self.config, table)
+
+    def app_id(self, table: str) -> str:
+        return f"cdc_apply:{self.config.pipeline}:{table}"
+
+    def create_all(self, spark) -> None:
+        for table, columns in SCHEMAS.items():
+            create_table(spark, self.ref(table), columns, {"delta.appendOnly": "true"},
+                         comment=f"cdc_apply {table} of pipeline {self.config.pipeline}")
+
+    def append(self, spark, table: str, rows: list[tuple], version: int) -> None:
+        """Append rows (tuples in the table's column order); idempotent per apply version."""
+        if not rows:
+            return
+        ddl = ", ".join(f"`{n}` {t}" for n, t in SCHEMAS[table])
+        self.ref(table).append(spark.createDataFrame(rows, ddl), self.app_id(table), version)
+
+    def append_df(self, df, table: str, version: int) -> None:
+        self.ref(table).append(df.select(*[n for n, _ in SCHEMAS[table]]), self.app_id(table), version)
+
+    # -- loading ---------------------------------------------------------------
+    def load_progress(self, spark) -> tuple[int, dict[str, SourceState]]:
+        """The latest apply version and every source's carried state at it."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.window import Window
+
+        df = self.ref("progress").read(spark)
+        latest = (df.withColumn("_r", F.row_number().over(Window.partitionBy("source").orderBy(F.desc("apply_version"))))
+                  .where("_r = 1").select("source", "apply_version", "state").collect())
+        version = max((r.apply_version for r in latest), default=0)
+        return version, {r.source: SourceState.from_json(r.state) for r in latest}
+
+    def load_history(self, spark, sources: Iterable[str] | None = None) -> dict[str, SchemaHistory]:
+        histories: dict[str, SchemaHistory] = {}
+        rows = self.ref("schema_history").read(spark).select("source", "seq", "lsn", "relation_message").collect()
+        per_source: dict[str, list] = {}
+        for r in rows:
+            per_source.setdefault(r.source, []).append((r.seq, r.lsn, decode_message(bytes(r.relation_message))))
+        for r in self.ref("type_cache").read(spark).select("source", "seq", "lsn", "type_oid", "namespace",
+                                                              "name").collect():
+            per_source.setdefault(r.source, []).append(
+                (r.seq, r.lsn, m.Type(None, r.type_oid, r.namespace, r.name)))
+        for source, entries in per_source.items():
+            history = SchemaHistory()
+            history.load(entries)
+            histories[source] = history
+        for source in sources or ():
+            histories.setdefault(source, SchemaHistory())
+        return histories
+
+
+def relation_row(source: str, version, type_name, apply_version: int, now) -> tuple:
+    """A schema_history row for a new relation version; ``type_name(oid, typmod)`` names column types."""
+    message = m.Relation(None, version.relation_id, version.namespace, version.name, version.replica_identity,
+                         version.columns)
+    columns = [(c.name, c.type_oid, type_name(c.type_oid, c.type_modifier), c.type_modifier, c.key)
+               for c in version.columns]
+    return (source, version.relation_id, version.seq, version.lsn, version.namespace, version.name,
+            version.replica_identity, columns, encode(message), apply_version, now)

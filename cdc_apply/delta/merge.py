@@ -1,0 +1,319 @@
+"""Collapse one silver table's changes to one row per key and MERGE them.
+
+Changes arrive as decoded rows of one or more relation versions (slots). They
+are projected onto the silver columns (``n_i`` value, ``x_i`` "the change
+carries column i"), turned into per-key events — an update that changes the
+key is a delete of the old key and a *move-in* to the new one — and reduced
+per key in commit order:
+
+* the last event decides: delete, or upsert;
+* a column the last event does not carry (unchanged TOAST, or a column its
+  relation version did not have) takes the last value an earlier event of the
+  same key carried in this batch; if none did, the MERGE keeps the value the
+  silver row already has — never a placeholder;
+* a move-in's unchanged TOAST columns come from the old key's row just before
+  the move (earlier in the batch, else silver), resolved before the reduction.
+
+Tables without a key (REPLICA IDENTITY FULL, or no identity) are matched on
+all values, with exact duplicate counts: see :func:`merge_keyless`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+from typing import Sequence
+
+from cdc_apply.apply.tables import SilverColumn
+from cdc_apply.delta.tables import TableRef, quote_ident
+from cdc_apply.errors import ApplyError
+
+
+@dataclass(frozen=True)
+class SlotMap:
+    slot: int
+    mapping: tuple[int | None, ...]   # version column j -> silver column index
+    ddls: tuple[str, ...]             # Spark type of version column j
+
+
+@dataclass(frozen=True)
+class TableWork:
+    """Everything one silver table needs for one batch."""
+
+    source: str
+    relation_id: int
+    qualified_name: str
+    ref: TableRef
+    columns: tuple[SilverColumn, ...]
+    key: tuple[str, ...] | None
+    slots: tuple[SlotMap, ...]
+    truncate_after: tuple[int, int] | None   # (commit_lsn, seq) of the last truncate: earlier changes are gone
+    meta: tuple[tuple[str, str], ...]        # (silver column, decoded column): commit LSN, commit ts, xid, origin
+    has_toast: bool = True
+
+    @property
+    def key_index(self) -> tuple[int, ...]:
+        names = [c.name for c in self.columns]
+        return tuple(names.index(k) for k in (self.key or ()))
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    missing: int = 0  # updates of rows silver does not have, whose unchanged TOAST values could not be filled
+
+
+def project(decoded, work: TableWork):
+    """The table's change rows: silver-column values ``n_i``/``o_i``, ``x_i`` the change carries column i,
+    ``p_i`` column i exists in the change's relation version (``p_i and not x_i``: unchanged TOAST)."""
+    from pyspark.sql import functions as F
+
+    rows = decoded.where(F.col("slot").isin([s.slot for s in work.slots]))
+    if work.truncate_after is not None:
+        lsn, seq = work.truncate_after
+        rows = rows.where((F.col("commit_lsn") > lsn) | ((F.col("commit_lsn") == lsn) & (F.col("seq") > seq)))
+    exprs = [F.col("seq").alias("_seq"), F.col("commit_lsn").alias("_commit_lsn"), F.col("commit_ts").alias("_commit_ts"),
+             F.col("xid").alias("_xid"), F.col("origin").alias("_origin"), F.col("op").alias("_op"),
+             F.col("old_kind").alias("_old_kind")]
+    not_delete = F.col("op") != F.lit("D")
+    for i, column in enumerate(work.columns):
+        new_v, old_v, carried, present = None, None, None, None
+        for sm in work.slots:
+            if i not in sm.mapping:
+                continue
+            j = sm.mapping.index(i)
+            cast = (lambda c: c) if sm.ddls[j] == column.spark_ddl else (lambda c, t=column.spark_ddl: c.cast(t))
+            hit = F.col("slot") == sm.slot
+            nv, ov = cast(F.col(f"n{sm.slot}.c{j}")), cast(F.col(f"o{sm.slot}.c{j}"))
+            toast = F.coalesce(F.array_contains(F.col("toast"), F.lit(j)), F.lit(False))
+            cv = not_delete & ~toast
+            new_v = F.when(hit, nv) if new_v is None else new_v.when(hit, nv)
+            old_v = F.when(hit, ov) if old_v is None else old_v.when(hit, ov)
+            carried = F.when(hit, cv) if carried is None else carried.when(hit, cv)
+            present = F.when(hit, not_delete) if present is None else present.when(hit, not_delete)
+        null = F.lit(None).cast(column.spark_ddl)
+        exprs += [(new_v if new_v is not None else null).alias(f"n_{i}"),
+                  (old_v if old_v is not None else null).alias(f"o_{i}"),
+                  (carried.otherwise(False) if carried is not None else F.lit(False)).alias(f"x_{i}"),
+                  (present.otherwise(False) if present is not None else F.lit(False)).alias(f"p_{i}")]
+    return rows.select(*exprs)
+
+
+def _null_safe_equal(a: Sequence, b: Sequence):
+    return reduce(lambda x, y: x & y, [p.eqNullSafe(q) for p, q in zip(a, b)])
+
+
+def key_events(projected, work: TableWork):
+    """Per-key events: ``k_*`` key, ``_kind`` I/U/D/M(move-in), ``_src_k_*`` the old key of a move."""
+    from pyspark.sql import functions as F
+
+    ki = work.key_index
+    n = len(work.columns)
+    has_old = F.col("_old_kind").isNotNull()
+    k_new = [F.col(f"n_{i}") for i in ki]
+    k_old = [F.when(has_old, F.col(f"o_{i}")).otherwise(F.col(f"n_{i}")) for i in ki]
+    moved = (F.col("_op") == "U") & ~_null_safe_equal(k_old, k_new)
+    meta = ["_seq", "_commit_lsn", "_commit_ts", "_xid", "_origin"]
+    values = [c for i in range(n) for c in (f"n_{i}", f"x_{i}", f"p_{i}")]
+    staged = projected.withColumn("_moved", moved)
+    for pos, i in enumerate(ki):
+        staged = (staged.withColumn(f"_ko_{pos}", k_old[pos]).withColumn(f"_kn_{pos}", k_new[pos]))
+    keep = [F.col(c) for c in meta + values]
+    plain = staged.where(~F.col("_moved")).select(
+        *keep, F.col("_op").alias("_kind"), F.lit(0).alias("_sub"), F.lit(False).alias("_move"),
+        *[F.when(F.col("_op") == "D", F.col(f"_ko_{p}")).otherwise(F.col(f"_kn_{p}")).alias(f"k_{p}")
+          for p in range(len(ki))],
+        *[F.lit(None).cast(work.columns[i].spark_ddl).alias(f"_src_k_{p}") for p, i in enumerate(ki)])
+    moves = staged.where(F.col("_moved"))
+    move_out = moves.select(
+        *[F.col(c) for c in meta],
+        *[c for i in range(n) for c in (F.lit(None).cast(work.columns[i].spark_ddl).alias(f"n_{i}"),
+                                           F.lit(False).alias(f"x_{i}"), F.lit(False).alias(f"p_{i}"))],
+        F.lit("D").alias("_kind"), F.lit(0).alias("_sub"), F.lit(True).alias("_move"),
+        *[F.col(f"_ko_{p}").alias(f"k_{p}") for p in range(len(ki))],
+        *[F.lit(None).cast(work.columns[i].spark_ddl).alias(f"_src_k_{p}") for p, i in enumerate(ki)])
+    move_in = moves.select(
+        *keep, F.lit("M").alias("_kind"), F.lit(1).alias("_sub"), F.lit(True).alias("_move"),
+        *[F.col(f"_kn_{p}").alias(f"k_{p}") for p in range(len(ki))],
+        *[F.col(f"_ko_{p}").alias(f"_src_k_{p}") for p in range(len(ki))])
+    return plain.unionByName(move_out).unionByName(move_in)
+
+
+def _window(nkeys: int, frame_to_current: bool = True):
+    from pyspark.sql import Window
+
+    w = Window.partitionBy(*[f"k_{p}" for p in range(nkeys)]).orderBy("_commit_lsn", "_seq", "_sub")
+    return w.rowsBetween(Window.unboundedPreceding, Window.currentRow) if frame_to_current else w
+
+
+def resolve_moves(events, work: TableWork, target, max_rounds: int = 16):
+    """Fill a move-in's unchanged TOAST columns from the old key's row just before the move.
+
+    The move-out event sits in the old key's partition at the move's position;
+    the last value carried before it is the one to take, or silver's when the
+    batch carried none. When that last event is itself an unfilled move-in, the
+    move waits for the next round (chains of key changes).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import Window
+
+    n, nk = len(work.columns), len(work.key_index)
+    gaps = [F.col(f"p_{i}") & ~F.col(f"x_{i}") for i in range(n)]
+    any_gap = reduce(lambda a, b: a | b, gaps, F.lit(False))
+    before = _window(nk, frame_to_current=False).rowsBetween(Window.unboundedPreceding, -1)
+    key_names = [work.columns[i].name for i in work.key_index]
+    for _ in range(max_rounds):
+        if events.where((F.col("_kind") == "M") & any_gap).limit(1).count() == 0:
+            return events
+        looked = events.select(
+            "_seq", "_kind", "_move", *[f"k_{p}" for p in range(nk)],
+            *[F.last(F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v"))), ignorenulls=True)
+              .over(before).alias(f"r_{i}") for i in range(n)],
+            *[F.last(F.when(F.col(f"x_{i}") | gaps[i], gaps[i]), ignorenulls=True).over(before).alias(f"b_{i}")
+              for i in range(n)])
+        outs = looked.where((F.col("_kind") == "D") & F.col("_move")).select(
+            F.col("_seq").alias("_m_seq"), *[F.col(f"k_{p}").alias(f"_mk_{p}") for p in range(nk)],
+            *[F.col(f"r_{i}") for i in range(n)], *[F.col(f"b_{i}") for i in range(n)])
+        if target is not None:
+            tgt = target.select(*[F.col(quote_ident(k)).alias(f"_mk_{p}") for p, k in enumerate(key_names)],
+                                *[F.col(quote_ident(c.name)).alias(f"t_{i}") for i, c in enumerate(work.columns)])
+            outs = outs.join(tgt, [f"_mk_{p}" for p in range(nk)], "left")
+        else:
+            outs = outs.select("*", *[F.lit(None).alias(f"t_{i}") for i in range(n)])
+        joined = events.alias("e").join(outs.alias("s"), (F.col("e._seq") == F.col("s._m_seq"))
+                                        & (F.col("e._kind") == "M"), "left")
+        cols = []
+        for c in events.columns:
+            if c[:2] in ("n_", "x_") and c[2:].isdigit():
+                i = int(c[2:])
+                gap = (F.col("e._kind") == "M") & F.col(f"e.p_{i}") & ~F.col(f"e.x_{i}") \
+                    & F.col("s._m_seq").isNotNull() & ~F.coalesce(F.col(f"s.b_{i}"), F.lit(False))
+                if c[0] == "n":
+                    value = F.when(F.col(f"s.r_{i}").isNotNull(), F.col(f"s.r_{i}.v")).otherwise(F.col(f"s.t_{i}"))
+                    cols.append(F.when(gap, value).otherwise(F.col(f"e.{c}")).alias(c))
+                else:
+                    cols.append((F.col(f"e.{c}") | gap).alias(c))
+            else:
+                cols.append(F.col(f"e.{c}").alias(c))
+        events = joined.select(*cols).localCheckpoint()
+    raise ApplyError("key changes of rows with unchanged TOAST values chain deeper than supported in one batch",
+                     table=work.qualified_name, rounds=max_rounds)
+
+
+def collapse(events, work: TableWork, has_toast: bool):
+    """One row per key: ``_action`` delete/upsert, values ``v_i``, set flags ``s_i``, ``_set`` mask."""
+    from pyspark.sql import functions as F
+
+    n, nk = len(work.columns), len(work.key_index)
+    w = _window(nk)
+    w_all = _window(nk, frame_to_current=False)
+    cols = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_seq", "_commit_lsn", "_commit_ts", "_xid",
+                                                                          "_origin", "_kind")]
+    for i in range(n):
+        if has_toast:
+            r = F.last(F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v"))), ignorenulls=True).over(w)
+        else:
+            r = F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v")))
+        cols += [r.alias(f"r_{i}"), F.col(f"p_{i}")]
+    cols.append(F.lead("_seq").over(w_all).alias("_next"))
+    reduced = events.select(*cols).where(F.col("_next").isNull())
+    out = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_commit_lsn", "_commit_ts", "_xid", "_origin")]
+    out.append(F.when(F.col("_kind") == "D", F.lit("delete")).otherwise(F.lit("upsert")).alias("_action"))
+    for i in range(n):
+        out += [F.col(f"r_{i}.v").alias(f"v_{i}"), F.col(f"r_{i}").isNotNull().alias(f"s_{i}")]
+    out.append(F.concat(*[F.when(F.col(f"r_{i}").isNotNull(), F.lit("1")).otherwise(F.lit("0"))
+                          for i in range(n)]).alias("_set"))
+    # Complete: every column of the final change's version has a value (no TOAST gap left for silver to fill).
+    out.append(reduce(lambda a, b: a & b, [F.col(f"r_{i}").isNotNull() | ~F.col(f"p_{i}") for i in range(n)],
+                      F.lit(True)).alias("_complete"))
+    return reduced.select(*out)
+
+
+def merge_keyed(spark, collapsed, work: TableWork) -> MergeResult:
+    """MERGE the collapsed rows: delete, update the carried columns (per set mask), insert complete rows."""
+    from pyspark.sql import functions as F
+
+    n = len(work.columns)
+    key_names = [work.columns[i].name for i in work.key_index]
+    condition = " AND ".join(f"t.{quote_ident(k)} = s.`k_{p}`" for p, k in enumerate(key_names))
+    masks = [r._set for r in collapsed.where("_action = 'upsert'").select("_set").distinct().collect()]
+    meta = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
+    builder = work.ref.delta_table(spark).alias("t").merge(collapsed.alias("s"), condition)
+    builder = builder.whenMatchedDelete(condition="s._action = 'delete'")
+    for mask in sorted(masks):
+        assignments = {quote_ident(work.columns[i].name): F.col(f"s.`v_{i}`") for i in range(n) if mask[i] == "1"}
+        assignments.update(meta)
+        builder = builder.whenMatchedUpdate(condition=f"s._action = 'upsert' AND s._set = '{mask}'", set=assignments)
+    # A row silver lacks can be inserted only when no unchanged-TOAST value of it is missing: like
+    # PostgreSQL's apply worker, an update of a missing row is otherwise skipped.
+    values = {quote_ident(c.name): F.col(f"s.`v_{i}`") for i, c in enumerate(work.columns)}
+    values.update(meta)
+    builder = builder.whenNotMatchedInsert(condition="s._action = 'upsert' AND s._complete", values=values)
+    metrics = builder.execute().collect()
+    row = metrics[0].asDict() if metrics else {}
+    return MergeResult(row.get("num_inserted_rows", 0) or 0, row.get("num_updated_rows", 0) or 0,
+                       row.get("num_deleted_rows", 0) or 0)
+
+
+def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False) -> MergeResult:
+    """Tables matched on all values: apply the net count of each distinct row, duplicates exact.
+
+    Each Insert adds one copy of its row, each Delete removes one copy of its
+    old row, an Update does both (its unchanged TOAST columns come from the old
+    row, which REPLICA IDENTITY FULL sends whole). Per distinct row the net
+    count change ``d`` is applied against the ``c`` copies silver has: Delta
+    cannot delete k of n identical rows, so when copies go away all ``c`` are
+    deleted and ``c + d`` re-inserted (they take the batch's latest commit
+    metadata for that row).
+    """
+    from pyspark.sql import functions as F
+
+    n = len(work.columns)
+    meta_cols = ["_commit_lsn", "_commit_ts", "_xid", "_origin"]
+    if projected.where((F.col("_op") == "U") & F.col("_old_kind").isNull()).limit(1).count():
+        raise ApplyError("an update without its old row on a table without a key: cannot tell which row changed; "
+                         "set REPLICA IDENTITY FULL or configure the key", table=work.qualified_name)
+    filled = [F.when(F.col(f"x_{i}"), F.col(f"n_{i}")).when(F.col(f"p_{i}"), F.col(f"o_{i}")) for i in range(n)]
+    order = F.struct("_commit_lsn", "_seq")
+    meta = [F.col(c) for c in meta_cols]
+    adds = projected.where(F.col("_op").isin("I", "U")).select(
+        *[v.alias(f"v_{i}") for i, v in enumerate(filled)], F.lit(1).alias("_d"), order.alias("_o"), *meta)
+    subs = projected.where(F.col("_op").isin("U", "D")).select(
+        *[F.col(f"o_{i}").alias(f"v_{i}") for i in range(n)], F.lit(-1).alias("_d"), order.alias("_o"), *meta)
+    values = [f"v_{i}" for i in range(n)]
+    net = (adds.unionByName(subs).groupBy(*values)
+           .agg(F.sum("_d").alias("_d"), F.max_by(F.struct(*meta_cols), "_o").alias("_m"))
+           .where("_d != 0"))
+    net = net.select(*values, "_d", *[F.col(f"_m.{c}").alias(c) for c in meta_cols]).localCheckpoint()
+    if target_empty:
+        counted = net.withColumn("_c", F.lit(0).cast("long"))
+    else:
+        target = work.ref.read(spark).select(*[F.col(quote_ident(c.name)).alias(f"v_{i}")
+                                               for i, c in enumerate(work.columns)])
+        cond = _null_safe_equal([target[v] for v in values], [F.col(f"_n.{v}") for v in values])
+        present = (target.join(F.broadcast(net.select(*values).alias("_n")), cond, "left_semi")
+                   .groupBy(*values).agg(F.count(F.lit(1)).alias("_c")))
+        counted = net.alias("a").join(present.alias("b"), _null_safe_equal(
+            [F.col(f"a.{v}") for v in values], [F.col(f"b.{v}") for v in values]), "left").select(
+            *[F.col(f"a.{v}") for v in values], "a._d", *[F.col(f"a.{c}") for c in meta_cols],
+            F.coalesce(F.col("b._c"), F.lit(0)).alias("_c"))
+    counted = counted.withColumn("_new", F.greatest(F.col("_c") + F.col("_d"), F.lit(0)))
+    deletes = counted.where((F.col("_d") < 0) & (F.col("_c") > 0)).select(
+        *values, *meta_cols, F.lit("del").alias("_kind"))
+    copies = F.when(F.col("_d") < 0, F.col("_new")).otherwise(F.col("_d"))
+    inserts = (counted.where(copies > 0).withColumn("_k", F.explode(F.sequence(F.lit(1), copies.cast("int"))))
+               .select(*values, *meta_cols, F.lit("ins").alias("_kind")))
+    source = deletes.unionByName(inserts)
+    condition = " AND ".join(f"t.{quote_ident(c.name)} <=> s.`v_{i}`" for i, c in enumerate(work.columns))
+    meta_set = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
+    insert_values = {quote_ident(c.name): F.col(f"s.`v_{i}`") for i, c in enumerate(work.columns)}
+    insert_values.update(meta_set)
+    metrics = (work.ref.delta_table(spark).alias("t")
+               .merge(source.alias("s"), f"({condition}) AND s._kind = 'del'")
+               .whenMatchedDelete()
+               .whenNotMatchedInsert(condition="s._kind = 'ins'", values=insert_values)
+               .execute().collect())
+    row = metrics[0].asDict() if metrics else {}
+    return MergeResult(row.get("num_inserted_rows", 0) or 0, 0, row.get("num_deleted_rows", 0) or 0)

@@ -1,0 +1,341 @@
+"""The apply job: bronze micro-batches to silver tables, exactly once.
+
+Per micro-batch (``foreachBatch``):
+
+1. collect the batch's control messages (everything but changes: a small set)
+   and plan it — transactions, relation versions, seq ranges — on the driver;
+2. decode the change rows once, in parallel (``mapInArrow``), and persist them;
+3. per silver table, in parallel threads: evolve the schema, empty the table
+   at a TRUNCATE, collapse to one row per key and MERGE;
+4. append the transactions log, messages, quarantine, schema history and,
+   last, progress.
+
+Every Delta write carries ``txnAppId``/``txnVersion`` with the pipeline's own
+apply version (not Spark's batch id), and change rows at or below a source's
+applied seq are skipped, so a re-run batch — or a replay of bronze from the
+start — changes nothing twice.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import partial
+from typing import Callable, TextIO
+
+from cdc_apply.apply.changes import SKIP, decode_batches, output_ddl
+from cdc_apply.apply.plan import BatchPlan, plan_batch
+from cdc_apply.apply.schema import SchemaHistory
+from cdc_apply.apply.state import SourceState
+from cdc_apply.config import Config
+from cdc_apply.delta.bookkeeping import Bookkeeping, relation_row
+from cdc_apply.delta.silver import SilverTables, TableStats
+from cdc_apply.delta.tables import bronze_ref
+from cdc_apply.errors import ApplyError, CdcApplyError
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+
+CONTROL_HEX = ("42", "43", "4F", "52", "59", "53", "45", "63", "41", "62", "50", "4B", "72", "70")
+CHANGE_HEX = ("49", "55", "44", "54", "4D")
+
+
+@dataclass
+class BatchReport:
+    """What one batch did (also printed as the progress line)."""
+
+    apply_version: int
+    batch_id: int
+    messages: int = 0
+    transactions: int = 0
+    carried: int = 0
+    aborted: int = 0
+    tables: dict[str, TableStats] = field(default_factory=dict)
+    quarantined: int = 0
+    lag_seq: int = 0
+    lag_seconds: float | None = None
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        parts = [f"batch {self.batch_id} (v{self.apply_version})", f"{self.messages} msgs",
+                 f"{self.transactions} txns applied", f"{self.carried} carried"]
+        if self.aborted:
+            parts.append(f"{self.aborted} aborted")
+        for name, t in sorted(self.tables.items()):
+            detail = f"{name} +{t.inserted}/~{t.updated}/-{t.deleted}"
+            if t.truncated:
+                detail += " (truncated)"
+            parts.append(detail)
+        if self.quarantined:
+            parts.append(f"{self.quarantined} quarantined")
+        lag = f"lag {self.lag_seq} msgs"
+        if self.lag_seconds is not None:
+            lag += f", {self.lag_seconds:.1f}s behind last commit"
+        parts.append(lag)
+        parts.append(f"{self.seconds:.1f}s")
+        return " | ".join(parts)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _first_byte_hex():
+    from pyspark.sql import functions as F
+
+    return F.hex(F.substring(F.col("payload"), 1, 1))
+
+
+class ApplyPipeline:
+    """Holds the carried state between micro-batches of one apply job."""
+
+    def __init__(self, spark, config: Config, out: TextIO = sys.stdout,
+                 fail_between_tables: Callable[[str], None] | None = None) -> None:
+        self.spark = spark
+        self.config = config
+        self.out = out
+        self.books = Bookkeeping(config)
+        self.books.create_all(spark)
+        self.version, self.states = self.books.load_progress(spark)
+        self.histories: dict[str, SchemaHistory] = self.books.load_history(spark)
+        self.type_options = TypeOptions(numeric=config.apply.numeric)
+        self.silver = SilverTables(spark, config)
+        self.bronze = bronze_ref(config)
+        self._fail_hook = fail_between_tables
+        self.reports: list[BatchReport] = []
+
+    # -- planning helpers ----------------------------------------------------------
+    def _first_change_seq(self, source: str, ranges, subxids):
+        """Seq of each subtransaction's first change within ``ranges`` (read from bronze)."""
+        from pyspark.sql import functions as F
+
+        in_ranges = None
+        for a, b in ranges:
+            cond = F.col("seq").between(a, b)
+            in_ranges = cond if in_ranges is None else in_ranges | cond
+        xid = F.conv(F.hex(F.substring("payload", 2, 4)), 16, 10).cast("long")
+        rows = (self.bronze.read(self.spark).where((F.col("source") == source) & in_ranges
+                                                   & _first_byte_hex().isin(*CHANGE_HEX))
+                .select(xid.alias("xid"), "seq").where(F.col("xid").isin(list(subxids)))
+                .groupBy("xid").agg(F.min("seq").alias("first")).collect())
+        return {int(r.xid): int(r.first) for r in rows}
+
+    def _type_name(self, source: str):
+        history = self.histories[source]
+        return lambda oid, typmod: resolve_column_type(oid, typmod, history.types, self.type_options).pg_name
+
+    # -- one batch -------------------------------------------------------------------
+    def process(self, df, batch_id: int) -> BatchReport:
+        from pyspark.sql import functions as F
+
+        started = time.monotonic()
+        wanted = set(self.config.bronze.sources)
+        if wanted:
+            df = df.where(F.col("source").isin(sorted(wanted)))
+        stats = {r.source: r for r in df.groupBy("source").agg(
+            F.max("seq").alias("last"), F.count(F.lit(1)).alias("n")).collect()}
+        version = self.version + 1
+        report = BatchReport(version, batch_id)
+        if not stats:
+            return report
+        new_rows = None
+        for source in stats:
+            state = self.states.get(source, SourceState())
+            cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq)
+            new_rows = cond if new_rows is None else new_rows | cond
+        fresh = df.where(new_rows)
+        controls: dict[str, list] = {s: [] for s in stats}
+        for r in fresh.where(_first_byte_hex().isin(*CONTROL_HEX)).select("source", "seq", "lsn", "payload").collect():
+            controls[r.source].append((r.seq, r.lsn, bytes(r.payload)))
+        inputs = {}
+        for source, row in stats.items():
+            self.histories.setdefault(source, SchemaHistory())
+            rows = sorted(controls[source])
+            inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows, int(row.last))
+            report.messages += int(row.n)
+        plan = plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
+                          self.config.apply.on_error == "quarantine", table_selected=self.config.table_selected)
+        decoded = self._decode(fresh, plan)
+        try:
+            self._apply(plan, decoded, version, report)
+        finally:
+            if decoded is not None:
+                decoded.unpersist()
+        self._write_progress(plan, stats, version, batch_id, report)
+        self.version = version
+        self.states = {**self.states, **{s: b.state for s, b in plan.sources.items()}}
+        report.seconds = time.monotonic() - started
+        self.reports.append(report)
+        print(report.line(), file=self.out, flush=True)
+        return report
+
+    def _decode(self, fresh, plan: BatchPlan):
+        from pyspark.sql import functions as F
+
+        if not plan.has_changes and not any(
+                b.state.applied_seq > b.previous.applied_seq for b in plan.sources.values()):
+            return None
+        changes = fresh.where(_first_byte_hex().isin(*CHANGE_HEX)).select("source", "seq", "lsn", "payload")
+        reread = None
+        for source, batch in plan.sources.items():
+            for a, b in batch.reread:
+                cond = (F.col("source") == source) & F.col("seq").between(a, b)
+                reread = cond if reread is None else reread | cond
+        if reread is not None:
+            old = (self.bronze.read(self.spark).where(reread & _first_byte_hex().isin(*CHANGE_HEX))
+                   .select("source", "seq", "lsn", "payload"))
+            changes = changes.unionByName(old)
+        parallelism = self.spark.sparkContext.defaultParallelism
+        if changes.rdd.getNumPartitions() < parallelism:
+            changes = changes.repartition(parallelism)
+        decoded = changes.mapInArrow(partial(decode_batches, plan=plan.decode), output_ddl(plan.decode))
+        return decoded.persist()
+
+    def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport) -> None:
+        from pyspark.sql import functions as F
+
+        if decoded is None:
+            self._write_schema(plan, version)
+            return
+        try:
+            counts = (decoded.groupBy("source", "txn", "slot", "op")
+                      .agg(F.count(F.lit(1)).alias("n"), F.count("toast").alias("toasted"),
+                           F.count("error").alias("errors")).collect())
+            truncates = decoded.where("op = 'T' AND error IS NULL").select(
+                "source", "seq", "commit_lsn", "txn", "trunc_relids", "trunc_options").collect()
+        except Exception as exc:  # surface the decoder's own error, not a JVM stack trace
+            raise _unwrap(exc) from None
+        self._write_schema(plan, version)
+        report.transactions = sum(len(b.committed) for b in plan.sources.values())
+        report.aborted = sum(len(b.assembly.aborted) for b in plan.sources.values())
+        works = self.silver.plan_tables(plan, self.histories, counts, truncates)
+        quarantined = sum(r.n for r in counts if r.errors)
+        report.quarantined = int(quarantined)
+
+        def run(work):
+            if self._fail_hook is not None:
+                self._fail_hook(work.qualified_name)
+            return work, self.silver.apply_table(decoded, work, version)
+
+        with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:
+            for work, stats in pool.map(run, works):
+                report.tables[work.qualified_name] = stats
+        self._write_logs(plan, decoded, counts, truncates, version)
+
+    def _write_schema(self, plan: BatchPlan, version: int) -> None:
+        now = _now()
+        rel_rows, type_rows = [], []
+        for source, batch in plan.sources.items():
+            type_name = self._type_name(source)
+            rel_rows += [relation_row(source, v, type_name, version, now) for v in batch.new_versions]
+            type_rows += [(source, t.type_oid, t.namespace, t.name, seq, lsn, version, now)
+                          for seq, lsn, t in batch.new_types]
+        self.books.append(self.spark, "schema_history", rel_rows, version)
+        self.books.append(self.spark, "type_cache", type_rows, version)
+
+    def _write_logs(self, plan: BatchPlan, decoded, counts, truncates, version: int) -> None:
+        from pyspark.sql import functions as F
+
+        slot_names = {k: s.qualified_name for k, s in enumerate(plan.decode.slots)}
+        per_txn: dict[tuple[str, int], dict[str, list]] = {}
+        for r in counts:
+            if r.slot is None or r.txn is None or r.txn < 0 or r.errors:
+                continue
+            table = per_txn.setdefault((r.source, r.txn), {}).setdefault(
+                slot_names[r.slot], [0, 0, 0, False, False, False])
+            table["IUD".index(r.op)] += r.n
+        messages_per_txn: dict[tuple[str, int], int] = {}
+        for r in counts:
+            if r.op == "M" and r.txn is not None and r.txn >= 0:
+                messages_per_txn[(r.source, r.txn)] = messages_per_txn.get((r.source, r.txn), 0) + r.n
+        for t in truncates:
+            names = self.silver.names_of(t.source, t.trunc_relids)
+            for name in names:
+                entry = per_txn.setdefault((t.source, t.txn), {}).setdefault(name, [0, 0, 0, False, False, False])
+                entry[3] = True
+                entry[4] = entry[4] or bool(t.trunc_options & m.TRUNCATE_CASCADE)
+                entry[5] = entry[5] or bool(t.trunc_options & m.TRUNCATE_RESTART_IDENTITY)
+        now = _now()
+        rows = []
+        for source, batch in plan.sources.items():
+            for index, txn in enumerate(batch.committed):
+                tables = per_txn.get((source, index), {})
+                changes = sum(v[0] + v[1] + v[2] for v in tables.values())
+                if (self.config.apply.skip_empty_transactions and not tables
+                        and not messages_per_txn.get((source, index))):
+                    continue
+                commit_ts = m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None
+                rows.append((source, txn.xid, txn.kind, txn.gid, txn.commit_lsn, txn.end_lsn, commit_ts, txn.origin,
+                             txn.origin_lsn, txn.begin_seq, txn.decide_seq, changes,
+                             [(name, *v) for name, v in sorted(tables.items())], version, now))
+        self.books.append(self.spark, "transactions", rows, version)
+        msgs = decoded.where("op = 'M' AND error IS NULL").select(
+            "source", "seq", "lsn", "xid", F.col("msg_transactional").alias("transactional"),
+            F.col("msg_prefix").alias("prefix"), F.col("msg_content").alias("content"), "commit_lsn", "commit_ts",
+            F.lit(version).cast("long").alias("apply_version"))
+        if any(r.op == "M" and not r.errors for r in counts):
+            self.books.append_df(msgs, "messages", version)
+        if any(r.errors for r in counts):
+            bad = decoded.where("error IS NOT NULL").select(
+                "source", "seq", "lsn", "payload", "error", F.lit(version).cast("long").alias("apply_version"),
+                F.current_timestamp().alias("quarantined_at"))
+            self.books.append_df(bad, "quarantine", version)
+
+    def _write_progress(self, plan: BatchPlan, stats, version: int, batch_id: int, report: BatchReport) -> None:
+        from pyspark.sql import functions as F
+
+        bronze_max = {r.source: int(r.m) for r in self.bronze.read(self.spark).where(
+            F.col("source").isin(list(stats))).groupBy("source").agg(F.max("seq").alias("m")).collect()}
+        now = _now()
+        rows = []
+        for source, batch in plan.sources.items():
+            state = batch.state
+            commit_ts = m.pg_timestamp_to_datetime(state.last_commit_ts) if state.last_commit_ts is not None else None
+            lag_seq = max(bronze_max.get(source, state.applied_seq) - state.applied_seq, 0)
+            lag_s = (now - commit_ts).total_seconds() if commit_ts is not None else None
+            pending = state.describe_pending()
+            carried = pending["open"] + pending["streamed"] + pending["prepared"]
+            report.carried += carried
+            report.lag_seq = max(report.lag_seq, lag_seq)
+            if lag_s is not None:
+                report.lag_seconds = max(report.lag_seconds or 0.0, lag_s)
+            rows.append((source, version, batch_id, state.applied_seq, state.last_commit_lsn, commit_ts,
+                         state.last_end_lsn, state.to_json(), bronze_max.get(source), int(stats[source].n),
+                         len(batch.committed), carried, state.oldest_needed_seq(), lag_seq, lag_s, now))
+        self.books.append(self.spark, "progress", rows, version)
+
+    # -- the streaming query --------------------------------------------------------------
+    def run(self, once: bool = False, await_termination: bool = True):
+        """Start the Structured Streaming query over bronze (``once``: everything available, then stop)."""
+        reader = self.spark.readStream.format("delta")
+        if self.config.bronze.max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", self.config.bronze.max_files_per_trigger)
+        if self.config.bronze.max_bytes_per_trigger:
+            reader = reader.option("maxBytesPerTrigger", self.config.bronze.max_bytes_per_trigger)
+        stream = reader.load(self.bronze.path) if self.bronze.path else reader.table(self.bronze.name)
+        writer = (stream.writeStream.foreachBatch(lambda df, batch_id: self.process(df, batch_id))
+                  .option("checkpointLocation", self.config.checkpoint_location)
+                  .queryName(f"cdc_apply_{self.config.pipeline}"))
+        writer = writer.trigger(availableNow=True) if once else writer.trigger(
+            processingTime=self.config.apply.trigger_interval)
+        query = writer.start()
+        if await_termination:
+            query.awaitTermination()
+        return query
+
+
+def _unwrap(exc: Exception) -> Exception:
+    """The cdc_apply error inside a Spark Python-worker failure, as its own exception."""
+    text = str(exc)
+    for cls in (CdcApplyError.__subclasses__()):
+        marker = f"cdc_apply.errors.{cls.__name__}: "
+        if marker in text:
+            line = text.split(marker, 1)[1].splitlines()[0]
+            summary = cls.summary + ": "
+            return cls(line[len(summary):] if line.startswith(summary) else line)
+    return exc
+
+
+__all__ = ["ApplyPipeline", "BatchReport", "SKIP", "ApplyError"]

@@ -1,0 +1,206 @@
+"""Silver tables: where each relation lands, its schema, and one batch's truncate + MERGE.
+
+A silver table belongs to a relation OID of a source and lives where the
+relation's *first* name puts it (``<silver root>/<namespace>/<relation>``).
+A table renamed in PostgreSQL keeps its silver table (the ``cdc_apply.relation``
+property shows its current name); a new relation under a name that already has
+a silver table (DROP TABLE + CREATE TABLE) replaces that table, as in
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from cdc_apply.apply.plan import BatchPlan
+from cdc_apply.apply.schema import RelationHistory, RelationVersion, SchemaHistory
+from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
+from cdc_apply.config import Config
+from cdc_apply.delta.merge import (
+    MergeResult, SlotMap, TableWork, collapse, key_events, merge_keyed, merge_keyless, project, resolve_moves,
+)
+from cdc_apply.delta.tables import (
+    TableRef, apply_schema_ops, create_table, quote_ident, set_properties, silver_properties, silver_ref,
+    table_properties,
+)
+from cdc_apply.errors import SchemaError
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+PROP_SOURCE = "cdc_apply.source"
+PROP_RELATION = "cdc_apply.relation"
+PROP_RELATION_ID = "cdc_apply.relation_id"
+PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
+PROP_LAST_COMMIT_LSN = "cdc_apply.last_commit_lsn"
+
+
+@dataclass
+class TableStats:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class _Planned:
+    work: TableWork
+    chain: tuple[RelationVersion, ...]
+    type_of: Callable[[int, int], str]
+    has_rows: bool
+
+
+class SilverTables:
+    def __init__(self, spark, config: Config) -> None:
+        self.spark = spark
+        self.config = config
+        check_policies(config.silver.drop_columns, config.silver.retype)
+        self.type_options = TypeOptions(numeric=config.apply.numeric)
+        self._names: dict[tuple[str, int], str] = {}
+        self._planned: dict[str, _Planned] = {}
+
+    def names_of(self, source: str, relation_ids) -> list[str]:
+        return [self._names[(source, rid)] for rid in relation_ids if (source, rid) in self._names]
+
+    def _type_of(self, history: SchemaHistory):
+        return lambda oid, typmod: resolve_column_type(oid, typmod, history.types, self.type_options).spark_ddl
+
+    def metadata(self) -> tuple[tuple[str, str, str], ...]:
+        """(silver column, decoded column, Spark type) of the metadata columns."""
+        p = self.config.silver.metadata_prefix
+        meta = [(p + "commit_lsn", "_commit_lsn", "BIGINT"), (p + "commit_ts", "_commit_ts", "TIMESTAMP")]
+        if self.config.silver.include_xid:
+            meta.append((p + "xid", "_xid", "BIGINT"))
+        if self.config.silver.include_origin:
+            meta.append((p + "origin", "_origin", "STRING"))
+        return tuple(meta)
+
+    # -- planning (driver) -----------------------------------------------------------
+    def plan_tables(self, plan: BatchPlan, histories: dict[str, SchemaHistory], counts, truncates) -> list[TableWork]:
+        touched: dict[tuple[str, int], dict] = {}
+        slot_rel = {k: (s.source, s.relation_id) for k, s in enumerate(plan.decode.slots)}
+        for r in counts:
+            if r.slot is not None and not r.errors and r.op in ("I", "U", "D"):
+                entry = touched.setdefault(slot_rel[r.slot], {"rows": 0, "toast": 0, "truncate": None})
+                entry["rows"] += r.n
+                entry["toast"] += r.toasted
+        for t in truncates:
+            for rid in t.trunc_relids:
+                entry = touched.setdefault((t.source, rid), {"rows": 0, "toast": 0, "truncate": None})
+                point = (t.commit_lsn, t.seq, t.trunc_options)
+                if entry["truncate"] is None or point[:2] > entry["truncate"][:2]:
+                    entry["truncate"] = point
+        works = []
+        for (source, rid), info in sorted(touched.items()):
+            history = histories[source].relations.get(rid)
+            if history is None:
+                continue  # a truncate of a relation never described: nothing in silver to empty
+            batch = plan.sources[source]
+            latest = history.at(batch.last_seq + 1) or history.latest
+            if not self.config.table_selected(latest.qualified_name):
+                continue
+            planned = self._plan_table(source, rid, history, latest, histories[source], plan, info)
+            self._planned[planned.work.qualified_name] = planned
+            works.append(planned.work)
+        return works
+
+    def _plan_table(self, source: str, rid: int, history: RelationHistory, latest: RelationVersion,
+                    schema: SchemaHistory, plan: BatchPlan, info: dict) -> _Planned:
+        first = history.versions[0]
+        ref = silver_ref(self.config, first.namespace, first.name)
+        self._names[(source, rid)] = latest.qualified_name
+        chain = tuple(v for v in history.versions if v.seq <= latest.seq)
+        type_of = self._type_of(schema)
+        columns, _ = evolve(chain, type_of, self.config.silver.drop_columns, self.config.silver.retype)
+        slots = []
+        for k, slot in enumerate(plan.decode.slots):
+            if slot.source != source or slot.relation_id != rid:
+                continue
+            version = next(v for v in history.versions if v.seq == slot.version_seq)
+            slots.append(SlotMap(k, slot_mapping(version, columns), tuple(t.spark_ddl for t in slot.column_types)))
+        truncate = info["truncate"]
+        work = TableWork(
+            source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
+            columns=tuple(columns), key=identity_of(latest, self.config.key_for(latest.qualified_name)),
+            slots=tuple(slots), truncate_after=truncate[:2] if truncate else None,
+            meta=tuple((c, d) for c, d, _ in self.metadata()), has_toast=info["toast"] > 0)
+        return _Planned(work, chain, type_of, info["rows"] > 0)
+
+    # -- applying (one thread per table) -------------------------------------------------
+    def apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
+        planned = self._planned[work.qualified_name]
+        session = self.spark.newSession()
+        self._ensure_schema(session, planned)
+        stats = TableStats(truncated=work.truncate_after is not None)
+        app_id = f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
+        if work.truncate_after is not None:
+            session.conf.set(TXN_APP_ID, app_id)
+            session.conf.set(TXN_VERSION, str(version * 4 + 1))
+            work.ref.delta_table(session).delete()
+        if planned.has_rows:
+            session.conf.set(TXN_APP_ID, app_id)
+            session.conf.set(TXN_VERSION, str(version * 4 + 2))
+            result = self._merge(session, decoded, work)
+            stats.inserted, stats.updated, stats.deleted = result.inserted, result.updated, result.deleted
+        session.conf.unset(TXN_APP_ID)
+        session.conf.unset(TXN_VERSION)
+        last = planned.chain[-1]
+        set_properties(session, work.ref, {
+            PROP_SOURCE: work.source, PROP_RELATION: work.qualified_name, PROP_RELATION_ID: str(work.relation_id),
+            PROP_VERSION_SEQ: str(last.seq), PROP_LAST_COMMIT_LSN: self._last_commit_lsn(decoded, work),
+        })
+        return stats
+
+    def _last_commit_lsn(self, decoded, work: TableWork) -> str:
+        from pyspark.sql import functions as F
+
+        row = decoded.where(F.col("slot").isin([s.slot for s in work.slots])).agg(F.max("commit_lsn")).first()
+        value = row[0] if row and row[0] is not None else (work.truncate_after[0] if work.truncate_after else None)
+        return m.format_lsn(value) if value is not None else ""
+
+    def _merge(self, session, decoded, work: TableWork) -> MergeResult:
+        projected = project(decoded, work)
+        if work.key is None:
+            return merge_keyless(session, projected, work, target_empty=work.truncate_after is not None)
+        events = key_events(projected, work)
+        if work.has_toast:
+            target = None if work.truncate_after is not None else work.ref.read(session)
+            events = resolve_moves(events, work, target)
+        return merge_keyed(session, collapse(events, work, work.has_toast), work)
+
+    def _ensure_schema(self, session, planned: _Planned) -> None:
+        work = planned.work
+        ref = work.ref
+        meta = [(c, t) for c, _, t in self.metadata()]
+        names = {c.name for c in work.columns}
+        for col, _, _ in self.metadata():
+            if col in names:
+                raise SchemaError(f"column {col!r} of {work.qualified_name} collides with a metadata column; "
+                                  f"set silver.metadata_prefix", table=work.qualified_name)
+        if not ref.exists(session):
+            create_table(session, ref, [(c.name, c.spark_ddl) for c in work.columns] + meta,
+                         silver_properties(self.config),
+                         comment=f"cdc_apply silver table of {work.source}:{work.qualified_name}")
+            return
+        props = table_properties(session, ref)
+        if props.get(PROP_RELATION_ID) not in (None, str(work.relation_id)) or props.get(PROP_SOURCE) not in (
+                None, work.source):
+            # A new relation under a name that had a silver table: it replaces it, as in PostgreSQL.
+            cols = ", ".join(f"{quote_ident(n)} {t}" for n, t in [(c.name, c.spark_ddl) for c in work.columns] + meta)
+            opts = ", ".join(f"'{k}' = '{v}'" for k, v in silver_properties(self.config).items())
+            session.sql(f"REPLACE TABLE {ref.sql} ({cols}) USING delta TBLPROPERTIES ({opts})")
+            return
+        reflected = props.get(PROP_VERSION_SEQ)
+        chain = planned.chain
+        start = 0
+        if reflected is not None:
+            start = next((i for i, v in enumerate(chain) if v.seq == int(reflected)), 0)
+        _, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype, start=start)
+        if ops:
+            apply_schema_ops(session, ref, ops, work.columns)
+
+
+__all__ = ["SilverTables", "TableStats", "SilverColumn", "TableRef"]
