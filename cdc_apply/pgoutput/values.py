@@ -1,0 +1,103 @@
+"""Tuple column values -> typed Arrow arrays, a column at a time.
+
+A pgoutput TupleData carries each present column value either as text ('t': the type's
+output function, UTF-8) or binary ('b': the type's send function). The decoder gathers one
+column's raw values from many rows into a ``pa.binary()`` array (nulls where the value is
+SQL NULL or unchanged TOAST) and converts it here into ``column_type.arrow_type``. The same
+row sent as text and as binary converts to equal values (see docs/TYPES.md for the few
+documented exceptions). A malformed value raises :class:`~cdc_apply.errors.DecodeError`
+naming the type, the row within the array and an excerpt of its bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pyarrow as pa
+
+from cdc_apply.errors import DecodeError
+
+from . import values_datetime, values_interval, values_numbers, values_strings
+from .types import ColumnType
+from .values_arrays import array_binary, array_text
+from .values_common import as_binary
+
+Converter = Callable[[ColumnType, pa.Array], pa.Array]
+
+_TEXT: dict[str, Converter] = {"array": array_text}
+_BINARY: dict[str, Converter] = {"array": array_binary}
+for _module in (values_numbers, values_strings, values_datetime, values_interval):
+    _TEXT.update(_module.TEXT)
+    _BINARY.update(_module.BINARY)
+
+
+def convert_text(column_type: ColumnType, values: pa.Array) -> pa.Array:
+    """Convert text-format values ('t' in TupleData: the output function's UTF-8 text).
+
+    ``values`` is ``pa.binary()`` (``large_binary`` and strings are accepted); the result is
+    an array of ``column_type.arrow_type`` of the same length with the same nulls.
+    """
+    return _convert(_TEXT, column_type, values)
+
+
+def convert_binary(column_type: ColumnType, values: pa.Array) -> pa.Array:
+    """Convert binary-format values ('b' in TupleData: the type's send function output).
+
+    Same contract as :func:`convert_text`.
+    """
+    return _convert(_BINARY, column_type, values)
+
+
+def _convert(table: dict[str, Converter], column_type: ColumnType, values: pa.Array) -> pa.Array:
+    values = as_binary(values)
+    converter = table[column_type.kind]
+    if len(values) == values.null_count:
+        return pa.nulls(len(values), column_type.arrow_type)
+    try:
+        result = converter(column_type, values)
+    except DecodeError:
+        raise
+    except (ValueError, TypeError, IndexError, OverflowError, ArithmeticError, UnicodeError,
+            pa.ArrowException) as exc:
+        # A converter bug or an input shape no check anticipated: still a DecodeError.
+        raise DecodeError(f"cannot convert {column_type.pg_name} values: {type(exc).__name__}: {exc}",
+                          type=column_type.pg_name) from exc
+    if result.type != column_type.arrow_type:
+        result = result.cast(column_type.arrow_type)
+    return result
+
+
+def convert_text_value(column_type: ColumnType, raw: bytes | str) -> object:
+    """One text-format value -> its Python value (``as_py`` of the converted Arrow scalar).
+
+    Same caveat as :func:`convert_binary_value` for out-of-range dates and timestamps.
+    """
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8")
+    return _as_py(convert_text(column_type, pa.array([raw], pa.binary()))[0])
+
+
+def convert_binary_value(column_type: ColumnType, raw: bytes) -> object:
+    """One binary-format value -> its Python value (``as_py`` of the converted Arrow scalar).
+
+    Dates and timestamps Python's datetime cannot hold (BC, past 9999, +/-infinity) come back
+    as their Arrow integer: days or microseconds since 1970-01-01.
+    """
+    return _as_py(convert_binary(column_type, pa.array([raw], pa.binary()))[0])
+
+
+def _as_py(scalar: pa.Scalar) -> object:
+    try:
+        return scalar.as_py()
+    except (ValueError, OverflowError):
+        return scalar.cast(_integers_for_dates(scalar.type)).as_py()
+
+
+def _integers_for_dates(arrow_type: pa.DataType) -> pa.DataType:
+    if pa.types.is_date32(arrow_type):
+        return pa.int32()
+    if pa.types.is_timestamp(arrow_type):
+        return pa.int64()
+    if pa.types.is_list(arrow_type):
+        return pa.list_(_integers_for_dates(arrow_type.value_type))
+    return arrow_type

@@ -1,0 +1,400 @@
+"""One-dimensional arrays -> list<element type>.
+
+Text (array_out): '{a,b,NULL,"q\\"uoted",""}', '{}', and '[0:2]={1,2,3}' when the lower
+bound is not 1 (the bounds are dropped; the elements are kept). Elements are quoted when
+empty, equal to NULL (any case), or containing braces, the delimiter, '"', '\\' or
+whitespace; inside quotes '"' and '\\' are backslash-escaped; an unquoted NULL is SQL NULL.
+Binary (array_send): int32 ndim, int32 has-null flag, uint32 element OID, ndim x (int32
+length, int32 lower bound), then each element as int32 length (-1 = NULL) and its send form.
+Multi-dimensional values are rejected. Elements are converted a column at a time by the
+element type's converter, so an int4[] column costs one int4 conversion of all its elements.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc_apply.errors import DecodeError
+
+from .types import ColumnType
+from .values_common import ValueError_, fail, offsets_and_data, utf8, valid_mask
+
+MULTI_DIMENSIONAL = "multi-dimensional arrays are not supported (only one-dimensional arrays are)"
+_BOUNDS = re.compile(r"\s*\[(-?\d+):(-?\d+)\]")
+_SPACE = " \t\n\r\v\f"
+_INT32 = struct.Struct(">i")
+_HEADER = struct.Struct(">iiI")
+_DIMENSION = struct.Struct(">ii")
+# No quoting, escapes, nesting or whitespace (what array_out prints for most values): split.
+_SIMPLE = re.compile(r'\{([^"\\{}\s]*)\}')
+
+
+# One element and what follows it: a quoted string (escapes inside) or a bare word without
+# escapes, then the delimiter or the closing brace.
+_SPACES = r"[ \t\n\r\v\f]*"
+_ELEMENT = r'(?:(")((?:[^"\\]|\\.)*)"|([^"\\{},\s\x00](?:[^"\\{},\x00]*[^"\\{},\s\x00])?))'
+_TOKEN = re.compile(_SPACES + _ELEMENT + _SPACES + "([,}])", re.S)
+# Many non-empty one-dimensional arrays joined by NUL (which PostgreSQL text never holds).
+_MANY = re.compile(r"(?:\{(?:" + _SPACES + _ELEMENT + _SPACES + ",)*" + _SPACES + _ELEMENT + _SPACES + r"\}\x00)*",
+                   re.S)
+_ESCAPE = re.compile(r"\\(.)", re.S)
+
+
+def parse_many_array_texts(texts: list[str]) -> tuple[list[int], list[str | None]] | None:
+    """Element counts and elements of many non-empty arrays in two regex passes, or None when
+    some array needs :func:`parse_array_text` (bounds, escapes in bare words, nesting, errors)."""
+    joined = "\x00".join(texts) + "\x00"
+    if _MANY.fullmatch(joined) is None:
+        return None
+    tokens = _TOKEN.findall(joined)
+    unescape = _ESCAPE.sub
+    elements = [(unescape(r"\1", quoted) if "\\" in quoted else quoted) if mark
+                else (None if len(bare) == 4 and bare.upper() == "NULL" else bare)
+                for mark, quoted, bare, _ in tokens]
+    ends = np.flatnonzero(np.array([closer == "}" for *_, closer in tokens], dtype=bool))
+    return np.diff(ends, prepend=-1).tolist(), elements
+
+
+def parse_array_text(text: str, delimiter: str = ",") -> list[str | None]:
+    """The elements of array_out's text (None for SQL NULL)."""
+    match = _SIMPLE.fullmatch(text)
+    if match is not None:
+        inner = match[1]
+        if not inner:
+            return []
+        elements = inner.split(delimiter)
+        if "" not in elements:
+            return [None if len(e) == 4 and e.upper() == "NULL" else e for e in elements]
+    if delimiter == "," and text.startswith("{") and text != "{}":
+        parsed = parse_many_array_texts([text])
+        if parsed is not None:
+            return parsed[1]
+    return _parse_careful(text, delimiter)
+
+
+def _parse_careful(text: str, delimiter: str) -> list[str | None]:
+    pos, expected = 0, None
+    bounds = _BOUNDS.match(text)
+    if bounds is not None:
+        if _BOUNDS.match(text, bounds.end()) is not None:
+            raise ValueError_(MULTI_DIMENSIONAL)
+        pos = bounds.end()
+        if text[pos: pos + 1] != "=":
+            raise ValueError_("expected '=' after the array bounds")
+        pos += 1
+        expected = int(bounds[2]) - int(bounds[1]) + 1
+    n = len(text)
+    while pos < n and text[pos] in _SPACE:
+        pos += 1
+    if pos >= n or text[pos] != "{":
+        raise ValueError_("an array starts with '{'")
+    pos += 1
+    elements: list[str | None] = []
+    while True:
+        while pos < n and text[pos] in _SPACE:
+            pos += 1
+        if pos >= n:
+            raise ValueError_("unterminated array")
+        if text[pos] == "}" and not elements:
+            pos += 1
+            break
+        if text[pos] == "{":
+            raise ValueError_(MULTI_DIMENSIONAL)
+        element, pos = _element(text, pos, delimiter)
+        elements.append(element)
+        while pos < n and text[pos] in _SPACE:
+            pos += 1
+        if pos < n and text[pos] == delimiter:
+            pos += 1
+        elif pos < n and text[pos] == "}":
+            pos += 1
+            break
+        else:
+            raise ValueError_("expected a delimiter or '}' after an element")
+    if text[pos:].strip(_SPACE):
+        raise ValueError_("junk after the array")
+    if expected is not None and expected != len(elements):
+        raise ValueError_(f"bounds say {expected} elements, found {len(elements)}")
+    return elements
+
+
+def _element(text: str, pos: int, delimiter: str) -> tuple[str | None, int]:
+    """One element starting at ``pos``: quoted or bare, backslash escapes honoured."""
+    n = len(text)
+    out: list[str] = []
+    if text[pos] == '"':
+        pos += 1
+        while True:
+            if pos >= n:
+                raise ValueError_("unterminated quoted element")
+            char = text[pos]
+            if char == "\\":
+                if pos + 1 >= n:
+                    raise ValueError_("unterminated escape")
+                out.append(text[pos + 1])
+                pos += 2
+            elif char == '"':
+                return "".join(out), pos + 1
+            else:
+                out.append(char)
+                pos += 1
+    kept = 0  # length up to the last escaped character: escaped spaces are not trimmed
+    while pos < n and text[pos] != delimiter and text[pos] != "}":
+        char = text[pos]
+        if char in '"{':
+            raise ValueError_(f"unexpected {char!r} in an unquoted element")
+        if char == "\\":
+            if pos + 1 >= n:
+                raise ValueError_("unterminated escape")
+            out.append(text[pos + 1])
+            pos += 2
+            kept = len(out)
+        else:
+            out.append(char)
+            pos += 1
+    raw = "".join(out)
+    value = raw[:kept] + raw[kept:].rstrip(_SPACE)
+    if not value:
+        raise ValueError_("empty unquoted element")
+    if kept == 0 and value.upper() == "NULL":
+        return None, pos
+    return value, pos
+
+
+def parse_array_binary(raw: bytes, element_oid: int | None) -> list[bytes | None]:
+    """The element send forms of array_send's bytes (None for NULL)."""
+    if len(raw) < 12:
+        raise ValueError_("array header is 12 bytes")
+    ndim, flags, oid = _HEADER.unpack_from(raw)
+    if ndim == 0:
+        if len(raw) != 12:
+            raise ValueError_("junk after an empty array")
+        return []
+    if ndim != 1:
+        raise ValueError_(MULTI_DIMENSIONAL if ndim > 1 else f"invalid number of dimensions {ndim}")
+    if flags not in (0, 1):
+        raise ValueError_(f"invalid array flags {flags}")
+    if element_oid is not None and oid != element_oid:
+        raise ValueError_(f"element type OID {oid}, expected {element_oid}")
+    if len(raw) < 20:
+        raise ValueError_("truncated array dimensions")
+    count, _ = _DIMENSION.unpack_from(raw, 12)
+    if count < 0 or count > len(raw):
+        raise ValueError_(f"invalid array length {count}")
+    pos, end, elements = 20, len(raw), []
+    unpack = _INT32.unpack_from
+    for _ in range(count):
+        if pos + 4 > end:
+            raise ValueError_("truncated array element")
+        (length,) = unpack(raw, pos)
+        pos += 4
+        if length == -1:
+            elements.append(None)
+            continue
+        if length < 0 or pos + length > end:
+            raise ValueError_(f"invalid element length {length}")
+        elements.append(raw[pos: pos + length])
+        pos += length
+    if pos != end:
+        raise ValueError_("junk after the last array element")
+    return elements
+
+
+def array_text(ct: ColumnType, values: pa.Array) -> pa.Array:
+    """array_out -> list<element>; elements converted by the element type's text converter.
+
+    Arrays without quoting, escapes, bounds or whitespace (most of what array_out prints) are
+    split by Arrow; the rest go through :func:`parse_array_text`.
+    """
+    from .values import convert_text
+
+    strings = utf8(ct, values)
+    delimiter = re.escape(ct.delimiter)
+    plain = pc.fill_null(pc.match_substring_regex(
+        strings, rf'^\{{([^"\\{{}}\s{delimiter}]+({delimiter}[^"\\{{}}\s{delimiter}]+)*)?\}}$'), False)
+    plain_rows = plain.to_numpy(zero_copy_only=False) & valid_mask(values)
+    split = pc.split_pattern(pc.utf8_slice_codeunits(strings.filter(plain), 1, -1), ct.delimiter)
+    # '{}' splits into one empty string: drop it
+    fast_counts = np.diff(split.offsets.to_numpy()) - (pc.binary_length(split.flatten()).to_numpy() == 0)[
+        _first_of_each(split)] if len(split) else np.zeros(0, np.int64)
+    fast_elements = split.flatten().filter(pc.not_equal(pc.binary_length(split.flatten()), 0))
+    fast_elements = pc.if_else(pc.equal(pc.ascii_upper(fast_elements), "NULL"), pa.scalar(None, pa.string()),
+                               fast_elements)
+    slow_rows = np.flatnonzero(valid_mask(values) & ~plain_rows)
+    slow_items = strings.take(pa.array(slow_rows, pa.int64())).to_pylist()
+    parsed = parse_many_array_texts(slow_items) if ct.delimiter == "," and slow_items else None
+    if parsed is None:
+        parsed = ([], [])
+        for row, text in zip(slow_rows, slow_items):
+            items = _parsed(ct, values, row, lambda: parse_array_text(text, ct.delimiter))
+            parsed[0].append(len(items))
+            parsed[1].extend(items)
+    offsets, elements = _merge_rows(len(values), np.flatnonzero(plain_rows), fast_counts, fast_elements,
+                                    slow_rows, *parsed, pa.string())
+    return _assemble(ct, values, offsets, elements.cast(pa.binary()), convert_text)
+
+
+def _first_of_each(lists: pa.Array) -> np.ndarray:
+    """Index into the flattened values of each list's first element (lists here are never empty)."""
+    return lists.offsets.to_numpy()[:-1] - lists.offsets.to_numpy()[0]
+
+
+def array_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
+    """array_send -> list<element>; elements converted by the element type's binary converter.
+
+    Headers are read for all rows at once and elements are walked one position at a time
+    across all rows (a numpy step per element position), so short arrays cost no Python per
+    row; rows with many elements are walked in Python.
+    """
+    from .values import convert_binary
+
+    element = ct.element
+    element_oid = None if element.kind == "user" else element.type_oid
+    offsets, data = offsets_and_data(values)
+    valid = valid_mask(values)
+    lengths = np.diff(offsets)
+    present = np.flatnonzero(valid)
+    short = present[lengths[present] < 12]
+    if short.size:
+        raise fail(ct, values, int(short[0]), "array header is 12 bytes")
+    starts = offsets[:-1]
+    header = data[starts[present][:, None] + np.arange(12)].view(">i4").astype(np.int64)
+    ndim, flags = header[:, 0], header[:, 1]
+    oid = header[:, 2] & 0xFFFFFFFF
+    counts = np.zeros(len(values), dtype=np.int64)
+    walk = present[ndim == 1]
+    bad = _first_bad(present, (ndim < 0) | (ndim > 1) | ((flags != 0) & (flags != 1))
+                     | ((ndim == 0) & (lengths[present] != 12)) | ((ndim == 1) & (lengths[present] < 20))
+                     | ((element_oid is not None) & (oid != (element_oid or 0)) & (ndim == 1)))
+    if bad is not None:
+        raw = values[bad].as_py()
+        _parsed(ct, values, bad, lambda: parse_array_binary(raw, element_oid))  # raises the precise reason
+        raise fail(ct, values, bad, "malformed array header")
+    if walk.size:
+        counts[walk] = data[starts[walk][:, None] + np.arange(12, 16)].view(">i4").reshape(-1)
+    bad = _first_bad(walk, (counts[walk] < 0) | (counts[walk] * 4 > lengths[walk] - 20))
+    if bad is not None:
+        raise fail(ct, values, bad, f"invalid array length {int(counts[bad])}")
+    element_starts, element_lengths = _walk(ct, values, offsets, data, walk, counts)
+    first = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(counts, out=first[1:])
+    return _assemble(ct, values, first, _gather(data, element_starts, element_lengths), convert_binary)
+
+
+def _first_bad(rows: np.ndarray, bad: np.ndarray) -> int | None:
+    hits = np.flatnonzero(bad)
+    return int(rows[hits[0]]) if hits.size else None
+
+
+_LONG = 64  # rows with more elements than this are walked in Python
+
+
+def _walk(ct, values, offsets, data, rows, counts):
+    """Absolute (start, length) of every element, in row order; length -1 is NULL."""
+    total = int(counts.sum())
+    first = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=first[1:])
+    element_starts = np.zeros(total, dtype=np.int64)
+    element_lengths = np.zeros(total, dtype=np.int64)
+    ends = offsets[1:]
+    long_rows = rows[counts[rows] > _LONG]
+    active = rows[(counts[rows] > 0) & (counts[rows] <= _LONG)]
+    position = offsets[:-1] + 20
+    k = 0
+    while active.size:
+        here = position[active]
+        bad = _first_bad(active, here + 4 > ends[active])
+        if bad is not None:
+            raise fail(ct, values, bad, "truncated array element")
+        length = data[here[:, None] + np.arange(4)].view(">i4").reshape(-1).astype(np.int64)
+        after = here + 4 + np.maximum(length, 0)
+        bad = _first_bad(active, (length < -1) | (after > ends[active]))
+        if bad is not None:
+            raise fail(ct, values, bad, "invalid element length")
+        element_starts[first[active] + k] = here + 4
+        element_lengths[first[active] + k] = length
+        position[active] = after
+        k += 1
+        active = active[counts[active] > k]
+    done = rows[(counts[rows] > 0) & (counts[rows] <= _LONG)]
+    empty = rows[counts[rows] == 0]
+    bad = _first_bad(np.concatenate([done, empty]),
+                     np.concatenate([position[done] != ends[done], 20 != ends[empty] - offsets[empty]]))
+    if bad is not None:
+        raise fail(ct, values, bad, "junk after the last array element")
+    for row in long_rows:
+        pos, end = int(offsets[row]) + 20, int(ends[row])
+        raw = data
+        for k in range(int(counts[row])):
+            if pos + 4 > end:
+                raise fail(ct, values, int(row), "truncated array element")
+            (length,) = _INT32.unpack_from(raw, pos)
+            if length < -1 or pos + 4 + max(length, 0) > end:
+                raise fail(ct, values, int(row), f"invalid element length {length}")
+            element_starts[first[row] + k], element_lengths[first[row] + k] = pos + 4, length
+            pos += 4 + max(length, 0)
+        if pos != end:
+            raise fail(ct, values, int(row), "junk after the last array element")
+    return element_starts, element_lengths
+
+
+def _gather(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A binary array of the byte ranges given (NULL where the length is -1)."""
+    sizes = np.maximum(lengths, 0)
+    new_offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=new_offsets[1:])
+    total = int(new_offsets[-1])
+    if total >= 2**31:
+        raise DecodeError("array elements exceed 2 GiB in one batch")
+    index = np.repeat(starts - new_offsets[:-1], sizes) + np.arange(total, dtype=np.int64)
+    payload = data[index] if total else np.zeros(0, np.uint8)
+    valid = lengths >= 0
+    nulls = int((~valid).sum())
+    return pa.Array.from_buffers(pa.binary(), len(sizes),
+                                 [pa.array(valid).buffers()[1] if nulls else None,
+                                  pa.py_buffer(new_offsets.astype(np.int32)), pa.py_buffer(payload)],
+                                 null_count=nulls)
+
+
+def _parsed(ct: ColumnType, values: pa.Array, row: int, parse) -> list:
+    try:
+        return parse()
+    except (ValueError_, ValueError, IndexError, struct.error) as exc:
+        raise fail(ct, values, int(row), str(exc) or type(exc).__name__) from None
+
+
+def _merge_rows(n: int, fast_rows: np.ndarray, fast_counts: np.ndarray, fast_elements: pa.Array,
+                slow_rows: np.ndarray, slow_counts: list[int], slow_flat: list, element_type: pa.DataType):
+    """Row-ordered element offsets and elements from rows split two ways."""
+    counts = np.zeros(n, dtype=np.int64)
+    counts[fast_rows] = fast_counts
+    counts[slow_rows] = slow_counts
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    if not slow_rows.size:
+        return offsets, fast_elements
+    slow_elements = pa.array(slow_flat, element_type)
+    source = np.zeros(n, dtype=np.int64)  # where each row's elements start in fast ++ slow
+    source[fast_rows] = np.concatenate([[0], np.cumsum(fast_counts)[:-1]]) if fast_rows.size else []
+    source[slow_rows] = len(fast_elements) + np.concatenate([[0], np.cumsum(counts[slow_rows])[:-1]])
+    index = np.repeat(source - offsets[:-1], counts) + np.arange(int(offsets[-1]), dtype=np.int64)
+    return offsets, pa.concat_arrays([fast_elements, slow_elements]).take(pa.array(index))
+
+
+def _assemble(ct: ColumnType, values: pa.Array, offsets: np.ndarray, raw_elements: pa.Array, convert) -> pa.Array:
+    if offsets[-1] >= 2**31:
+        raise DecodeError("too many array elements in one batch", type=ct.pg_name)
+    try:
+        elements = convert(ct.element, raw_elements)
+    except DecodeError as exc:
+        position = exc.context.get("row", 0)
+        row = int(np.searchsorted(offsets, position, side="right") - 1)
+        detail = exc.detail.removeprefix(f"bad {ct.element.pg_name} value: ")
+        raise fail(ct, values, row, f"element {position - int(offsets[row]) + 1}: {detail}") from None
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), elements, type=ct.arrow_type,
+                                    mask=pa.array(~valid_mask(values)) if values.null_count else None)
