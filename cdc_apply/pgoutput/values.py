@@ -11,24 +11,31 @@ naming the type, the row within the array and an excerpt of its bytes.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import pyarrow as pa
 
 from cdc_apply.errors import DecodeError
 
-from . import values_datetime, values_interval, values_numbers, values_strings
+from . import values_datetime, values_interval, values_numbers, values_numeric, values_strings
 from .types import ColumnType
 from .values_arrays import array_binary, array_text
-from .values_common import as_binary
+from .values_common import ScalarParser, as_binary, one_by_one
 
 Converter = Callable[[ColumnType, pa.Array], pa.Array]
 
 _TEXT: dict[str, Converter] = {"array": array_text}
 _BINARY: dict[str, Converter] = {"array": array_binary}
-for _module in (values_numbers, values_strings, values_datetime, values_interval):
+# kind -> (one-value parser, most values it is used for): below that count converting value by
+# value beats the fixed cost (Arrow calls, regex compiles) of the column-at-a-time path.
+_SCALAR_TEXT: dict[str, tuple[ScalarParser, int]] = {}
+_SCALAR_BINARY: dict[str, tuple[ScalarParser, int]] = {}
+for _module in (values_numbers, values_numeric, values_strings, values_datetime, values_interval):
     _TEXT.update(_module.TEXT)
     _BINARY.update(_module.BINARY)
+    _SCALAR_TEXT.update(getattr(_module, "SCALAR_TEXT", {}))
+    _SCALAR_BINARY.update(getattr(_module, "SCALAR_BINARY", {}))
 
 
 def convert_text(column_type: ColumnType, values: pa.Array) -> pa.Array:
@@ -37,7 +44,7 @@ def convert_text(column_type: ColumnType, values: pa.Array) -> pa.Array:
     ``values`` is ``pa.binary()`` (``large_binary`` and strings are accepted); the result is
     an array of ``column_type.arrow_type`` of the same length with the same nulls.
     """
-    return _convert(_TEXT, column_type, values)
+    return _convert(_TEXT, _SCALAR_TEXT, column_type, values)
 
 
 def convert_binary(column_type: ColumnType, values: pa.Array) -> pa.Array:
@@ -45,14 +52,18 @@ def convert_binary(column_type: ColumnType, values: pa.Array) -> pa.Array:
 
     Same contract as :func:`convert_text`.
     """
-    return _convert(_BINARY, column_type, values)
+    return _convert(_BINARY, _SCALAR_BINARY, column_type, values)
 
 
-def _convert(table: dict[str, Converter], column_type: ColumnType, values: pa.Array) -> pa.Array:
+def _convert(table: dict[str, Converter], scalars: dict[str, tuple[ScalarParser, int]], column_type: ColumnType,
+             values: pa.Array) -> pa.Array:
     values = as_binary(values)
     converter = table[column_type.kind]
     if len(values) == values.null_count:
         return pa.nulls(len(values), column_type.arrow_type)
+    scalar, limit = scalars.get(column_type.kind, (None, 0))
+    if len(values) <= limit:
+        converter = partial(one_by_one, parse=scalar)
     try:
         result = converter(column_type, values)
     except DecodeError:

@@ -1,10 +1,6 @@
 """One-dimensional arrays -> list<element type>.
 
-Text (array_out): '{a,b,NULL,"q\\"uoted",""}', '{}', and '[0:2]={1,2,3}' when the lower
-bound is not 1 (the bounds are dropped; the elements are kept). Elements are quoted when
-empty, equal to NULL (any case), or containing braces, the delimiter, '"', '\\' or
-whitespace; inside quotes '"' and '\\' are backslash-escaped; an unquoted NULL is SQL NULL.
-Binary (array_send): int32 ndim, int32 has-null flag, uint32 element OID, ndim x (int32
+Text (array_out) is read by :mod:`.values_array_text`. Binary (array_send): int32 ndim, int32 has-null flag, uint32 element OID, ndim x (int32
 length, int32 lower bound), then each element as int32 length (-1 = NULL) and its send form.
 Multi-dimensional values are rejected. Elements are converted a column at a time by the
 element type's converter, so an int4[] column costs one int4 conversion of all its elements.
@@ -12,236 +8,84 @@ element type's converter, so an int4[] column costs one int4 conversion of all i
 
 from __future__ import annotations
 
-import re
 import struct
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cdc_apply.errors import DecodeError
 
 from .types import ColumnType
-from .values_common import ValueError_, fail, offsets_and_data, utf8, valid_mask
+from .values_array_text import MULTI_DIMENSIONAL, parse_array_text, split_array_texts
+from .values_common import SMALL_BATCH, Malformed, fail, offsets_and_data, raw_values, valid_mask
 
-MULTI_DIMENSIONAL = "multi-dimensional arrays are not supported (only one-dimensional arrays are)"
-_BOUNDS = re.compile(r"\s*\[(-?\d+):(-?\d+)\]")
-_SPACE = " \t\n\r\v\f"
 _INT32 = struct.Struct(">i")
 _HEADER = struct.Struct(">iiI")
 _DIMENSION = struct.Struct(">ii")
-# No quoting, escapes, nesting or whitespace (what array_out prints for most values): split.
-_SIMPLE = re.compile(r'\{([^"\\{}\s]*)\}')
-
-
-# One element and what follows it: a quoted string (escapes inside) or a bare word without
-# escapes, then the delimiter or the closing brace.
-_SPACES = r"[ \t\n\r\v\f]*"
-_ELEMENT = r'(?:(")((?:[^"\\]|\\.)*)"|([^"\\{},\s\x00](?:[^"\\{},\x00]*[^"\\{},\s\x00])?))'
-_TOKEN = re.compile(_SPACES + _ELEMENT + _SPACES + "([,}])", re.S)
-# Many non-empty one-dimensional arrays joined by NUL (which PostgreSQL text never holds).
-_MANY = re.compile(r"(?:\{(?:" + _SPACES + _ELEMENT + _SPACES + ",)*" + _SPACES + _ELEMENT + _SPACES + r"\}\x00)*",
-                   re.S)
-_ESCAPE = re.compile(r"\\(.)", re.S)
-
-
-def parse_many_array_texts(texts: list[str]) -> tuple[list[int], list[str | None]] | None:
-    """Element counts and elements of many non-empty arrays in two regex passes, or None when
-    some array needs :func:`parse_array_text` (bounds, escapes in bare words, nesting, errors)."""
-    joined = "\x00".join(texts) + "\x00"
-    if _MANY.fullmatch(joined) is None:
-        return None
-    tokens = _TOKEN.findall(joined)
-    unescape = _ESCAPE.sub
-    elements = [(unescape(r"\1", quoted) if "\\" in quoted else quoted) if mark
-                else (None if len(bare) == 4 and bare.upper() == "NULL" else bare)
-                for mark, quoted, bare, _ in tokens]
-    ends = np.flatnonzero(np.array([closer == "}" for *_, closer in tokens], dtype=bool))
-    return np.diff(ends, prepend=-1).tolist(), elements
-
-
-def parse_array_text(text: str, delimiter: str = ",") -> list[str | None]:
-    """The elements of array_out's text (None for SQL NULL)."""
-    match = _SIMPLE.fullmatch(text)
-    if match is not None:
-        inner = match[1]
-        if not inner:
-            return []
-        elements = inner.split(delimiter)
-        if "" not in elements:
-            return [None if len(e) == 4 and e.upper() == "NULL" else e for e in elements]
-    if delimiter == "," and text.startswith("{") and text != "{}":
-        parsed = parse_many_array_texts([text])
-        if parsed is not None:
-            return parsed[1]
-    return _parse_careful(text, delimiter)
-
-
-def _parse_careful(text: str, delimiter: str) -> list[str | None]:
-    pos, expected = 0, None
-    bounds = _BOUNDS.match(text)
-    if bounds is not None:
-        if _BOUNDS.match(text, bounds.end()) is not None:
-            raise ValueError_(MULTI_DIMENSIONAL)
-        pos = bounds.end()
-        if text[pos: pos + 1] != "=":
-            raise ValueError_("expected '=' after the array bounds")
-        pos += 1
-        expected = int(bounds[2]) - int(bounds[1]) + 1
-    n = len(text)
-    while pos < n and text[pos] in _SPACE:
-        pos += 1
-    if pos >= n or text[pos] != "{":
-        raise ValueError_("an array starts with '{'")
-    pos += 1
-    elements: list[str | None] = []
-    while True:
-        while pos < n and text[pos] in _SPACE:
-            pos += 1
-        if pos >= n:
-            raise ValueError_("unterminated array")
-        if text[pos] == "}" and not elements:
-            pos += 1
-            break
-        if text[pos] == "{":
-            raise ValueError_(MULTI_DIMENSIONAL)
-        element, pos = _element(text, pos, delimiter)
-        elements.append(element)
-        while pos < n and text[pos] in _SPACE:
-            pos += 1
-        if pos < n and text[pos] == delimiter:
-            pos += 1
-        elif pos < n and text[pos] == "}":
-            pos += 1
-            break
-        else:
-            raise ValueError_("expected a delimiter or '}' after an element")
-    if text[pos:].strip(_SPACE):
-        raise ValueError_("junk after the array")
-    if expected is not None and expected != len(elements):
-        raise ValueError_(f"bounds say {expected} elements, found {len(elements)}")
-    return elements
-
-
-def _element(text: str, pos: int, delimiter: str) -> tuple[str | None, int]:
-    """One element starting at ``pos``: quoted or bare, backslash escapes honoured."""
-    n = len(text)
-    out: list[str] = []
-    if text[pos] == '"':
-        pos += 1
-        while True:
-            if pos >= n:
-                raise ValueError_("unterminated quoted element")
-            char = text[pos]
-            if char == "\\":
-                if pos + 1 >= n:
-                    raise ValueError_("unterminated escape")
-                out.append(text[pos + 1])
-                pos += 2
-            elif char == '"':
-                return "".join(out), pos + 1
-            else:
-                out.append(char)
-                pos += 1
-    kept = 0  # length up to the last escaped character: escaped spaces are not trimmed
-    while pos < n and text[pos] != delimiter and text[pos] != "}":
-        char = text[pos]
-        if char in '"{':
-            raise ValueError_(f"unexpected {char!r} in an unquoted element")
-        if char == "\\":
-            if pos + 1 >= n:
-                raise ValueError_("unterminated escape")
-            out.append(text[pos + 1])
-            pos += 2
-            kept = len(out)
-        else:
-            out.append(char)
-            pos += 1
-    raw = "".join(out)
-    value = raw[:kept] + raw[kept:].rstrip(_SPACE)
-    if not value:
-        raise ValueError_("empty unquoted element")
-    if kept == 0 and value.upper() == "NULL":
-        return None, pos
-    return value, pos
 
 
 def parse_array_binary(raw: bytes, element_oid: int | None) -> list[bytes | None]:
     """The element send forms of array_send's bytes (None for NULL)."""
     if len(raw) < 12:
-        raise ValueError_("array header is 12 bytes")
+        raise Malformed("array header is 12 bytes")
     ndim, flags, oid = _HEADER.unpack_from(raw)
     if ndim == 0:
         if len(raw) != 12:
-            raise ValueError_("junk after an empty array")
+            raise Malformed("junk after an empty array")
         return []
     if ndim != 1:
-        raise ValueError_(MULTI_DIMENSIONAL if ndim > 1 else f"invalid number of dimensions {ndim}")
+        raise Malformed(MULTI_DIMENSIONAL if ndim > 1 else f"invalid number of dimensions {ndim}")
     if flags not in (0, 1):
-        raise ValueError_(f"invalid array flags {flags}")
+        raise Malformed(f"invalid array flags {flags}")
     if element_oid is not None and oid != element_oid:
-        raise ValueError_(f"element type OID {oid}, expected {element_oid}")
+        raise Malformed(f"element type OID {oid}, expected {element_oid}")
     if len(raw) < 20:
-        raise ValueError_("truncated array dimensions")
+        raise Malformed("truncated array dimensions")
     count, _ = _DIMENSION.unpack_from(raw, 12)
     if count < 0 or count > len(raw):
-        raise ValueError_(f"invalid array length {count}")
+        raise Malformed(f"invalid array length {count}")
     pos, end, elements = 20, len(raw), []
     unpack = _INT32.unpack_from
     for _ in range(count):
         if pos + 4 > end:
-            raise ValueError_("truncated array element")
+            raise Malformed("truncated array element")
         (length,) = unpack(raw, pos)
         pos += 4
         if length == -1:
             elements.append(None)
             continue
         if length < 0 or pos + length > end:
-            raise ValueError_(f"invalid element length {length}")
+            raise Malformed(f"invalid element length {length}")
         elements.append(raw[pos: pos + length])
         pos += length
     if pos != end:
-        raise ValueError_("junk after the last array element")
+        raise Malformed("junk after the last array element")
     return elements
 
 
 def array_text(ct: ColumnType, values: pa.Array) -> pa.Array:
-    """array_out -> list<element>; elements converted by the element type's text converter.
-
-    Arrays without quoting, escapes, bounds or whitespace (most of what array_out prints) are
-    split by Arrow; the rest go through :func:`parse_array_text`.
-    """
+    """array_out -> list<element>; elements converted by the element type's text converter."""
     from .values import convert_text
 
-    strings = utf8(ct, values)
-    delimiter = re.escape(ct.delimiter)
-    plain = pc.fill_null(pc.match_substring_regex(
-        strings, rf'^\{{([^"\\{{}}\s{delimiter}]+({delimiter}[^"\\{{}}\s{delimiter}]+)*)?\}}$'), False)
-    plain_rows = plain.to_numpy(zero_copy_only=False) & valid_mask(values)
-    split = pc.split_pattern(pc.utf8_slice_codeunits(strings.filter(plain), 1, -1), ct.delimiter)
-    # '{}' splits into one empty string: drop it
-    fast_counts = np.diff(split.offsets.to_numpy()) - (pc.binary_length(split.flatten()).to_numpy() == 0)[
-        _first_of_each(split)] if len(split) else np.zeros(0, np.int64)
-    fast_elements = split.flatten().filter(pc.not_equal(pc.binary_length(split.flatten()), 0))
-    fast_elements = pc.if_else(pc.equal(pc.ascii_upper(fast_elements), "NULL"), pa.scalar(None, pa.string()),
-                               fast_elements)
-    slow_rows = np.flatnonzero(valid_mask(values) & ~plain_rows)
-    slow_items = strings.take(pa.array(slow_rows, pa.int64())).to_pylist()
-    parsed = parse_many_array_texts(slow_items) if ct.delimiter == "," and slow_items else None
-    if parsed is None:
-        parsed = ([], [])
-        for row, text in zip(slow_rows, slow_items):
-            items = _parsed(ct, values, row, lambda: parse_array_text(text, ct.delimiter))
-            parsed[0].append(len(items))
-            parsed[1].extend(items)
-    offsets, elements = _merge_rows(len(values), np.flatnonzero(plain_rows), fast_counts, fast_elements,
-                                    slow_rows, *parsed, pa.string())
-    return _assemble(ct, values, offsets, elements.cast(pa.binary()), convert_text)
-
-
-def _first_of_each(lists: pa.Array) -> np.ndarray:
-    """Index into the flattened values of each list's first element (lists here are never empty)."""
-    return lists.offsets.to_numpy()[:-1] - lists.offsets.to_numpy()[0]
+    if len(values) <= SMALL_BATCH:
+        counts, flat = np.zeros(len(values) + 1, dtype=np.int64), []
+        for row, raw in enumerate(raw_values(values)):
+            if raw is not None:
+                flat.extend(_parsed(ct, values, row, lambda: parse_array_text(raw.decode("utf-8"), ct.delimiter)))
+            counts[row + 1] = len(flat)
+        return _assemble(ct, values, counts, pa.array(flat, pa.binary()), convert_text)
+    done, counts, starts, lengths = split_array_texts(values, ct.delimiter)
+    slow_rows = np.flatnonzero(valid_mask(values) & ~done)
+    slow_counts: list[int] = []
+    slow_flat: list[str | None] = []
+    for row, raw in zip(slow_rows, raw_values(values.take(pa.array(slow_rows, pa.int64())))):
+        items = _parsed(ct, values, row, lambda: parse_array_text(raw.decode("utf-8"), ct.delimiter))
+        slow_counts.append(len(items))
+        slow_flat.extend(items)
+    _, data = offsets_and_data(values)
+    offsets, elements = _merge_rows(len(values), np.flatnonzero(done), counts[done], _gather(data, starts, lengths),
+                                    slow_rows, slow_counts, slow_flat, pa.binary())
+    return _assemble(ct, values, offsets, elements, convert_text)
 
 
 def array_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
@@ -255,6 +99,13 @@ def array_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
 
     element = ct.element
     element_oid = None if element.kind == "user" else element.type_oid
+    if len(values) <= SMALL_BATCH:
+        counts, flat = np.zeros(len(values) + 1, dtype=np.int64), []
+        for row, raw in enumerate(raw_values(values)):
+            if raw is not None:
+                flat.extend(_parsed(ct, values, row, lambda: parse_array_binary(raw, element_oid)))
+            counts[row + 1] = len(flat)
+        return _assemble(ct, values, counts, pa.array(flat, pa.binary()), convert_binary)
     offsets, data = offsets_and_data(values)
     valid = valid_mask(values)
     lengths = np.diff(offsets)
@@ -364,7 +215,7 @@ def _gather(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Arr
 def _parsed(ct: ColumnType, values: pa.Array, row: int, parse) -> list:
     try:
         return parse()
-    except (ValueError_, ValueError, IndexError, struct.error) as exc:
+    except (Malformed, ValueError, IndexError, struct.error) as exc:  # UnicodeDecodeError is a ValueError
         raise fail(ct, values, int(row), str(exc) or type(exc).__name__) from None
 
 

@@ -19,9 +19,12 @@ from cdc_apply.errors import DecodeError
 from .types import ColumnType
 
 _EXCERPT = 40
+# Up to this many arrays, parsing them in Python beats the fixed cost of the numpy paths.
+SMALL_BATCH = 128
+ScalarParser = Callable[[ColumnType, bytes], Any]
 
 
-class ValueError_(Exception):
+class Malformed(Exception):
     """Raised inside per-value parsers; :func:`per_value` turns it into a DecodeError with the row."""
 
 
@@ -64,6 +67,17 @@ def offsets_and_data(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.frombuffer(buffers[1], dtype=width, count=n + 1, offset=values.offset * width().itemsize)
     data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
     return offsets.astype(np.int64, copy=False), data
+
+
+def raw_values(values: pa.Array) -> list[bytes | None]:
+    """The values as Python bytes (None for null): slices of one bytes copy, cheaper than to_pylist."""
+    offsets, data = offsets_and_data(values)
+    start, stop = int(offsets[0]), int(offsets[-1])
+    blob = data[start:stop].tobytes()
+    bounds = (offsets - start).tolist()
+    if values.null_count == 0:
+        return [blob[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [blob[a:b] if ok else None for a, b, ok in zip(bounds, bounds[1:], valid_mask(values).tolist())]
 
 
 def valid_mask(values: pa.Array) -> np.ndarray:
@@ -176,14 +190,14 @@ def per_value(column_type: ColumnType, values: pa.Array, parse: Callable[[bytes]
               build: Callable[[list], pa.Array], rows: np.ndarray | None = None) -> pa.Array:
     """Convert each distinct value with ``parse`` (bytes -> Python value) and ``build`` the column.
 
-    ``parse`` raises :class:`ValueError_` (or ValueError/IndexError/...) on a malformed value;
+    ``parse`` raises :class:`Malformed` (or ValueError/IndexError/...) on a malformed value;
     the DecodeError names the first row holding it (``rows[i]`` when ``values`` is a subset
     taken at ``rows`` of the caller's column).
     """
     if len(values) == 0:
         return build([])
     encoded = values.dictionary_encode()
-    dictionary = encoded.dictionary.to_pylist()
+    dictionary = raw_values(encoded.dictionary)
     converted = []
     for position, raw in enumerate(dictionary):
         try:
@@ -201,9 +215,25 @@ def per_value(column_type: ColumnType, values: pa.Array, parse: Callable[[bytes]
     return build(converted).take(encoded.indices)
 
 
+def one_by_one(column_type: ColumnType, values: pa.Array, parse: ScalarParser) -> pa.Array:
+    """Convert a few values with a scalar ``parse`` (raw bytes -> Python value for pa.array)."""
+    out = []
+    for row, raw in enumerate(raw_values(values)):
+        if raw is None:
+            out.append(None)
+            continue
+        try:
+            out.append(parse(column_type, raw))
+        except DecodeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any parse failure is a malformed value
+            raise fail(column_type, values, row, _reason(exc)) from None
+    return pa.array(out, column_type.arrow_type)
+
+
 def _reason(exc: Exception) -> str:
     text = str(exc)
-    return text if isinstance(exc, ValueError_) and text else f"{type(exc).__name__}: {text}" if text \
+    return text if isinstance(exc, Malformed) and text else f"{type(exc).__name__}: {text}" if text \
         else type(exc).__name__
 
 
@@ -215,12 +245,23 @@ def first_bad_row(values: pa.Array, good: pa.Array | np.ndarray) -> int | None:
     return int(bad[0]) if bad.size else None
 
 
+def by_rows(arrow_type: pa.DataType, n: int, parts: list[tuple[np.ndarray, pa.Array]]) -> pa.Array:
+    """One array of ``n`` rows from pieces converted for the given rows (other rows null)."""
+    index = np.full(n, sum(len(rows) for rows, _ in parts), dtype=np.int64)
+    start = 0
+    for rows, piece in parts:
+        index[rows] = start + np.arange(len(rows))
+        start += len(rows)
+    pieces = [piece.cast(arrow_type) for _, piece in parts] + [pa.nulls(1, arrow_type)]
+    return pa.concat_arrays(pieces).take(pa.array(index))
+
+
 def utf8(column_type: ColumnType, values: pa.Array) -> pa.Array:
     """The column as ``pa.string()``; invalid UTF-8 is a DecodeError naming the row."""
     try:
         return values.cast(pa.string() if pa.types.is_binary(values.type) else pa.large_string())
     except pa.ArrowInvalid:
-        for row, raw in enumerate(values.to_pylist()):
+        for row, raw in enumerate(raw_values(values)):
             if raw is not None:
                 try:
                     raw.decode("utf-8")

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .types import ColumnType
-from .values_common import (ValueError_, big_endian, check_regex, fail, fixed_width,
+from .values_common import (Malformed, big_endian, check_regex, fail, fixed_width,
                             per_value, strings_from_rows, utf8, valid_mask, with_nulls_of)
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -47,12 +47,12 @@ def days_from_civil(year: int, month: int, day: int) -> int:
 def _checked_days(year_text: str, month_text: str, day_text: str, bc: str | None) -> int:
     year, month, day = int(year_text), int(month_text), int(day_text)
     if year < 1:
-        raise ValueError_("year 0 does not exist")
+        raise Malformed("year 0 does not exist")
     if bc:
         year = 1 - year
     leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
     if not 1 <= month <= 12 or not 1 <= day <= _DAYS_IN_MONTH[month - 1] + (leap and month == 2):
-        raise ValueError_("no such date")
+        raise Malformed("no such date")
     return days_from_civil(year, month, day)
 
 
@@ -99,10 +99,10 @@ def _date_from_text(raw: bytes) -> int:
         return INT32_MIN
     match = _DATE.fullmatch(text)
     if not match:
-        raise ValueError_("not an ISO date")
+        raise Malformed("not an ISO date")
     days = _checked_days(*match.groups())
     if not INT32_MIN < days < INT32_MAX:
-        raise ValueError_("date out of range")
+        raise Malformed("date out of range")
     return days
 
 
@@ -144,19 +144,19 @@ def _timestamp_from_text(raw: bytes, with_zone: bool) -> int:
         return INT64_MIN
     match = _TIMESTAMP.fullmatch(text)
     if not match:
-        raise ValueError_("not an ISO timestamp")
+        raise Malformed("not an ISO timestamp")
     year, month, day, hour, minute, second, fraction, sign, zh, zm, zs, bc = match.groups()
     if (sign is not None) != with_zone:
-        raise ValueError_("time zone offset expected" if with_zone else "unexpected time zone offset")
+        raise Malformed("time zone offset expected" if with_zone else "unexpected time zone offset")
     if int(hour) > 23 or int(minute) > 59 or int(second) > 59:
-        raise ValueError_("no such time of day")
+        raise Malformed("no such time of day")
     seconds = (_checked_days(year, month, day, bc) * 24 + int(hour)) * 3600 + int(minute) * 60 + int(second)
     if sign is not None:
         offset = int(zh) * 3600 + int(zm or 0) * 60 + int(zs or 0)
         seconds -= offset if sign == "+" else -offset
     micros = seconds * 1_000_000 + _fraction(fraction)
     if not INT64_MIN < micros < INT64_MAX:
-        raise ValueError_("outside the int64 microseconds since 1970 that Arrow can hold")
+        raise Malformed("outside the int64 microseconds since 1970 that Arrow can hold")
     return micros
 
 
@@ -216,13 +216,13 @@ def timetz_text(ct: ColumnType, values: pa.Array) -> pa.Array:
     def parse(raw: bytes) -> str:
         match = _TIMETZ.fullmatch(raw.decode("ascii"))
         if not match:
-            raise ValueError_("not a time with time zone")
+            raise Malformed("not a time with time zone")
         hour, minute, second, fraction, sign, zh, zm, zs = match.groups()
         micros = ((int(hour) * 60 + int(minute)) * 60 + int(second)) * 1_000_000 + _fraction(fraction)
         east = int(zh) * 3600 + int(zm or 0) * 60 + int(zs or 0)
         if micros > USECS_PER_DAY or int(minute) > 59 or int(second) > 59 or int(zm or 0) > 59 \
                 or int(zs or 0) > 59:
-            raise ValueError_("time of day or offset out of range")
+            raise Malformed("time of day or offset out of range")
         return _timetz(micros, east if sign == "+" else -east)
 
     return per_value(ct, values, parse, lambda items: pa.array(items, pa.string()))
@@ -232,10 +232,10 @@ def timetz_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
     """timetz_send: int64 microseconds since midnight (local), int32 zone in seconds west of UTC."""
     def parse(raw: bytes) -> str:
         if len(raw) != 12:
-            raise ValueError_(f"expected 12 bytes, got {len(raw)}")
+            raise Malformed(f"expected 12 bytes, got {len(raw)}")
         micros, west = int.from_bytes(raw[:8], "big", signed=True), int.from_bytes(raw[8:], "big", signed=True)
         if not 0 <= micros <= USECS_PER_DAY or abs(west) >= 16 * 3600:
-            raise ValueError_("time of day or offset out of range")
+            raise Malformed("time of day or offset out of range")
         return _timetz(micros, -west)
 
     return per_value(ct, values, parse, lambda items: pa.array(items, pa.string()))
@@ -243,5 +243,27 @@ def timetz_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
 
 TEXT = {"date": date_text, "timestamp": timestamp_text, "timestamptz": timestamp_text,
         "time": time_text, "timetz": timetz_text}
+_TIME_SCALAR = re.compile(_TIME_TEXT.encode())
+
+
+def _time_from_text(raw: bytes) -> str:
+    if not _TIME_SCALAR.fullmatch(raw):
+        raise Malformed("not a time of day")
+    return (raw.decode() + ("." if len(raw) == 8 else "")).ljust(15, "0")
+
+
+def _time_from_binary(raw: bytes) -> str:
+    micros = int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else -1
+    if not 0 <= micros <= USECS_PER_DAY:
+        raise Malformed("expected 8 bytes of microseconds within a day")
+    seconds, fraction = divmod(micros, 1_000_000)
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{fraction:06d}"
+
+
+SCALAR_TEXT = {"date": (lambda ct, raw: _date_from_text(raw), 64),
+               "timestamp": (lambda ct, raw: _timestamp_from_text(raw, False), 64),
+               "timestamptz": (lambda ct, raw: _timestamp_from_text(raw, True), 64),
+               "time": (lambda ct, raw: _time_from_text(raw), 128)}
+SCALAR_BINARY = {"time": (lambda ct, raw: _time_from_binary(raw), 64)}
 BINARY = {"date": date_binary, "timestamp": timestamp_binary, "timestamptz": timestamp_binary,
           "time": time_binary, "timetz": timetz_binary}

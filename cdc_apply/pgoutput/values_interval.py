@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .types import INTERVAL_ARROW, ColumnType
-from .values_common import ValueError_, big_endian, fixed_width, per_value, valid_mask
+from .values_common import Malformed, big_endian, fixed_width, per_value, valid_mask
 from .values_datetime import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 _US = {"hour": 3_600_000_000, "min": 60_000_000, "sec": 1_000_000}
@@ -37,7 +39,10 @@ def interval_from_text(text: str) -> tuple[int, int, int]:
         return INT32_MAX, INT32_MAX, INT64_MAX
     if text == "-infinity":
         return INT32_MIN, INT32_MIN, INT64_MIN
-    if text.startswith("@"):
+    match = _POSTGRES_SCALAR.fullmatch(text)
+    if match is not None and text:
+        fields = _postgres_match(match)
+    elif text.startswith("@"):
         fields = _verbose(text)
     elif text.startswith("P"):
         fields = _iso(text)
@@ -48,8 +53,16 @@ def interval_from_text(text: str) -> tuple[int, int, int]:
     months, days, micros = fields
     if not (INT32_MIN <= months <= INT32_MAX and INT32_MIN <= days <= INT32_MAX
             and INT64_MIN <= micros <= INT64_MAX):
-        raise ValueError_("interval field out of range")
+        raise Malformed("interval field out of range")
     return fields
+
+
+def _postgres_match(match: re.Match) -> tuple[int, int, int]:
+    years, mons, days, sign, hours, minutes, seconds, fraction = match.groups()
+    micros = 0
+    if hours is not None:
+        micros = _micros(sign, str((int(hours) * 60 + int(minutes)) * 60 + int(seconds)), fraction)
+    return int(years or 0) * 12 + int(mons or 0), int(days or 0), micros
 
 
 def _micros(sign: str, whole: str, fraction: str | None) -> int:
@@ -60,7 +73,7 @@ def _micros(sign: str, whole: str, fraction: str | None) -> int:
 def _clock(token: str) -> int:
     match = _CLOCK.fullmatch(token)
     if not match or int(match[3]) > 59 or int(match[4]) > 59:
-        raise ValueError_(f"bad time field {token!r}")
+        raise Malformed(f"bad time field {token!r}")
     sign, hours, minutes, seconds, fraction = match.groups()
     return _micros(sign, str((int(hours) * 60 + int(minutes)) * 60 + int(seconds)), fraction)
 
@@ -68,7 +81,7 @@ def _clock(token: str) -> int:
 def _unit(word: str) -> str:
     base = word[:-1] if word.endswith("s") else word
     if base not in _MONTHS and base not in _US and base != "day":
-        raise ValueError_(f"unknown interval unit {word!r}")
+        raise Malformed(f"unknown interval unit {word!r}")
     return base
 
 
@@ -83,14 +96,14 @@ def _postgres(text: str) -> tuple[int, int, int]:
             i += 1
             continue
         if i + 1 >= len(tokens) or not re.fullmatch(r"[+-]?\d+", tokens[i]):
-            raise ValueError_(f"bad interval field {tokens[i]!r}")
+            raise Malformed(f"bad interval field {tokens[i]!r}")
         number, unit = int(tokens[i]), _unit(tokens[i + 1])
         if unit == "day":
             days += number
         elif unit in _MONTHS:
             months += number * _MONTHS[unit]
         else:
-            raise ValueError_(f"unexpected unit {tokens[i + 1]!r}")
+            raise Malformed(f"unexpected unit {tokens[i + 1]!r}")
         i += 2
     return months, days, micros
 
@@ -105,13 +118,13 @@ def _verbose(text: str) -> tuple[int, int, int]:
         return 0, 0, 0
     tokens = body.split(" ")
     if len(tokens) % 2:
-        raise ValueError_("unpaired interval field")
+        raise Malformed("unpaired interval field")
     months = days = micros = 0
     for number, word in zip(tokens[0::2], tokens[1::2]):
         match = _NUMBER.fullmatch(number)
         unit = _unit(word)
         if not match or (match[3] and unit != "sec"):
-            raise ValueError_(f"bad interval field {number!r}")
+            raise Malformed(f"bad interval field {number!r}")
         if unit == "day":
             days += int(number)
         elif unit in _MONTHS:
@@ -132,13 +145,13 @@ def _sql_standard(text: str) -> tuple[int, int, int]:
             micros = _clock(token)
         elif (match := _YEAR_MONTH.fullmatch(token)) is not None:
             if int(match[3]) > 11:
-                raise ValueError_(f"bad year-month field {token!r}")
+                raise Malformed(f"bad year-month field {token!r}")
             months = int(match[2]) * 12 + int(match[3])
             months = -months if match[1] == "-" else months
         elif re.fullmatch(r"[+-]?\d+", token):
             days = int(token)
         else:
-            raise ValueError_(f"bad interval field {token!r}")
+            raise Malformed(f"bad interval field {token!r}")
     if tokens[0].startswith("-") and not any(t[:1] in "+-" for t in tokens[1:]):
         months, days, micros = -abs(months), -abs(days), -abs(micros)
     return months, days, micros
@@ -148,7 +161,7 @@ def _iso(text: str) -> tuple[int, int, int]:
     """ISO 8601 with designators: P[nY][nM][nW][nD][T[nH][nM][n[.f]S]]."""
     match = _ISO.fullmatch(text)
     if not match or text in ("P", "PT") or text.endswith("T"):
-        raise ValueError_("not an ISO 8601 interval")
+        raise Malformed("not an ISO 8601 interval")
     years, months, weeks, days, hours, minutes, second_sign, seconds, fraction = match.groups()
     whole = lambda part: int(part) if part else 0  # noqa: E731
     micros = whole(hours) * _US["hour"] + whole(minutes) * _US["min"]
@@ -163,12 +176,70 @@ def _struct(months, days, micros, mask: pa.Array | None = None) -> pa.StructArra
         fields=list(INTERVAL_ARROW), mask=mask)
 
 
-def interval_text(ct: ColumnType, values: pa.Array) -> pa.Array:
-    """interval_out in any IntervalStyle -> (months, days, microseconds)."""
-    def build(items: list[tuple[int, int, int]]) -> pa.Array:
-        return _struct([i[0] for i in items], [i[1] for i in items], [i[2] for i in items])
+# IntervalStyle postgres, the default, read by Arrow (RE2) for the whole column at once.
+_POSTGRES_STYLE = (r"^(?:(?P<y>[+-]?[0-9]+) years?)?(?: ?(?P<mo>[+-]?[0-9]+) mons?)?(?: ?(?P<d>[+-]?[0-9]+) days?)?"
+                   r"(?: ?(?P<sign>[+-]?)(?P<h>[0-9]+):(?P<mi>[0-5][0-9]):(?P<s>[0-5][0-9])"
+                   r"(?:\.(?P<f>[0-9]{1,6}))?)?$")
 
-    return per_value(ct, values, lambda raw: interval_from_text(raw.decode("ascii")), build)
+
+def interval_text(ct: ColumnType, values: pa.Array) -> pa.Array:
+    """interval_out in any IntervalStyle -> (months, days, microseconds).
+
+    The postgres style is read a column at a time; other styles, and values too large for the
+    fast arithmetic, value by value.
+    """
+    n = len(values)
+    months, days, micros = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    fast = np.zeros(n, dtype=bool)
+    strings = values.cast(pa.string()) if values.null_count < n else None
+    try:
+        fields = pc.extract_regex(strings, _POSTGRES_STYLE) if strings is not None else None
+    except pa.ArrowInvalid:  # invalid UTF-8 and the like: the careful path reports it
+        fields = None
+    if fields is not None:
+        fast, months, days, micros = _postgres_columns(fields, valid_mask(values))
+    slow_rows = np.flatnonzero(valid_mask(values) & ~fast)
+    if slow_rows.size:
+        parsed = per_value(ct, values.take(pa.array(slow_rows)),
+                           lambda raw: interval_from_text(raw.decode("ascii")),
+                           lambda items: pa.array(items, pa.list_(pa.int64(), 3)), rows=slow_rows)
+        flat = parsed.flatten().to_numpy(zero_copy_only=False).reshape(-1, 3)
+        months[slow_rows], days[slow_rows], micros[slow_rows] = flat[:, 0], flat[:, 1], flat[:, 2]
+    return _struct(months.astype(np.int32), days.astype(np.int32), micros,
+                   pa.array(~valid_mask(values)) if values.null_count else None)
+
+
+def _postgres_columns(fields: pa.StructArray, valid: np.ndarray):
+    """(rows read, months, days, microseconds) from the regex groups; rows out of range are not read."""
+    def number(i: int, pad: bool = False) -> np.ndarray:
+        text = pc.replace_substring(fields.field(i), "+", "")  # Arrow's integer cast refuses a '+'
+        text = pc.if_else(pc.equal(text, ""), "0", pc.utf8_rpad(text, 6, "0") if pad else text)
+        return pc.fill_null(pc.cast(text, pa.int64()), 0).to_numpy(zero_copy_only=False)
+
+    matched = fields.is_valid().to_numpy(zero_copy_only=False) & valid
+    # a lone '' matches every optional group: PostgreSQL never prints it
+    something = pc.fill_null(pc.greater(pc.binary_length(pc.binary_join_element_wise(
+        *[fields.field(i) for i in range(8)], "")), 0), False).to_numpy(zero_copy_only=False)
+    matched &= something
+    try:
+        years, mons, days = number(0), number(1), number(2)
+        hours, minutes, seconds, fraction = number(4), number(5), number(6), number(7, pad=True)
+    except pa.ArrowInvalid:  # a field too long for int64: the careful path reports it
+        nothing = np.zeros(len(valid), bool)
+        return nothing, np.zeros(len(valid), np.int64), np.zeros(len(valid), np.int64), np.zeros(len(valid), np.int64)
+    negative = pc.fill_null(pc.equal(fields.field(3), "-"), False).to_numpy(zero_copy_only=False)
+    fits = (np.abs(years) <= 178956970) & (hours <= 2562047788)
+    hours, minutes, seconds, fraction = (np.where(fits, x, 0).astype(np.uint64)
+                                         for x in (hours, minutes, seconds, fraction))
+    magnitude = ((hours * 60 + minutes) * 60 + seconds) * 1_000_000 + fraction
+    fits &= magnitude <= np.where(negative, 2**63, 2**63 - 1).astype(np.uint64)
+    micros = magnitude.astype(np.int64)  # 2**63 wraps to the minimum, which negation keeps
+    micros = np.where(negative, -micros, micros)
+    months = np.where(fits, years, 0) * 12 + mons
+    fits &= (np.abs(months) < 2**31) & (np.abs(days) < 2**31)
+    fits &= (months >= -(2**31)) & (days >= -(2**31))
+    read = matched & fits
+    return read, np.where(read, months, 0), np.where(read, days, 0), np.where(read, micros, 0)
 
 
 def interval_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
@@ -182,3 +253,5 @@ def interval_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
 
 TEXT = {"interval": interval_text}
 BINARY = {"interval": interval_binary}
+_POSTGRES_SCALAR = re.compile(_POSTGRES_STYLE.replace("(?P<", "(?P<g_"))
+SCALAR_TEXT = {"interval": (lambda ct, raw: interval_from_text(raw.decode("ascii")), 256)}

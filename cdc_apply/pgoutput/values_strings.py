@@ -8,6 +8,7 @@ from a text stream and from a binary stream gives equal strings.
 
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .types import ColumnType
-from .values_common import (ValueError_, check_regex, fail, first_bad_row, fixed_width, hex_rows,
+from .values_common import (Malformed, by_rows, check_regex, fail, first_bad_row, fixed_width, hex_rows,
                             offsets_and_data, per_value, strings_from_rows, utf8, valid_mask,
                             validity_of)
 
@@ -61,7 +62,7 @@ def char_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
     """charsend: one byte, printed as charout does ('' for 0, '\\ooo' for bytes over 127)."""
     def charout(raw: bytes) -> str:
         if len(raw) != 1:
-            raise ValueError_(f'"char" is 1 byte, got {len(raw)}')
+            raise Malformed(f'"char" is 1 byte, got {len(raw)}')
         byte = raw[0]
         return "" if byte == 0 else chr(byte) if byte < 0x80 else f"\\{byte:03o}"
 
@@ -126,7 +127,7 @@ def _bytea_from_text(raw: bytes) -> bytes:
             out.append(int(raw[i + 1: i + 4], 8))
             i += 4
         else:
-            raise ValueError_("invalid escape in bytea")
+            raise Malformed("invalid escape in bytea")
     return bytes(out)
 
 
@@ -168,19 +169,39 @@ def tid_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
 
 # -- inet / cidr ---------------------------------------------------------------------------
 def inet_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
-    """inet_send/cidr_send: family, bits, is_cidr, address length, address; printed as network_out."""
+    """inet_send/cidr_send: family, bits, is_cidr, address length, address; printed as network_out.
+
+    IPv4 values are printed by Arrow a column at a time; IPv6 value by value.
+    """
     is_cidr = ct.kind == "cidr"
-    return per_value(ct, values, lambda raw: format_inet(raw, is_cidr), lambda items: pa.array(items, pa.string()))
+    offsets, data = offsets_and_data(values)
+    lengths = np.diff(offsets)
+    present = np.flatnonzero(valid_mask(values))
+    eight = present[lengths[present] == 8]
+    head = data[offsets[eight][:, None] + np.arange(8)]
+    v4 = (head[:, 0] == PGSQL_AF_INET) & (head[:, 3] == 4) & (head[:, 1] <= 32)
+    fast, head = eight[v4], head[v4]
+    octets = [pa.array(head[:, 4 + i]).cast(pa.string()) for i in range(4)]
+    text = pc.binary_join_element_wise(*octets, ".")
+    bits = head[:, 1]
+    masked = pa.array(is_cidr | (bits != 32))
+    text = pc.if_else(masked, pc.binary_join_element_wise(text, pa.array(bits).cast(pa.string()), "/"), text)
+    slow = np.setdiff1d(present, fast, assume_unique=True)
+    parts = [(fast, text)]
+    if slow.size:
+        parts.append((slow, per_value(ct, values.take(pa.array(slow)), lambda raw: format_inet(raw, is_cidr),
+                                      lambda items: pa.array(items, pa.string()), rows=slow)))
+    return by_rows(pa.string(), len(values), parts)
 
 
 def format_inet(raw: bytes, is_cidr: bool) -> str:
     """network_out of an inet_send value: inet hides a full mask, cidr always shows it."""
     if len(raw) < 4:
-        raise ValueError_("inet needs a 4-byte header")
+        raise Malformed("inet needs a 4-byte header")
     family, bits, _, size = raw[0], raw[1], raw[2], raw[3]
     expected = {PGSQL_AF_INET: 4, PGSQL_AF_INET6: 16}.get(family)
     if expected is None or size != expected or len(raw) != 4 + size or bits > size * 8:
-        raise ValueError_(f"invalid inet header (family {family}, {bits} bits, {size} address bytes)")
+        raise Malformed(f"invalid inet header (family {family}, {bits} bits, {size} address bytes)")
     address = raw[4:]
     if family == PGSQL_AF_INET:
         text = ".".join(str(b) for b in address)
@@ -230,10 +251,10 @@ def bit_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
     """bit_send/varbit_send: int32 bit length, then the bits packed high bit first."""
     def bits(raw: bytes) -> str:
         if len(raw) < 4:
-            raise ValueError_("bit string needs a 4-byte length")
+            raise Malformed("bit string needs a 4-byte length")
         (count,) = struct.unpack_from(">i", raw)
         if count < 0 or len(raw) != 4 + (count + 7) // 8:
-            raise ValueError_(f"{count} bits do not fit {len(raw) - 4} bytes")
+            raise Malformed(f"{count} bits do not fit {len(raw) - 4} bytes")
         if count == 0:
             return ""
         return format(int.from_bytes(raw[4:], "big"), f"0{8 * (len(raw) - 4)}b")[:count]
@@ -263,6 +284,37 @@ def user_value_from_binary(raw: bytes) -> str:
     return "\\x" + raw.hex()
 
 
+def _shaped(kind: str):
+    pattern = re.compile(_TEXT_SHAPES[kind][0])
+    lower = kind in ("uuid", "macaddr", "macaddr8")
+
+    def parse(ct: ColumnType, raw: bytes) -> str:
+        text = raw.decode("utf-8")
+        if not pattern.fullmatch(text):
+            raise Malformed(f"not {_TEXT_SHAPES[kind][1]}")
+        return text.lower() if lower else text
+
+    return parse
+
+
+def _jsonb_from_binary(ct: ColumnType, raw: bytes) -> str:
+    if raw[:1] != b"\x01":
+        raise Malformed("expected version byte 1")
+    return raw[1:].decode("utf-8")
+
+
+def _uuid_from_binary(ct: ColumnType, raw: bytes) -> str:
+    if len(raw) != 16:
+        raise Malformed(f"expected 16 bytes, got {len(raw)}")
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+SCALAR_TEXT = {kind: (_shaped(kind), 128) for kind in _TEXT_SHAPES}
+SCALAR_TEXT["bytea"] = (lambda ct, raw: _bytea_from_text(raw), 128)
+SCALAR_BINARY = {"inet": (lambda ct, raw: format_inet(raw, False), 128),
+                 "cidr": (lambda ct, raw: format_inet(raw, True), 128),
+                 "jsonb": (_jsonb_from_binary, 128), "uuid": (_uuid_from_binary, 32)}
 TEXT = {kind: as_text for kind in ("text", "json", "jsonb", "char", "opaque", "user")}
 TEXT.update({kind: shaped_text for kind in _TEXT_SHAPES})
 TEXT["bytea"] = bytea_text

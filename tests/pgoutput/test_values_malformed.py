@@ -15,8 +15,9 @@ from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
 
 DATA = Path(__file__).parent / "data"
-SETTINGS = settings(print_blob=True, deadline=None, max_examples=50,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(print_blob=True, deadline=None, max_examples=25,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.function_scoped_fixture])
 
 
 def _groups() -> list[dict]:
@@ -27,6 +28,19 @@ def _groups() -> list[dict]:
 
 
 GROUPS = _groups()
+
+
+@pytest.fixture(params=["column", "scalar"], autouse=True)
+def conversion_path(request, monkeypatch):
+    """Run every test through the column-at-a-time paths and through the one-value paths."""
+    from cdc_apply.pgoutput import values, values_arrays
+
+    limit = 0 if request.param == "column" else 10**9
+    for table in (values._SCALAR_TEXT, values._SCALAR_BINARY):
+        for kind, (parse, _) in list(table.items()):
+            monkeypatch.setitem(table, kind, (parse, limit))
+    monkeypatch.setattr(values_arrays, "SMALL_BATCH", limit)
+    return request.param
 
 
 def _column_type(group: dict):

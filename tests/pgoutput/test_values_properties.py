@@ -7,19 +7,33 @@ import struct
 from decimal import Decimal, localcontext
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
-from cdc_apply.pgoutput.values_arrays import parse_array_text
+from cdc_apply.pgoutput.values_array_text import parse_array_text
 from cdc_apply.pgoutput.values_datetime import days_from_civil
 
 SETTINGS = settings(print_blob=True, deadline=None, max_examples=200,
-                    suppress_health_check=[HealthCheck.too_slow])
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 EPOCH_SHIFT_US = 946_684_800_000_000
 ARRAY_SPACE = " \t\n\r\v\f"
+
+
+@pytest.fixture(params=["column", "scalar"], autouse=True)
+def conversion_path(request, monkeypatch):
+    """Run every test through the column-at-a-time paths and through the one-value paths."""
+    from cdc_apply.pgoutput import values, values_arrays
+
+    limit = 0 if request.param == "column" else 10**9
+    for table in (values._SCALAR_TEXT, values._SCALAR_BINARY):
+        for kind, (parse, _) in list(table.items()):
+            monkeypatch.setitem(table, kind, (parse, limit))
+    monkeypatch.setattr(values_arrays, "SMALL_BATCH", limit)
+    return request.param
 
 
 def numeric_typmod(precision: int, scale: int) -> int:

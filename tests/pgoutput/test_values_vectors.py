@@ -35,6 +35,19 @@ def load_groups() -> list[dict]:
 GROUPS = load_groups()
 
 
+@pytest.fixture(params=["column", "scalar"], autouse=True)
+def conversion_path(request, monkeypatch):
+    """Run every test through the column-at-a-time paths and through the one-value paths."""
+    from cdc_apply.pgoutput import values, values_arrays
+
+    limit = 0 if request.param == "column" else 10**9
+    for table in (values._SCALAR_TEXT, values._SCALAR_BINARY):
+        for kind, (parse, _) in list(table.items()):
+            monkeypatch.setitem(table, kind, (parse, limit))
+    monkeypatch.setattr(values_arrays, "SMALL_BATCH", limit)
+    return request.param
+
+
 def column_type_of(group: dict) -> ColumnType:
     user_types = {group["type_oid"]: tuple(group["user_type"])} if group["user_type"] else None
     return resolve_column_type(group["type_oid"], group["type_modifier"], user_types,
