@@ -39,7 +39,7 @@ class SilverConfig:
     include_origin: bool = False
     drop_columns: str = "drop"           # "drop" or "keep"
     retype: str = "rewrite"              # "rewrite" or "fail"
-    deletion_vectors: bool = True
+    deletion_vectors: bool = False       # measured slower for small MERGEs here (see README)
     change_data_feed: bool = True
 
 

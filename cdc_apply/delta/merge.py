@@ -203,7 +203,7 @@ def resolve_moves(events, work: TableWork, target, max_rounds: int = 16):
 
 
 def collapse(events, work: TableWork, has_toast: bool):
-    """One row per key: ``_action`` delete/upsert, values ``v_i``, set flags ``s_i``, ``_set`` mask."""
+    """One row per key: ``_action`` delete/upsert, values ``v_i``, set flags ``s_i``, ``_complete``."""
     from pyspark.sql import functions as F
 
     n, nk = len(work.columns), len(work.key_index)
@@ -223,8 +223,6 @@ def collapse(events, work: TableWork, has_toast: bool):
     out.append(F.when(F.col("_kind") == "D", F.lit("delete")).otherwise(F.lit("upsert")).alias("_action"))
     for i in range(n):
         out += [F.col(f"r_{i}.v").alias(f"v_{i}"), F.col(f"r_{i}").isNotNull().alias(f"s_{i}")]
-    out.append(F.concat(*[F.when(F.col(f"r_{i}").isNotNull(), F.lit("1")).otherwise(F.lit("0"))
-                          for i in range(n)]).alias("_set"))
     # Complete: every column of the final change's version has a value (no TOAST gap left for silver to fill).
     out.append(reduce(lambda a, b: a & b, [F.col(f"r_{i}").isNotNull() | ~F.col(f"p_{i}") for i in range(n)],
                       F.lit(True)).alias("_complete"))
@@ -232,26 +230,25 @@ def collapse(events, work: TableWork, has_toast: bool):
 
 
 def merge_keyed(spark, collapsed, work: TableWork) -> MergeResult:
-    """MERGE the collapsed rows: delete, update the carried columns (per set mask), insert complete rows."""
+    """MERGE the collapsed rows: delete; update the columns each row carries (the rest keep silver's
+    values); insert rows with nothing left to fill from silver."""
     from pyspark.sql import functions as F
 
-    n = len(work.columns)
     key_names = [work.columns[i].name for i in work.key_index]
     condition = " AND ".join(f"t.{quote_ident(k)} = s.`k_{p}`" for p, k in enumerate(key_names))
-    masks = [r._set for r in collapsed.where("_action = 'upsert'").select("_set").distinct().collect()]
     meta = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
-    builder = work.ref.delta_table(spark).alias("t").merge(collapsed.alias("s"), condition)
-    builder = builder.whenMatchedDelete(condition="s._action = 'delete'")
-    for mask in sorted(masks):
-        assignments = {quote_ident(work.columns[i].name): F.col(f"s.`v_{i}`") for i in range(n) if mask[i] == "1"}
-        assignments.update(meta)
-        builder = builder.whenMatchedUpdate(condition=f"s._action = 'upsert' AND s._set = '{mask}'", set=assignments)
+    assignments = {quote_ident(c.name): F.when(F.col(f"s.`s_{i}`"), F.col(f"s.`v_{i}`"))
+                   .otherwise(F.col(f"t.{quote_ident(c.name)}")) for i, c in enumerate(work.columns)}
+    assignments.update(meta)
     # A row silver lacks can be inserted only when no unchanged-TOAST value of it is missing: like
     # PostgreSQL's apply worker, an update of a missing row is otherwise skipped.
     values = {quote_ident(c.name): F.col(f"s.`v_{i}`") for i, c in enumerate(work.columns)}
     values.update(meta)
-    builder = builder.whenNotMatchedInsert(condition="s._action = 'upsert' AND s._complete", values=values)
-    metrics = builder.execute().collect()
+    metrics = (work.ref.delta_table(spark).alias("t").merge(collapsed.alias("s"), condition)
+               .whenMatchedDelete(condition="s._action = 'delete'")
+               .whenMatchedUpdate(condition="s._action = 'upsert'", set=assignments)
+               .whenNotMatchedInsert(condition="s._action = 'upsert' AND s._complete", values=values)
+               .execute().collect())
     row = metrics[0].asDict() if metrics else {}
     return MergeResult(row.get("num_inserted_rows", 0) or 0, row.get("num_updated_rows", 0) or 0,
                        row.get("num_deleted_rows", 0) or 0)

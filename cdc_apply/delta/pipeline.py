@@ -140,12 +140,15 @@ class ApplyPipeline:
         report = BatchReport(version, batch_id)
         if not stats:
             return report
+        # The micro-batch says how far each source has landed; the rows themselves are read from the
+        # bronze table by seq, so however Spark splits bronze commits into micro-batches, every row is
+        # seen once and in seq order.
         new_rows = None
-        for source in stats:
+        for source, row in stats.items():
             state = self.states.get(source, SourceState())
-            cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq)
+            cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= int(row.last))
             new_rows = cond if new_rows is None else new_rows | cond
-        fresh = df.where(new_rows)
+        fresh = self.bronze.read(self.spark).where(new_rows)
         controls: dict[str, list] = {s: [] for s in stats}
         for r in fresh.where(_first_byte_hex().isin(*CONTROL_HEX)).select("source", "seq", "lsn", "payload").collect():
             controls[r.source].append((r.seq, r.lsn, bytes(r.payload)))
@@ -202,7 +205,7 @@ class ApplyPipeline:
         try:
             counts = (decoded.groupBy("source", "txn", "slot", "op")
                       .agg(F.count(F.lit(1)).alias("n"), F.count("toast").alias("toasted"),
-                           F.count("error").alias("errors")).collect())
+                           F.count("error").alias("errors"), F.max("commit_lsn").alias("last_commit_lsn")).collect())
             truncates = decoded.where("op = 'T' AND error IS NULL").select(
                 "source", "seq", "commit_lsn", "txn", "trunc_relids", "trunc_options").collect()
         except Exception as exc:  # surface the decoder's own error, not a JVM stack trace

@@ -51,6 +51,7 @@ class _Planned:
     chain: tuple[RelationVersion, ...]
     type_of: Callable[[int, int], str]
     has_rows: bool
+    last_commit_lsn: int
 
 
 class SilverTables:
@@ -84,12 +85,14 @@ class SilverTables:
         slot_rel = {k: (s.source, s.relation_id) for k, s in enumerate(plan.decode.slots)}
         for r in counts:
             if r.slot is not None and not r.errors and r.op in ("I", "U", "D"):
-                entry = touched.setdefault(slot_rel[r.slot], {"rows": 0, "toast": 0, "truncate": None})
+                entry = touched.setdefault(slot_rel[r.slot], {"rows": 0, "toast": 0, "truncate": None, "lsn": 0})
                 entry["rows"] += r.n
                 entry["toast"] += r.toasted
+                entry["lsn"] = max(entry["lsn"], r.last_commit_lsn or 0)
         for t in truncates:
             for rid in t.trunc_relids:
-                entry = touched.setdefault((t.source, rid), {"rows": 0, "toast": 0, "truncate": None})
+                entry = touched.setdefault((t.source, rid), {"rows": 0, "toast": 0, "truncate": None, "lsn": 0})
+                entry["lsn"] = max(entry["lsn"], t.commit_lsn)
                 point = (t.commit_lsn, t.seq, t.trunc_options)
                 if entry["truncate"] is None or point[:2] > entry["truncate"][:2]:
                     entry["truncate"] = point
@@ -127,7 +130,7 @@ class SilverTables:
             columns=tuple(columns), key=identity_of(latest, self.config.key_for(latest.qualified_name)),
             slots=tuple(slots), truncate_after=truncate[:2] if truncate else None,
             meta=tuple((c, d) for c, d, _ in self.metadata()), has_toast=info["toast"] > 0)
-        return _Planned(work, chain, type_of, info["rows"] > 0)
+        return _Planned(work, chain, type_of, info["rows"] > 0, info["lsn"])
 
     # -- applying (one thread per table) -------------------------------------------------
     def apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
@@ -150,16 +153,9 @@ class SilverTables:
         last = planned.chain[-1]
         set_properties(session, work.ref, {
             PROP_SOURCE: work.source, PROP_RELATION: work.qualified_name, PROP_RELATION_ID: str(work.relation_id),
-            PROP_VERSION_SEQ: str(last.seq), PROP_LAST_COMMIT_LSN: self._last_commit_lsn(decoded, work),
+            PROP_VERSION_SEQ: str(last.seq), PROP_LAST_COMMIT_LSN: m.format_lsn(planned.last_commit_lsn),
         })
         return stats
-
-    def _last_commit_lsn(self, decoded, work: TableWork) -> str:
-        from pyspark.sql import functions as F
-
-        row = decoded.where(F.col("slot").isin([s.slot for s in work.slots])).agg(F.max("commit_lsn")).first()
-        value = row[0] if row and row[0] is not None else (work.truncate_after[0] if work.truncate_after else None)
-        return m.format_lsn(value) if value is not None else ""
 
     def _merge(self, session, decoded, work: TableWork) -> MergeResult:
         projected = project(decoded, work)
@@ -169,7 +165,9 @@ class SilverTables:
         if work.has_toast:
             target = None if work.truncate_after is not None else work.ref.read(session)
             events = resolve_moves(events, work, target)
-        return merge_keyed(session, collapse(events, work, work.has_toast), work)
+        # Materialised once: MERGE reads its source more than once, and a plain scan plans fast.
+        collapsed = collapse(events, work, work.has_toast).localCheckpoint()
+        return merge_keyed(session, collapsed, work)
 
     def _ensure_schema(self, session, planned: _Planned) -> None:
         work = planned.work

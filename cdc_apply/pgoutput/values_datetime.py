@@ -155,19 +155,17 @@ def _timestamp_from_text(raw: bytes, with_zone: bool) -> int:
         offset = int(zh) * 3600 + int(zm or 0) * 60 + int(zs or 0)
         seconds -= offset if sign == "+" else -offset
     micros = seconds * 1_000_000 + _fraction(fraction)
-    if not INT64_MIN < micros < INT64_MAX:
-        raise Malformed("outside the int64 microseconds since 1970 that Arrow can hold")
-    return micros
+    # PostgreSQL's last 29 years (294247-01-10 .. 294276-12-31) do not fit int64 microseconds since
+    # 1970: they clamp to the last finite value Arrow can hold (documented in docs/TYPES.md).
+    return min(max(micros, INT64_MIN + 1), INT64_MAX - 1)
 
 
 def timestamp_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
     """timestamp_send / timestamptz_send: int64 microseconds since 2000-01-01 (UTC for timestamptz)."""
     micros = big_endian(fixed_width(ct, values, 8), ">i8")
     finite = (micros != INT64_MAX) & (micros != INT64_MIN)
-    bad = np.flatnonzero(valid_mask(values) & finite & (micros >= INT64_MAX - EPOCH_SHIFT_US))
-    if bad.size:
-        raise fail(ct, values, int(bad[0]), "outside the int64 microseconds since 1970 that Arrow can hold")
-    shifted = micros + np.where(finite, EPOCH_SHIFT_US, 0)
+    too_late = finite & (micros >= INT64_MAX - EPOCH_SHIFT_US)  # clamp, as the text path does
+    shifted = np.where(too_late, INT64_MAX - 1, micros + np.where(finite, EPOCH_SHIFT_US, 0))
     return with_nulls_of(values, ct.arrow_type, shifted)
 
 

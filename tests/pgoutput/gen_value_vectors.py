@@ -71,7 +71,7 @@ ORACLES = {
 }
 NUMERIC_NAN = {"error": 'numeric type option to "string"'}
 MULTI = {"error": "multi-dimensional arrays are not supported"}
-TOO_LATE = {"error": "int64 microseconds since 1970"}
+TOO_LATE = {"note": "clamped to the last finite int64 microsecond (docs/TYPES.md)"}
 
 
 def case(name: str, sql_type: str, oracle: str, values: list, *, variants: dict | None = None,
@@ -318,6 +318,8 @@ def generate_case(conn, spec: dict) -> dict:
                   "expected": json.loads(expected[i]) if expected[i] is not None else None}
         if "error" in extra:
             vector["error"] = extra["error"]
+        elif "note" in extra:
+            vector["note"] = extra["note"]
         elif spec["binary_policy"] == "hex":
             vector["expected_binary"] = "\\x" + binaries[i]
         elif spec["binary_policy"] is not None:

@@ -81,7 +81,9 @@ def expected_value(ct: ColumnType, oracle):
     if kind == "date":
         return {"infinity": INT32_MAX, "-infinity": INT32_MIN}.get(oracle, oracle)
     if kind in ("timestamp", "timestamptz"):
-        return {"infinity": INT64_MAX, "-infinity": INT64_MIN}.get(oracle) or int(oracle)
+        special = {"infinity": INT64_MAX, "-infinity": INT64_MIN}.get(oracle)
+        # PostgreSQL's last 29 years do not fit Arrow: clamped to the last finite value.
+        return special if special is not None else min(max(int(oracle), INT64_MIN + 1), INT64_MAX - 1)
     if kind == "time":
         return _time_text(oracle)
     if kind == "timetz":

@@ -1,0 +1,204 @@
+"""The apply rules of DESIGN.md, each on its own table, in one job run over three micro-batches.
+
+The stream is built with the encoder (StreamBuilder) and landed in three bronze
+appends; the job runs once (availableNow, one append per micro-batch), so
+transactions open at a batch end, streamed transactions spanning batches and a
+prepared transaction committed two batches later are all exercised.
+"""
+
+from __future__ import annotations
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from cdc_apply.pgoutput import UNCHANGED_TOAST
+from cdc_apply.testing.stream import StreamBuilder
+
+pytestmark = pytest.mark.spark
+
+BIG = "x" * 3000
+
+
+def _build():
+    b = StreamBuilder("shop")
+    basic = b.relation("public", "basic", [("id", "int4", True), ("name", "text", False)])
+    toast = b.relation("public", "toasty", [("id", "int4", True), ("n", "int4", False), ("doc", "text", False)])
+    moves = b.relation("public", "moves", [("id", "int4", True), ("doc", "text", False)])
+    dups = b.relation("public", "dups", [("a", "int4", True), ("b", "text", True)], replica_identity="f")
+    parent = b.relation("public", "parent", [("id", "int4", True)])
+    child = b.relation("public", "child", [("id", "int4", True), ("parent_id", "int4", False)])
+    streamed = b.relation("public", "streamed", [("id", "int4", True), ("v", "text", False)])
+    twophase = b.relation("public", "twophase", [("id", "int4", True), ("v", "text", False)])
+    weird = b.relation("we/ird%ns", 'Mixed "Case", tbl', [("id", "int4", True), ("a b,c", "text", False),
+                                                           ("ünï", "int8", False)])
+    batches = []
+
+    # -- batch 1 ---------------------------------------------------------------
+    with b.transaction() as tx:
+        for i in range(1, 5):
+            tx.insert(basic, {"id": i, "name": f"n{i}"})
+        tx.insert(toast, {"id": 1, "n": 1, "doc": BIG + "1"})
+        tx.insert(toast, {"id": 2, "n": 2, "doc": BIG + "2"})
+        tx.insert(moves, {"id": 1, "doc": "m1"})
+        tx.insert(moves, {"id": 2, "doc": "m2"})
+        for a, bb in [(1, "x"), (1, "x"), (2, "y")]:
+            tx.insert(dups, {"a": a, "b": bb})
+        tx.insert(parent, {"id": 1})
+        tx.insert(child, {"id": 1, "parent_id": 1})
+        tx.insert(weird, {"id": 1, "a b,c": "w", "ünï": 10})
+    big = b.stream()
+    with big.block() as blk:
+        blk.insert(streamed, {"id": 1, "v": "s1"})
+        blk.sub(big.xid + 50).insert(streamed, {"id": 2, "v": "rolled back"})
+    big.abort(subxid=big.xid + 50)
+    doomed = b.stream()
+    with doomed.block() as blk:
+        blk.insert(streamed, {"id": 99, "v": "never"})
+    with b.prepared_transaction("gid-1") as tx:
+        tx.insert(twophase, {"id": 1, "v": "prepared then committed"})
+    prepared_xid = b._xid
+    with b.prepared_transaction("gid-2") as tx:
+        tx.insert(twophase, {"id": 2, "v": "prepared then rolled back"})
+    rolled_xid = b._xid
+    b.logical_message("audit", b"outside", transactional=False)
+    with b.transaction() as tx:               # open at the end of batch 1
+        tx.insert(basic, {"id": 10, "name": "spans batches"})
+        rows = b.rows()
+    batches.append(len(rows))
+
+    # -- batch 2 ---------------------------------------------------------------
+    with b.transaction() as tx:
+        tx.update(basic, {"id": 1, "name": "one"})
+        tx.delete(basic, key={"id": 2})
+        tx.update(toast, {"id": 1, "n": 10, "doc": UNCHANGED_TOAST})          # TOAST from silver
+        tx.insert(toast, {"id": 3, "n": 3, "doc": BIG + "3"})
+        tx.update(toast, {"id": 3, "n": 30, "doc": UNCHANGED_TOAST})          # TOAST from this batch
+        tx.update(moves, {"id": 10, "doc": UNCHANGED_TOAST}, key={"id": 1})   # key change keeps TOAST
+        tx.update(moves, {"id": 20, "doc": "new"}, key={"id": 2})
+        tx.delete(dups, old={"a": 1, "b": "x"})                               # one of two identical rows
+        tx.update(dups, {"a": 3, "b": "y"}, old={"a": 2, "b": "y"})
+        tx.message("audit", b"inside")
+    with big.block() as blk:
+        blk.insert(streamed, {"id": 3, "v": "s3"})
+    doomed.abort()
+    with b.transaction() as tx:
+        tx.insert(basic, {"id": 11, "name": "after"})
+    batches.append(len(b.rows()))
+
+    # -- batch 3 ---------------------------------------------------------------
+    big.commit()
+    b.commit_prepared("gid-1", prepared_xid)
+    b.rollback_prepared("gid-2", rolled_xid)
+    with b.transaction() as tx:
+        tx.insert(child, {"id": 2, "parent_id": 1})
+        tx.truncate([parent, child], cascade=True, restart_identity=True)
+        tx.insert(parent, {"id": 5})                                          # after the truncate
+        tx.update(weird, {"id": 1, "a b,c": "w2", "ünï": 11})
+    batches.append(len(b.rows()))
+    return b.rows(), batches
+
+
+@pytest.fixture(scope="module")
+def run(lake_factory):
+    lake = lake_factory("rules")
+    rows, cuts = _build()
+    start = 0
+    for cut in cuts:
+        lake.land(rows[start:cut])
+        start = cut
+    pipeline, printed = lake.apply()
+    return lake, pipeline, printed
+
+
+def _rows(df, *cols):
+    return sorted(tuple(r) for r in df.select(*cols).collect())
+
+
+def test_inserts_updates_and_deletes_leave_the_current_rows(run):
+    lake, _, _ = run
+    assert _rows(lake.silver("public", "basic"), "id", "name") == [
+        (1, "one"), (3, "n3"), (4, "n4"), (10, "spans batches"), (11, "after")]
+
+
+def test_unchanged_toast_keeps_the_stored_value_from_silver_or_from_the_batch(run, spark):
+    lake, _, _ = run
+    expected = spark.createDataFrame([(1, 10, BIG + "1"), (2, 2, BIG + "2"), (3, 30, BIG + "3")],
+                                     "id INT, n INT, doc STRING")
+    assert_df_equality(lake.silver("public", "toasty").select("id", "n", "doc"), expected, ignore_row_order=True)
+
+
+def test_a_key_change_moves_the_row_and_keeps_its_unchanged_toast(run):
+    lake, _, _ = run
+    assert _rows(lake.silver("public", "moves"), "id", "doc") == [(10, "m1"), (20, "new")]
+
+
+def test_full_identity_without_a_key_keeps_exact_duplicates(run):
+    lake, _, _ = run
+    assert _rows(lake.silver("public", "dups"), "a", "b") == [(1, "x"), (3, "y")]
+
+
+def test_truncate_empties_every_listed_table_and_later_changes_apply(run):
+    lake, _, _ = run
+    assert _rows(lake.silver("public", "parent"), "id") == [(5,)]
+    assert _rows(lake.silver("public", "child"), "id") == []
+
+
+def test_streamed_transactions_apply_at_commit_without_aborted_subtransactions(run):
+    lake, _, _ = run
+    assert _rows(lake.silver("public", "streamed"), "id", "v") == [(1, "s1"), (3, "s3")]
+
+
+def test_a_prepared_transaction_applies_at_commit_prepared_and_a_rolled_back_one_never(run):
+    lake, _, _ = run
+    assert _rows(lake.silver("public", "twophase"), "id", "v") == [(1, "prepared then committed")]
+
+
+def test_any_names_work_for_namespaces_tables_and_columns(run):
+    lake, _, _ = run
+    assert (lake.root / "silver" / "we%2Fird%25ns" / 'Mixed "Case", tbl').exists()
+    df = lake.silver("we/ird%ns", 'Mixed "Case", tbl')
+    assert _rows(df, "id", "`a b,c`", "`ünï`") == [(1, "w2", 11)]
+    assert dict(df.dtypes)["ünï"] == "bigint"
+
+
+def test_silver_rows_carry_commit_lsn_and_commit_time(run):
+    lake, _, _ = run
+    df = lake.silver("public", "basic")
+    assert {"_cdc_commit_lsn", "_cdc_commit_ts"} <= set(df.columns)
+    assert df.where("_cdc_commit_lsn IS NULL OR _cdc_commit_ts IS NULL").count() == 0
+
+
+def test_the_transactions_log_has_one_row_per_applied_transaction(run):
+    lake, _, _ = run
+    log = lake.state("transactions")
+    kinds = sorted(r.kind for r in log.select("kind").collect())
+    assert kinds.count("streamed") == 1 and kinds.count("prepared") == 1
+    truncating = log.where(F.exists("tables", lambda t: t["truncated"])).collect()
+    assert len(truncating) == 1
+    flags = {t["table"]: (t["cascade"], t["restart_identity"]) for t in truncating[0]["tables"] if t["truncated"]}
+    assert flags == {"public.parent": (True, True), "public.child": (True, True)}
+
+
+def test_logical_decoding_messages_land_transactional_or_not(run):
+    lake, _, _ = run
+    msgs = _rows(lake.state("messages"), "prefix", "transactional", "content")
+    assert msgs == [("audit", False, bytearray(b"outside")), ("audit", True, bytearray(b"inside"))]
+
+
+def test_progress_records_the_applied_seq_and_nothing_pending(run):
+    lake, pipeline, printed = run
+    last = lake.state("progress").orderBy(F.desc("apply_version")).first()
+    assert last.applied_seq == pipeline.states["shop"].applied_seq
+    assert last.carried == 0 and last.oldest_needed_seq is None
+    assert len(printed.strip().splitlines()) == 3 and "public.basic" in printed
+
+
+def test_silver_tables_have_change_data_feed_and_name_their_source(run, spark):
+    lake, _, _ = run
+    props = {r.key: r.value for r in spark.sql(
+        f"SHOW TBLPROPERTIES delta.`{lake.root / 'silver' / 'public' / 'basic'}`").collect()}
+    assert props["delta.enableChangeDataFeed"] == "true"
+    assert props["delta.columnMapping.mode"] == "name"
+    assert props["cdc_apply.relation"] == "public.basic"
+    assert props["cdc_apply.last_commit_lsn"].count("/") == 1
