@@ -1,4 +1,4 @@
-"""``cdc-apply``: land, apply, inspect, status, demo.
+"""``cdc-apply``: apply, land, inspect, status, demo.
 
 Each subcommand lives in its own module and is imported only when used, so
 ``cdc-apply inspect --hex`` starts without a JVM.
@@ -31,12 +31,45 @@ def _inspect(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _apply(args: argparse.Namespace) -> int:
+    from cdc_apply.cli.apply_cmd import run_apply
+
+    return run_apply(args.config, once=args.once)
+
+
+def _land(args: argparse.Namespace) -> int:
+    from cdc_apply.cli.land_cmd import run_land
+
+    return run_land(args.config, once=args.once)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from cdc_apply.cli.apply_cmd import run_status
+
+    return run_status(args.config, as_json=args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cdc-apply",
         description="Apply PostgreSQL logical replication (pgoutput) to Delta Lake tables.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    apply = sub.add_parser("apply", help="apply bronze to silver (Structured Streaming)")
+    apply.add_argument("--config", required=True, metavar="FILE", help="a TOML configuration (see conf/example.toml)")
+    apply.add_argument("--once", action="store_true", help="process everything available, then stop")
+    apply.set_defaults(run=_apply)
+
+    land = sub.add_parser("land", help="land a PostgreSQL replication slot into bronze")
+    land.add_argument("--config", required=True, metavar="FILE", help="a TOML configuration (see conf/example.toml)")
+    land.add_argument("--once", action="store_true", help="stop when the slot has nothing more to send")
+    land.set_defaults(run=_land)
+
+    status = sub.add_parser("status", help="show per-source progress, pending transactions and lag")
+    status.add_argument("--config", required=True, metavar="FILE")
+    status.add_argument("--json", action="store_true", help="one JSON object per source")
+    status.set_defaults(run=_status)
 
     demo = sub.add_parser("demo", help="run the end-to-end demo on an embedded default")
     demo.add_argument("--workdir", default="demo-data", help="folder for the demo's tables (default: demo-data)")
