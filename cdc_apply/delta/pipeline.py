@@ -92,7 +92,7 @@ class ApplyPipeline:
     """Holds the carried state between micro-batches of one apply job."""
 
     def __init__(self, spark, config: Config, out: TextIO = sys.stdout,
-                 fail_between_tables: Callable[[str], None] | None = None) -> None:
+                 fault_hook: Callable[[str], None] | None = None) -> None:
         self.spark = spark
         self.config = config
         self.out = out
@@ -103,7 +103,8 @@ class ApplyPipeline:
         self.type_options = TypeOptions(numeric=config.apply.numeric)
         self.silver = SilverTables(spark, config)
         self.bronze = bronze_ref(config)
-        self._fail_hook = fail_between_tables
+        # Tests inject crashes here: called with "table:<ns.name>", "logs" and "progress".
+        self._fault = fault_hook or (lambda point: None)
         self.reports: list[BatchReport] = []
 
     # -- planning helpers ----------------------------------------------------------
@@ -166,6 +167,7 @@ class ApplyPipeline:
         finally:
             if decoded is not None:
                 decoded.unpersist()
+        self._fault("progress")
         self._write_progress(plan, stats, version, batch_id, report)
         self.version = version
         self.states = {**self.states, **{s: b.state for s, b in plan.sources.items()}}
@@ -218,13 +220,13 @@ class ApplyPipeline:
         report.quarantined = int(quarantined)
 
         def run(work):
-            if self._fail_hook is not None:
-                self._fail_hook(work.qualified_name)
+            self._fault(f"table:{work.qualified_name}")
             return work, self.silver.apply_table(decoded, work, version)
 
         with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:
             for work, stats in pool.map(run, works):
                 report.tables[work.qualified_name] = stats
+        self._fault("logs")
         self._write_logs(plan, decoded, counts, truncates, version)
 
     def _write_schema(self, plan: BatchPlan, version: int) -> None:

@@ -1,0 +1,214 @@
+"""The numpy kernels of :func:`~cdc_apply.pgoutput.columnar.walk_dml`.
+
+All messages of a batch are walked together, one field (or one tuple column) at a time:
+``pos`` holds every message's read position as an int64 array, a field is read for all
+messages with one gather from the payloads' data buffer, and the positions advance by
+the lengths just read. Big-endian integers at any byte offset are read through
+unaligned strided views of the (padded) buffer, so a read is a single fancy index.
+
+Nothing here raises for bad bytes: a message that does not validate (truncated, unknown
+tuple kind, bad count, trailing bytes, ...) just gets ``ok[i] = False``; the caller asks
+the reference decoder to explain it. Reads of a bad message stay inside the buffer
+(positions never pass the message's end; the buffer is padded for the widest read).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+_I, _U, _D = ord("I"), ord("U"), ord("D")
+_K, _O, _N = ord("K"), ord("O"), ord("N")
+KIND_TEXT, KIND_BINARY, KIND_NULL, KIND_TOAST = ord("t"), ord("b"), ord("n"), ord("u")
+PAD = 16  # bytes past the last message, so every read of up to 8 bytes at pos <= end is in bounds
+
+# Tuple column kind byte -> 0 (no value bytes: 'n', 'u'), 1 (Int32 length + bytes: 't', 'b'), 2 (bad).
+_CLASS = np.full(256, 2, dtype=np.uint8)
+_CLASS[[KIND_NULL, KIND_TOAST]] = 0
+_CLASS[[KIND_TEXT, KIND_BINARY]] = 1
+# In a key/old tuple an unchanged-TOAST value is an error.
+_CLASS_NO_TOAST = _CLASS.copy()
+_CLASS_NO_TOAST[KIND_TOAST] = 2
+_SHIFT_KIND, _SHIFT_LEN, _MASK32 = np.uint64(56), np.uint64(24), np.uint64(0xFFFFFFFF)
+
+
+class Payloads:
+    """The bytes of ``n`` binary payloads as one padded numpy buffer plus per-message bounds."""
+
+    __slots__ = ("n", "data", "buffer", "starts", "ends", "valid", "u16", "u32", "u64", "large")
+
+    def __init__(self, payloads: pa.Array) -> None:
+        n = len(payloads)
+        self.n = n
+        _, offsets_buf, data_buf = payloads.buffers()[:3]
+        off_type = np.int64 if pa.types.is_large_binary(payloads.type) else np.int32
+        if n:
+            offsets = np.frombuffer(offsets_buf, dtype=off_type, count=n + 1,
+                                    offset=payloads.offset * np.dtype(off_type).itemsize).astype(np.int64)
+        else:
+            offsets = np.zeros(1, dtype=np.int64)
+        first, last = int(offsets[0]), int(offsets[-1])
+        data = np.zeros(last - first + PAD, dtype=np.uint8)
+        if last > first:
+            data[: last - first] = np.frombuffer(data_buf, dtype=np.uint8, count=last - first, offset=first)
+        offsets -= first
+        self.data = data
+        self.buffer = pa.py_buffer(data)
+        self.starts = offsets[:-1]
+        self.ends = offsets[1:]
+        self.valid = (np.ones(n, dtype=bool) if payloads.null_count == 0
+                      else payloads.is_valid().to_numpy(zero_copy_only=False))
+        size = len(data)
+        # Unaligned big-endian views: u32[p] is the UInt32 whose first byte is data[p].
+        self.u16 = np.ndarray(shape=(size - 1,), dtype=">i2", buffer=data, strides=(1,))
+        self.u32 = np.ndarray(shape=(size - 3,), dtype=">u4", buffer=data, strides=(1,))
+        self.u64 = np.ndarray(shape=(size - 7,), dtype=">u8", buffer=data, strides=(1,))
+        # Past 2 GiB an Int32 length read as unsigned no longer overshoots every message end.
+        self.large = size >= 2**31 - PAD
+
+
+class Header:
+    """Type byte, Xid, relation OID and first marker of every message (``ok`` False when unusable)."""
+
+    __slots__ = ("op", "xid", "relation_id", "marker", "pos", "ok", "has_old", "has_new", "is_update")
+
+    def __init__(self, buf: Payloads, in_stream: np.ndarray) -> None:
+        starts, data = buf.starts, buf.data
+        op = data[starts]
+        rel_at = starts + 1 + 4 * in_stream.astype(np.int64)
+        self.pos = rel_at + 5  # after the relation OID and the first marker
+        self.xid = np.where(in_stream, buf.u32[starts + 1], -1).astype(np.int64)
+        self.relation_id = buf.u32[rel_at].astype(np.int64)
+        marker = data[rel_at + 4]
+        is_insert, is_update, is_delete = op == _I, op == _U, op == _D
+        old_marker = (marker == _K) | (marker == _O)
+        marker_ok = np.where(is_insert, marker == _N, np.where(is_delete, old_marker, old_marker | (marker == _N)))
+        ok = buf.valid & (self.pos <= buf.ends) & (is_insert | is_update | is_delete) & marker_ok
+        self.op, self.marker, self.ok, self.is_update = op, marker, ok, is_update
+        self.has_old = ok & old_marker
+        self.has_new = ok & ~is_delete
+
+
+class Tuples:
+    """One TupleData per row of ``rows`` (sorted by column count, widest first), walked column by column.
+
+    ``columns[c]`` is ``(k, kind, start, length)`` for the first ``k`` rows of ``rows`` (those with more
+    than ``c`` columns): the kind byte, where the value bytes start and the Int32 length (meaningful
+    only for 't'/'b'; read as unsigned).
+    """
+
+    __slots__ = ("rows", "count", "columns")
+
+    def __init__(self, rows: np.ndarray, count: np.ndarray, columns: list) -> None:
+        self.rows, self.count, self.columns = rows, count, columns
+
+    @property
+    def width(self) -> int:
+        return len(self.columns)
+
+
+def walk_tuples(buf: Payloads, rows: np.ndarray, pos: np.ndarray, ok: np.ndarray, toast_ok: bool) -> Tuples:
+    """Walk the TupleData starting at ``pos[rows]``; advances ``pos`` and clears ``ok`` of bad rows."""
+    ends = buf.ends[rows]
+    p = pos[rows]
+    count = buf.u16[p].astype(np.int64)
+    p += 2
+    # Every column takes at least one byte: a count the rest of the message cannot hold is bad
+    # (and is never looped over).
+    bad = (p > ends) | (count < 0) | (count > ends - p)
+    count[bad] = 0
+    if len(count) and count.min() != count.max():
+        order = np.argsort(-count, kind="stable")
+        rows, p, ends, count, bad = rows[order], p[order], ends[order], count[order], bad[order]
+    width = int(count[0]) if len(count) else 0
+    # k[c]: how many rows (a prefix, as sorted) have more than c columns.
+    ks = np.searchsorted(-count, -np.arange(width), side="left").tolist() if width else []
+    table = _CLASS if toast_ok else _CLASS_NO_TOAST
+    u64, large = buf.u64, buf.large
+    columns = []
+    for k in ks:
+        here = p[:k]
+        e = ends[:k] if k != len(p) else ends
+        word = u64[here].astype(np.uint64)
+        kind = (word >> _SHIFT_KIND).astype(np.uint8)
+        length = ((word >> _SHIFT_LEN) & _MASK32).astype(np.int64)
+        cls = table[kind]
+        has = cls == 1
+        start = here + 5
+        # A negative Int32 read as unsigned is >= 2**31: it runs past every message end.
+        new = here + 1 + has * (length + 4)
+        b = (cls > 1) | (new > e)
+        if large:
+            b |= has & (length >= 2**31)
+        if b.any():
+            bad[:k] |= b
+            new[b] = e[b]  # a bad row stays at its end: later reads stay in bounds
+        p[:k] = new
+        columns.append((k, kind, start, length))
+    pos[rows] = p
+    ok[rows[bad]] = False
+    count[bad] = -1
+    return Tuples(rows, count, columns)
+
+
+def expect_marker(buf: Payloads, rows: np.ndarray, pos: np.ndarray, ok: np.ndarray, marker: int) -> None:
+    """Rows of ``rows`` must have ``marker`` at ``pos``; step over it."""
+    p = pos[rows]
+    good = (p < buf.ends[rows]) & (buf.data[p] == marker)
+    ok[rows[~good]] = False
+    pos[rows] = p + 1
+
+
+def even_indices(n: int) -> pa.Array:
+    return pa.array(np.arange(0, 2 * n, 2, dtype=np.int64))
+
+
+def gather_column(buf: Payloads, rows: np.ndarray, start: np.ndarray, stop: np.ndarray,
+                  evens: pa.Array) -> pa.Array:
+    """A binary array of ``n`` values: ``data[start[j]:stop[j]]`` at row ``rows[j]``, null elsewhere.
+
+    ``rows`` is ascending or not, but each row's bytes lie inside its own message, so the bounds of
+    all rows in row order never go backwards: they are the offsets of a binary array of 2n-1
+    segments (values and the gaps between them) over the data buffer, and taking the even
+    segments copies the values out in one Arrow call.
+    """
+    n = buf.n
+    lo = buf.starts.copy()
+    hi = lo.copy()
+    lo[rows] = start
+    hi[rows] = stop
+    valid = np.zeros(2 * n - 1, dtype=bool)
+    valid[2 * rows] = True
+    big = buf.large
+    offsets = np.empty(2 * n, dtype=np.int64 if big else np.int32)
+    offsets[0::2] = lo
+    offsets[1::2] = hi
+    segments = pa.Array.from_buffers(pa.large_binary() if big else pa.binary(), 2 * n - 1,
+                                     [pa.py_buffer(np.packbits(valid, bitorder="little")),
+                                      pa.py_buffer(offsets), buf.buffer])
+    return segments.take(evens)
+
+
+def invalid_utf8_rows(column: pa.Array, text_rows: np.ndarray) -> np.ndarray:
+    """Rows of ``text_rows`` whose value in ``column`` is not valid UTF-8 (usually none)."""
+    if not len(text_rows):
+        return text_rows
+    _, offsets, data = column.buffers()[:3]
+    mask = np.zeros(len(column), dtype=bool)
+    mask[text_rows] = True
+    strings = pa.Array.from_buffers(pa.large_string() if pa.types.is_large_binary(column.type) else pa.string(),
+                                    len(column), [pa.py_buffer(np.packbits(mask, bitorder="little")), offsets, data],
+                                    offset=column.offset)
+    try:
+        strings.validate(full=True)
+        return text_rows[:0]
+    except pa.ArrowInvalid:
+        pass
+    values = column.take(pa.array(text_rows)).to_pylist()
+    bad = []
+    for row, value in zip(text_rows.tolist(), values):
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(row)
+    return np.asarray(bad, dtype=np.int64)
