@@ -327,14 +327,19 @@ class ApplyPipeline:
             processingTime=self.config.apply.trigger_interval)
         query = writer.start()
         if await_termination:
-            query.awaitTermination()
+            try:
+                query.awaitTermination()
+            except Exception as exc:  # StreamingQueryException wraps our own error: surface that one
+                raise _unwrap(exc) from None
         return query
 
 
 def _unwrap(exc: Exception) -> Exception:
-    """The cdc_apply error inside a Spark Python-worker failure, as its own exception."""
+    """The cdc_apply error inside a Spark failure (a Python worker's, or foreachBatch's), as itself."""
+    if isinstance(exc, CdcApplyError):
+        return exc
     text = str(exc)
-    for cls in (CdcApplyError.__subclasses__()):
+    for cls in CdcApplyError.__subclasses__():
         marker = f"cdc_apply.errors.{cls.__name__}: "
         if marker in text:
             line = text.split(marker, 1)[1].splitlines()[0]

@@ -3,11 +3,18 @@
 :func:`walk_dml` takes many DML payloads at once and returns, per tuple
 column, an Arrow binary array of the raw values (null where the value is
 NULL, unchanged TOAST or absent) plus flags for binary-format values, the
-unchanged-TOAST bitmask of each new tuple and the key/old tuple beside it.
+unchanged-TOAST columns of each new tuple and the key/old tuple beside it.
 The type converters then work on whole columns.
 
-A message the walk cannot take gets a :class:`DecodeError` in ``error``
-(from the reference decoder, which names the byte offset) and no values.
+The walk is vectorised (:mod:`~cdc_apply.pgoutput.columnar_walk`): every
+message advances together, one field or tuple column at a time, over the
+payloads' Arrow data buffer; no Python object is made per message. A message
+the walk cannot take (truncated, unknown tuple kind, bad column count,
+trailing bytes, invalid UTF-8 text, unchanged TOAST in a key/old tuple, not
+DML at all) is handed to the reference decoder, whose :class:`DecodeError`
+(naming the message type and byte offset) lands in ``error``; that row gets
+no values. :func:`walk_dml_reference` is the same contract built from the
+reference decoder message by message (the oracle of the tests).
 """
 
 from __future__ import annotations
@@ -19,12 +26,31 @@ import pyarrow as pa
 
 from cdc_apply.errors import CdcApplyError, DecodeError
 from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.columnar_walk import (
+    KIND_BINARY,
+    KIND_TEXT,
+    KIND_TOAST,
+    Header,
+    Payloads,
+    Tuples,
+    even_indices,
+    expect_marker,
+    gather_column,
+    invalid_utf8_rows,
+    walk_tuples,
+)
 from cdc_apply.pgoutput.decoder import decode_message
+
+_K, _O, _N = ord("K"), ord("O"), ord("N")
 
 
 @dataclass(slots=True)
 class DmlBatch:
-    """The walked form of ``n`` DML messages (row ``i`` is the ``i``-th payload)."""
+    """The walked form of ``n`` DML messages (row ``i`` is the ``i``-th payload).
+
+    A row with an ``error`` has the defaults everywhere else: op 0, relation_id 0,
+    xid -1, old_kind None, counts -1, toast None, null values.
+    """
 
     op: np.ndarray            # uint8: ord('I'), ord('U'), ord('D'); 0 when error
     relation_id: np.ndarray   # int64
@@ -46,6 +72,35 @@ def toast_columns(values: m.TupleData) -> list[int] | None:
     return found or None
 
 
+# -- the reference walk: one message at a time through the reference decoder -------------
+
+@dataclass(slots=True)
+class _Row:
+    op: int
+    relation_id: int
+    xid: int
+    old_kind: str | None
+    new: tuple | None
+    old: tuple | None
+
+
+def _reference_row(payload: bytes | None, in_stream: bool) -> _Row:
+    """One DML message by the reference decoder; raises the DecodeError explaining a bad one."""
+    msg = decode_message(payload, in_stream)  # type: ignore[arg-type]  (None: "empty message")
+    if not isinstance(msg, (m.Insert, m.Update, m.Delete)):
+        raise DecodeError("expected Insert, Update or Delete", message_type=type(msg).__name__)
+    new = getattr(msg, "new", None)
+    key, old = getattr(msg, "key", None), getattr(msg, "old", None)
+    old_kind = None
+    if key is not None:
+        old_kind, old = "K", key
+    elif old is not None:
+        old_kind = "O"
+    if old is not None and any(v is m.UNCHANGED_TOAST for v in old):
+        raise DecodeError("unchanged TOAST value in a key/old tuple", message_type=type(msg).__name__)
+    return _Row(ord(msg.TYPE), msg.relation_id, -1 if msg.xid is None else msg.xid, old_kind, new, old)
+
+
 def _columns(tuples: list, width: int) -> tuple[list, list]:
     values, binary = [], []
     for c in range(width):
@@ -65,50 +120,179 @@ def _columns(tuples: list, width: int) -> tuple[list, list]:
     return values, binary
 
 
-def walk_dml(payloads: pa.Array, in_stream: np.ndarray) -> DmlBatch:
-    """Walk DML payloads; ``in_stream[i]`` says whether payload ``i`` sits in a stream block."""
+def _empty(n: int) -> DmlBatch:
+    return DmlBatch(np.zeros(n, dtype=np.uint8), np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+                    [None] * n, np.full(n, -1, dtype=np.int32), np.full(n, -1, dtype=np.int32), [None] * n,
+                    [], [], [], [], [None] * n)
+
+
+def _fill(batch: DmlBatch, i: int, row: _Row) -> None:
+    batch.op[i], batch.relation_id[i], batch.xid[i], batch.old_kind[i] = row.op, row.relation_id, row.xid, row.old_kind
+    if row.new is not None:
+        batch.new_count[i] = len(row.new)
+        batch.toast[i] = toast_columns(row.new)
+    if row.old is not None:
+        batch.old_count[i] = len(row.old)
+
+
+def walk_dml_reference(payloads: pa.Array, in_stream: np.ndarray) -> DmlBatch:
+    """:func:`walk_dml` message by message through the reference decoder (slow; the tests' oracle)."""
+    payloads = _as_binary(payloads)
     n = len(payloads)
-    op = np.zeros(n, dtype=np.uint8)
-    relation_id = np.zeros(n, dtype=np.int64)
-    xid = np.full(n, -1, dtype=np.int64)
-    new_count = np.full(n, -1, dtype=np.int32)
-    old_count = np.full(n, -1, dtype=np.int32)
-    old_kind: list = [None] * n
-    toast: list = [None] * n
-    error: list = [None] * n
+    batch = _empty(n)
     new_tuples: list = [None] * n
     old_tuples: list = [None] * n
     for i, payload in enumerate(payloads.to_pylist()):
         try:
-            msg = decode_message(payload, bool(in_stream[i]))
+            row = _reference_row(payload, bool(in_stream[i]))
         except CdcApplyError as err:
-            error[i] = err
+            batch.error[i] = err
             continue
-        if not isinstance(msg, (m.Insert, m.Update, m.Delete)):
-            error[i] = DecodeError("expected Insert, Update or Delete", message_type=type(msg).__name__)
-            continue
-        op[i] = ord(msg.TYPE)
-        relation_id[i] = msg.relation_id
-        if msg.xid is not None:
-            xid[i] = msg.xid
-        new = getattr(msg, "new", None)
-        key, old = getattr(msg, "key", None), getattr(msg, "old", None)
-        if key is not None:
-            old_kind[i], old = "K", key
-        elif old is not None:
-            old_kind[i] = "O"
-        if new is not None:
-            new_tuples[i] = new
-            new_count[i] = len(new)
-            toast[i] = toast_columns(new)
-        if old is not None:
-            if any(v is m.UNCHANGED_TOAST for v in old):
-                error[i] = DecodeError("unchanged TOAST value in a key/old tuple", message_type=type(msg).__name__)
-                continue
-            old_tuples[i] = old
-            old_count[i] = len(old)
-    width = int(max(new_count.max(initial=0), old_count.max(initial=0), 0))
-    new_values, new_binary = _columns(new_tuples, width)
-    old_values, old_binary = _columns(old_tuples, width)
-    return DmlBatch(op, relation_id, xid, old_kind, new_count, old_count, toast,
-                    new_values, new_binary, old_values, old_binary, error)
+        _fill(batch, i, row)
+        new_tuples[i], old_tuples[i] = row.new, row.old
+    width = int(max(batch.new_count.max(initial=0), batch.old_count.max(initial=0), 0))
+    batch.new_values, batch.new_binary = _columns(new_tuples, width)
+    batch.old_values, batch.old_binary = _columns(old_tuples, width)
+    return batch
+
+
+# -- the vectorised walk ----------------------------------------------------------------
+
+def _as_binary(payloads) -> pa.Array:
+    if isinstance(payloads, pa.ChunkedArray):
+        payloads = payloads.combine_chunks() if payloads.num_chunks else pa.array([], pa.binary())
+    if not isinstance(payloads, pa.Array):
+        payloads = pa.array(payloads, type=pa.binary())
+    if pa.types.is_string(payloads.type):
+        payloads = payloads.view(pa.binary())
+    elif pa.types.is_large_string(payloads.type):
+        payloads = payloads.view(pa.large_binary())
+    elif not (pa.types.is_binary(payloads.type) or pa.types.is_large_binary(payloads.type)):
+        payloads = payloads.cast(pa.binary())
+    return payloads
+
+
+def _counts(n: int, tuples: Tuples, ok: np.ndarray) -> np.ndarray:
+    count = np.full(n, -1, dtype=np.int32)
+    count[tuples.rows] = tuples.count
+    count[~ok] = -1
+    return count
+
+
+def _build(buf: Payloads, tuples: Tuples, ok: np.ndarray, width: int, evens: pa.Array):
+    """Per column: the value array, the binary flags and the rows holding text (to check UTF-8)."""
+    n = buf.n
+    values, binary, text_rows = [], [], []
+    for k, kind, start, length in tuples.columns[:width]:
+        rows = tuples.rows[:k]
+        is_text, is_binary = kind == KIND_TEXT, kind == KIND_BINARY
+        keep = (is_text | is_binary) & ok[rows]
+        s = start[keep]
+        values.append(gather_column(buf, rows[keep], s, s + length[keep], evens))
+        flags = np.zeros(n, dtype=bool)
+        flags[rows[is_binary & keep]] = True
+        binary.append(flags)
+        text_rows.append(rows[is_text & keep])
+    for _ in range(len(values), width):
+        values.append(pa.nulls(n, pa.binary()))
+        binary.append(np.zeros(n, dtype=bool))
+        text_rows.append(np.zeros(0, dtype=np.int64))
+    return values, binary, text_rows
+
+
+def _toast(n: int, tuples: Tuples, ok: np.ndarray) -> list:
+    toast: list = [None] * n
+    found_rows, found_cols = [], []
+    for c, (k, kind, _, _) in enumerate(tuples.columns):
+        rows = tuples.rows[:k]
+        hit = rows[(kind == KIND_TOAST) & ok[rows]]
+        if len(hit):
+            found_rows.append(hit)
+            found_cols.append(np.full(len(hit), c, dtype=np.int64))
+    if found_rows:
+        r, c = np.concatenate(found_rows), np.concatenate(found_cols)
+        order = np.lexsort((c, r))
+        r, c = r[order], c[order]
+        cuts = np.flatnonzero(np.diff(r)) + 1
+        for row, cols in zip(r[np.r_[0, cuts]].tolist(), np.split(c, cuts)):
+            toast[row] = cols.tolist()
+    return toast
+
+
+def walk_dml(payloads: pa.Array, in_stream: np.ndarray) -> DmlBatch:
+    """Walk DML payloads; ``in_stream[i]`` says whether payload ``i`` sits in a stream block.
+
+    ``payloads`` is a binary Arrow array (large_binary, string or a ChunkedArray are taken too).
+    Never raises for bad bytes: a message that does not decode gets its DecodeError in ``error``.
+    """
+    payloads = _as_binary(payloads)
+    n = len(payloads)
+    in_stream = np.asarray(in_stream, dtype=bool)
+    if in_stream.shape != (n,):
+        raise ValueError(f"in_stream has shape {in_stream.shape}, expected ({n},)")
+    if n == 0:
+        return _empty(0)
+    buf = Payloads(payloads)
+    head = Header(buf, in_stream)
+    ok, pos = head.ok.copy(), head.pos.copy()
+    old = walk_tuples(buf, np.flatnonzero(head.has_old), pos, ok, toast_ok=False)
+    expect_marker(buf, np.flatnonzero(head.has_old & head.is_update & ok), pos, ok, _N)
+    new = walk_tuples(buf, np.flatnonzero(head.has_new & ok), pos, ok, toast_ok=True)
+    ok &= pos == buf.ends
+
+    evens = even_indices(n)
+    while True:
+        new_count, old_count = _counts(n, new, ok), _counts(n, old, ok)
+        width = int(max(new_count.max(initial=0), old_count.max(initial=0), 0))
+        new_values, new_binary, new_text = _build(buf, new, ok, width, evens)
+        old_values, old_binary, old_text = _build(buf, old, ok, width, evens)
+        bad = [invalid_utf8_rows(col, rows) for col, rows in zip(new_values + old_values, new_text + old_text)]
+        bad = [b for b in bad if len(b)]
+        if not bad:
+            break
+        ok[np.concatenate(bad)] = False  # rare: rebuild without them
+
+    kinds = np.full(n, None, dtype=object)
+    with_old = ok & head.has_old
+    kinds[with_old & (head.marker == _K)] = "K"
+    kinds[with_old & (head.marker == _O)] = "O"
+    batch = DmlBatch(np.where(ok, head.op, 0).astype(np.uint8), np.where(ok, head.relation_id, 0),
+                     np.where(ok, head.xid, -1), kinds.tolist(), new_count, old_count, _toast(n, new, ok),
+                     new_values, new_binary, old_values, old_binary, [None] * n)
+    failed = np.flatnonzero(~ok)
+    if len(failed):
+        _explain(batch, payloads, in_stream, failed)
+    return batch
+
+
+def _explain(batch: DmlBatch, payloads: pa.Array, in_stream: np.ndarray, failed: np.ndarray) -> None:
+    """Rows the walk refused: the reference decoder's error, or (should it accept one) its values."""
+    rows = failed.tolist()
+    accepted: dict[int, _Row] = {}
+    for i, payload in zip(rows, payloads.take(pa.array(failed)).to_pylist()):
+        try:
+            accepted[i] = _reference_row(payload, bool(in_stream[i]))
+        except CdcApplyError as err:
+            batch.error[i] = err
+    if accepted:
+        _merge(batch, accepted)
+
+
+def _merge(batch: DmlBatch, accepted: dict[int, _Row]) -> None:
+    """Put rows decoded by the reference decoder into the batch (never expected: a safety net)."""
+    n = len(batch.op)
+    for i, row in accepted.items():
+        _fill(batch, i, row)
+    width = int(max(batch.new_count.max(initial=0), batch.old_count.max(initial=0), 0))
+    where = np.arange(n, dtype=np.int64)
+    rows = list(accepted)
+    where[rows] = n + np.arange(len(rows))
+    take = pa.array(where)
+    for values, binary, attr in ((batch.new_values, batch.new_binary, "new"), (batch.old_values, batch.old_binary, "old")):
+        extra_values, extra_binary = _columns([getattr(accepted[i], attr) for i in rows], width)
+        for c in range(width):
+            if c >= len(values):
+                values.append(pa.nulls(n, pa.binary()))
+                binary.append(np.zeros(n, dtype=bool))
+            values[c] = pa.concat_arrays([values[c].cast(pa.binary()), extra_values[c]]).take(take)
+            binary[c][rows] = extra_binary[c]

@@ -35,7 +35,7 @@ _SHIFT_KIND, _SHIFT_LEN, _MASK32 = np.uint64(56), np.uint64(24), np.uint64(0xFFF
 class Payloads:
     """The bytes of ``n`` binary payloads as one padded numpy buffer plus per-message bounds."""
 
-    __slots__ = ("n", "data", "buffer", "starts", "ends", "valid", "u16", "u32", "u64", "large")
+    __slots__ = ("n", "data", "buffer", "starts", "ends", "valid", "i16", "u32", "u64", "large")
 
     def __init__(self, payloads: pa.Array) -> None:
         n = len(payloads)
@@ -60,7 +60,7 @@ class Payloads:
                       else payloads.is_valid().to_numpy(zero_copy_only=False))
         size = len(data)
         # Unaligned big-endian views: u32[p] is the UInt32 whose first byte is data[p].
-        self.u16 = np.ndarray(shape=(size - 1,), dtype=">i2", buffer=data, strides=(1,))
+        self.i16 = np.ndarray(shape=(size - 1,), dtype=">i2", buffer=data, strides=(1,))
         self.u32 = np.ndarray(shape=(size - 3,), dtype=">u4", buffer=data, strides=(1,))
         self.u64 = np.ndarray(shape=(size - 7,), dtype=">u8", buffer=data, strides=(1,))
         # Past 2 GiB an Int32 length read as unsigned no longer overshoots every message end.
@@ -77,7 +77,7 @@ class Header:
         op = data[starts]
         rel_at = starts + 1 + 4 * in_stream.astype(np.int64)
         self.pos = rel_at + 5  # after the relation OID and the first marker
-        self.xid = np.where(in_stream, buf.u32[starts + 1], -1).astype(np.int64)
+        self.xid = np.where(in_stream, buf.u32[starts + 1].astype(np.int64), -1)
         self.relation_id = buf.u32[rel_at].astype(np.int64)
         marker = data[rel_at + 4]
         is_insert, is_update, is_delete = op == _I, op == _U, op == _D
@@ -111,7 +111,7 @@ def walk_tuples(buf: Payloads, rows: np.ndarray, pos: np.ndarray, ok: np.ndarray
     """Walk the TupleData starting at ``pos[rows]``; advances ``pos`` and clears ``ok`` of bad rows."""
     ends = buf.ends[rows]
     p = pos[rows]
-    count = buf.u16[p].astype(np.int64)
+    count = buf.i16[p].astype(np.int64)
     p += 2
     # Every column takes at least one byte: a count the rest of the message cannot hold is bad
     # (and is never looped over).

@@ -1,0 +1,52 @@
+"""Bad input: ``fail`` stops with an error naming source, seq and LSN and applies nothing;
+``quarantine`` records the message with its error and applies the rest."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_apply.errors import CdcApplyError
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.testing.stream import StreamBuilder
+
+pytestmark = pytest.mark.spark
+
+
+def _stream():
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    with b.transaction() as tx:
+        tx.insert(t, {"id": 1, "v": "good"})
+        bad_at = b.emit(m.Insert(None, t.oid, ("2", "x")))
+        tx.insert(t, {"id": 3, "v": "good too"})
+        b.emit(m.Insert(None, 99999, ("7",)))          # a relation no Relation message described
+    rows = b.rows()
+    source, seq, lsn, payload = rows[bad_at]
+    kind_at = payload.index(b"t", payload.index(b"t") + 1)
+    garbled = payload[:kind_at] + b"?" + payload[kind_at + 1:]  # an unknown tuple column kind
+    rows[bad_at] = (source, seq, lsn, garbled)
+    return rows, seq, lsn
+
+
+def test_fail_stops_with_an_error_naming_source_seq_and_lsn_and_applies_nothing(lake_factory):
+    lake = lake_factory("fail")
+    rows, seq, lsn = _stream()
+    lake.land(rows)
+    with pytest.raises(CdcApplyError) as info:
+        lake.apply()
+    text = str(info.value)
+    assert "source=src" in text and f"seq={seq}" in text and f"lsn={m.format_lsn(lsn)}" in text
+    assert "unknown tuple column kind" in text
+    assert not (lake.root / "silver" / "public" / "t").exists()
+
+
+def test_quarantine_records_bad_messages_and_applies_the_rest(lake_factory):
+    lake = lake_factory("quarantine", apply={"on_error": "quarantine"})
+    rows, seq, _ = _stream()
+    lake.land(rows)
+    lake.apply()
+    assert sorted((r.id, r.v) for r in lake.silver("public", "t").collect()) == [(1, "good"), (3, "good too")]
+    quarantined = {r.seq: r.error for r in lake.state("quarantine").collect()}
+    assert set(quarantined) == {seq, seq + 2}
+    assert "unknown tuple column kind" in quarantined[seq]
+    assert "no Relation message described" in quarantined[seq + 2]
