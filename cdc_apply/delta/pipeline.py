@@ -204,14 +204,17 @@ class ApplyPipeline:
         if decoded is None:
             self._write_schema(plan, version)
             return
+        # One job decodes everything (filling the cache) and returns what the driver needs.
+        truncate = F.when((F.col("op") == "T") & F.col("error").isNull(), F.struct(
+            "source", "seq", "commit_lsn", "txn", "trunc_relids", "trunc_options"))
         try:
             counts = (decoded.groupBy("source", "txn", "slot", "op")
                       .agg(F.count(F.lit(1)).alias("n"), F.count("toast").alias("toasted"),
-                           F.count("error").alias("errors"), F.max("commit_lsn").alias("last_commit_lsn")).collect())
-            truncates = decoded.where("op = 'T' AND error IS NULL").select(
-                "source", "seq", "commit_lsn", "txn", "trunc_relids", "trunc_options").collect()
+                           F.count("error").alias("errors"), F.max("commit_lsn").alias("last_commit_lsn"),
+                           F.collect_list(truncate).alias("truncates")).collect())
         except Exception as exc:  # surface the decoder's own error, not a JVM stack trace
             raise _unwrap(exc) from None
+        truncates = sorted((t for r in counts for t in r.truncates), key=lambda t: (t.source, t.seq))
         self._write_schema(plan, version)
         report.transactions = sum(len(b.committed) for b in plan.sources.values())
         report.aborted = sum(len(b.assembly.aborted) for b in plan.sources.values())

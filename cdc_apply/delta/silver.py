@@ -62,6 +62,9 @@ class SilverTables:
         self.type_options = TypeOptions(numeric=config.apply.numeric)
         self._names: dict[tuple[str, int], str] = {}
         self._planned: dict[str, _Planned] = {}
+        # What this process knows a silver table to look like: table -> (source, relation id, version seq).
+        # Saves reading each table's properties and schema every batch.
+        self._known: dict[str, tuple[str, int, int]] = {}
 
     def names_of(self, source: str, relation_ids) -> list[str]:
         return [self._names[(source, rid)] for rid in relation_ids if (source, rid) in self._names]
@@ -170,6 +173,15 @@ class SilverTables:
         return merge_keyed(session, collapsed, work)
 
     def _ensure_schema(self, session, planned: _Planned) -> None:
+        work = planned.work
+        ref = work.ref
+        shape = (work.source, work.relation_id, planned.chain[-1].seq)
+        if self._known.get(str(ref)) == shape:
+            return
+        self._create_or_evolve(session, planned)
+        self._known[str(ref)] = shape
+
+    def _create_or_evolve(self, session, planned: _Planned) -> None:
         work = planned.work
         ref = work.ref
         meta = [(c, t) for c, _, t in self.metadata()]

@@ -101,7 +101,7 @@ def qualified_name(record: DmlRecord) -> str:
 
 
 def unquote_name(name: str) -> str:
-    """A column name as PostgreSQL stores it: ``"Mixed ""Q"""`` -> ``Mixed "Q"``.
+    """A column name as PostgreSQL stores it: ``"Mixed"`` becomes ``Mixed``, ``"a""b"`` becomes ``a"b``.
 
     ``quote_identifier`` quotes every name containing a double quote, so a name
     not starting with one is already bare. A malformed quoted name raises

@@ -130,7 +130,9 @@ class TableMapper:
         out: list[m.PgOutputMessage] = []
         if state != before:
             self._overlay[name] = state  # type: ignore[index]
-            out.append(state.relation())  # type: ignore[union-attr]
+            relation = state.relation()  # type: ignore[union-attr]
+            if before is None or before.relation() != relation:  # not for bookkeeping-only changes
+                out.append(relation)
         out.append(_message(rec, state, new, old, qn))  # type: ignore[arg-type]
         return out
 
@@ -145,8 +147,10 @@ class TableMapper:
     def _describe_from_old(self, state: TableState | None, name: tuple[str, str], old: list, qn: str
                            ) -> TableState:
         cols = tuple((n, oid) for n, oid, _ in old)
-        if state is None or set(cols) <= set(state.columns):
-            return self._describe(state, name, cols) if state is None else self._with_key(state)
+        if state is None:
+            return self._describe(None, name, cols)  # the best description there is until a new tuple comes
+        if set(cols) <= set(state.columns):
+            return self._with_key(state)
         if set(state.names) <= {n for n, _ in cols}:
             return self._describe(state, name, cols)  # the old tuple lists every column: a newer description
         unknown = sorted({n for n, _ in cols} - set(state.names)) or sorted(set(cols) - set(state.columns))
@@ -204,7 +208,7 @@ def _message(rec: DmlRecord, state: TableState, new: list | None, old: list | No
     old_by_name = {}
     types = dict(state.columns)
     for n, oid, v in old:  # type: ignore[union-attr]
-        if types.get(n, oid) != oid or n not in types:
+        if n not in types or types[n] != oid:
             raise SchemaError(f"the old tuple's column {n!r} (type {oid}) is not a column of the table as described "
                               f"by its new tuple", table=qn)
         old_by_name[n] = v

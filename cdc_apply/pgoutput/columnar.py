@@ -33,7 +33,6 @@ from cdc_apply.pgoutput.columnar_walk import (
     Header,
     Payloads,
     Tuples,
-    even_indices,
     expect_marker,
     gather_column,
     invalid_utf8_rows,
@@ -179,7 +178,7 @@ def _counts(n: int, tuples: Tuples, ok: np.ndarray) -> np.ndarray:
     return count
 
 
-def _build(buf: Payloads, tuples: Tuples, ok: np.ndarray, width: int, evens: pa.Array):
+def _build(buf: Payloads, tuples: Tuples, ok: np.ndarray, width: int):
     """Per column: the value array, the binary flags and the rows holding text (to check UTF-8)."""
     n = buf.n
     values, binary, text_rows = [], [], []
@@ -187,8 +186,11 @@ def _build(buf: Payloads, tuples: Tuples, ok: np.ndarray, width: int, evens: pa.
         rows = tuples.rows[:k]
         is_text, is_binary = kind == KIND_TEXT, kind == KIND_BINARY
         keep = (is_text | is_binary) & ok[rows]
-        s = start[keep]
-        values.append(gather_column(buf, rows[keep], s, s + length[keep], evens))
+        rows_kept, s, size = rows[keep], start[keep], length[keep]
+        if not tuples.ascending:
+            order = np.argsort(rows_kept)
+            rows_kept, s, size = rows_kept[order], s[order], size[order]
+        values.append(gather_column(buf, rows_kept, s, s + size))
         flags = np.zeros(n, dtype=bool)
         flags[rows[is_binary & keep]] = True
         binary.append(flags)
@@ -240,12 +242,11 @@ def walk_dml(payloads: pa.Array, in_stream: np.ndarray) -> DmlBatch:
     new = walk_tuples(buf, np.flatnonzero(head.has_new & ok), pos, ok, toast_ok=True)
     ok &= pos == buf.ends
 
-    evens = even_indices(n)
     while True:
         new_count, old_count = _counts(n, new, ok), _counts(n, old, ok)
         width = int(max(new_count.max(initial=0), old_count.max(initial=0), 0))
-        new_values, new_binary, new_text = _build(buf, new, ok, width, evens)
-        old_values, old_binary, old_text = _build(buf, old, ok, width, evens)
+        new_values, new_binary, new_text = _build(buf, new, ok, width)
+        old_values, old_binary, old_text = _build(buf, old, ok, width)
         bad = [invalid_utf8_rows(col, rows) for col, rows in zip(new_values + old_values, new_text + old_text)]
         bad = [b for b in bad if len(b)]
         if not bad:

@@ -94,13 +94,14 @@ class Tuples:
 
     ``columns[c]`` is ``(k, kind, start, length)`` for the first ``k`` rows of ``rows`` (those with more
     than ``c`` columns): the kind byte, where the value bytes start and the Int32 length (meaningful
-    only for 't'/'b'; read as unsigned).
+    only for 't'/'b'; read as unsigned). ``ascending``: ``rows`` kept its ascending order (all
+    counts were equal, nothing was sorted).
     """
 
-    __slots__ = ("rows", "count", "columns")
+    __slots__ = ("rows", "count", "columns", "ascending")
 
-    def __init__(self, rows: np.ndarray, count: np.ndarray, columns: list) -> None:
-        self.rows, self.count, self.columns = rows, count, columns
+    def __init__(self, rows: np.ndarray, count: np.ndarray, columns: list, ascending: bool) -> None:
+        self.rows, self.count, self.columns, self.ascending = rows, count, columns, ascending
 
     @property
     def width(self) -> int:
@@ -117,7 +118,9 @@ def walk_tuples(buf: Payloads, rows: np.ndarray, pos: np.ndarray, ok: np.ndarray
     # (and is never looped over).
     bad = (p > ends) | (count < 0) | (count > ends - p)
     count[bad] = 0
+    ascending = True
     if len(count) and count.min() != count.max():
+        ascending = False
         order = np.argsort(-count, kind="stable")
         rows, p, ends, count, bad = rows[order], p[order], ends[order], count[order], bad[order]
     width = int(count[0]) if len(count) else 0
@@ -130,13 +133,13 @@ def walk_tuples(buf: Payloads, rows: np.ndarray, pos: np.ndarray, ok: np.ndarray
         here = p[:k]
         e = ends[:k] if k != len(p) else ends
         word = u64[here].astype(np.uint64)
-        kind = (word >> _SHIFT_KIND).astype(np.uint8)
-        length = ((word >> _SHIFT_LEN) & _MASK32).astype(np.int64)
+        kind = (word >> _SHIFT_KIND).astype(np.intp)
         cls = table[kind]
         has = cls == 1
+        length = ((word >> _SHIFT_LEN) & _MASK32).view(np.int64)
         start = here + 5
         # A negative Int32 read as unsigned is >= 2**31: it runs past every message end.
-        new = here + 1 + has * (length + 4)
+        new = np.where(has, start + length, here + 1)
         b = (cls > 1) | (new > e)
         if large:
             b |= has & (length >= 2**31)
@@ -148,7 +151,7 @@ def walk_tuples(buf: Payloads, rows: np.ndarray, pos: np.ndarray, ok: np.ndarray
     pos[rows] = p
     ok[rows[bad]] = False
     count[bad] = -1
-    return Tuples(rows, count, columns)
+    return Tuples(rows, count, columns, ascending)
 
 
 def expect_marker(buf: Payloads, rows: np.ndarray, pos: np.ndarray, ok: np.ndarray, marker: int) -> None:
@@ -159,34 +162,33 @@ def expect_marker(buf: Payloads, rows: np.ndarray, pos: np.ndarray, ok: np.ndarr
     pos[rows] = p + 1
 
 
-def even_indices(n: int) -> pa.Array:
-    return pa.array(np.arange(0, 2 * n, 2, dtype=np.int64))
+def gather_column(buf: Payloads, rows: np.ndarray, start: np.ndarray, stop: np.ndarray) -> pa.Array:
+    """A binary array of ``n`` values: ``data[start[j]:stop[j]]`` at row ``rows[j]``, null at other rows.
 
-
-def gather_column(buf: Payloads, rows: np.ndarray, start: np.ndarray, stop: np.ndarray,
-                  evens: pa.Array) -> pa.Array:
-    """A binary array of ``n`` values: ``data[start[j]:stop[j]]`` at row ``rows[j]``, null elsewhere.
-
-    ``rows`` is ascending or not, but each row's bytes lie inside its own message, so the bounds of
-    all rows in row order never go backwards: they are the offsets of a binary array of 2n-1
-    segments (values and the gaps between them) over the data buffer, and taking the even
-    segments copies the values out in one Arrow call.
+    ``rows`` ascends, and each row's value lies inside its own message, so the bounds in row order
+    never go backwards: they are the offsets of a binary array of 2m-1 segments (the values and the
+    gaps between them) over the data buffer, and taking the even segments copies the values out in
+    one Arrow call.
     """
-    n = buf.n
-    lo = buf.starts.copy()
-    hi = lo.copy()
-    lo[rows] = start
-    hi[rows] = stop
-    valid = np.zeros(2 * n - 1, dtype=bool)
-    valid[2 * rows] = True
+    n, m = buf.n, len(rows)
+    if m == 0:
+        return pa.nulls(n, pa.binary())
     big = buf.large
-    offsets = np.empty(2 * n, dtype=np.int64 if big else np.int32)
-    offsets[0::2] = lo
-    offsets[1::2] = hi
-    segments = pa.Array.from_buffers(pa.large_binary() if big else pa.binary(), 2 * n - 1,
-                                     [pa.py_buffer(np.packbits(valid, bitorder="little")),
-                                      pa.py_buffer(offsets), buf.buffer])
-    return segments.take(evens)
+    offsets = np.empty(2 * m, dtype=np.int64 if big else np.int32)
+    offsets[0::2] = start
+    offsets[1::2] = stop
+    segments = pa.Array.from_buffers(pa.large_binary() if big else pa.binary(), 2 * m - 1,
+                                     [None, pa.py_buffer(offsets), buf.buffer])
+    if m == n:
+        take = np.arange(0, 2 * n, 2, dtype=np.int32 if n < 2**30 else np.int64)
+        return segments.take(take)
+    where = np.zeros(n, dtype=np.int64)
+    where[rows] = np.arange(0, 2 * m, 2)
+    present = np.zeros(n, dtype=bool)
+    present[rows] = True
+    take = pa.Array.from_buffers(pa.int64(), n, [pa.py_buffer(np.packbits(present, bitorder="little")),
+                                                 pa.py_buffer(where)])
+    return segments.take(take)
 
 
 def invalid_utf8_rows(column: pa.Array, text_rows: np.ndarray) -> np.ndarray:
@@ -194,19 +196,24 @@ def invalid_utf8_rows(column: pa.Array, text_rows: np.ndarray) -> np.ndarray:
     if not len(text_rows):
         return text_rows
     _, offsets, data = column.buffers()[:3]
+    large = pa.types.is_large_binary(column.type)
+    bounds = np.frombuffer(offsets, dtype=np.int64 if large else np.int32, count=len(column) + 1,
+                           offset=column.offset * (8 if large else 4))
+    first, last = int(bounds[0]), int(bounds[-1])
+    if last == first or np.frombuffer(data, dtype=np.uint8, count=last - first, offset=first).max() < 0x80:
+        return text_rows[:0]  # all ASCII
     mask = np.zeros(len(column), dtype=bool)
     mask[text_rows] = True
-    strings = pa.Array.from_buffers(pa.large_string() if pa.types.is_large_binary(column.type) else pa.string(),
-                                    len(column), [pa.py_buffer(np.packbits(mask, bitorder="little")), offsets, data],
+    strings = pa.Array.from_buffers(pa.large_string() if large else pa.string(), len(column),
+                                    [pa.py_buffer(np.packbits(mask, bitorder="little")), offsets, data],
                                     offset=column.offset)
     try:
         strings.validate(full=True)
         return text_rows[:0]
     except pa.ArrowInvalid:
         pass
-    values = column.take(pa.array(text_rows)).to_pylist()
     bad = []
-    for row, value in zip(text_rows.tolist(), values):
+    for row, value in zip(text_rows.tolist(), column.take(pa.array(text_rows)).to_pylist()):
         try:
             value.decode("utf-8")
         except UnicodeDecodeError:
