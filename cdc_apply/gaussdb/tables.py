@@ -114,6 +114,8 @@ class TableMapper:
         before = self._get(name)
         new = None if isinstance(rec, Delete) else _columns(rec.new, qn, "new")
         old = None if isinstance(rec, Insert) else _columns(rec.old, qn, "old")
+        if new is None and not isinstance(rec, Delete):
+            raise SchemaError(f"this {type(rec).__name__} carries no new tuple", table=qn)
         if new is not None:
             if not new:
                 raise SchemaError("the new tuple has no columns (the server could not decode the row)", table=qn)
@@ -151,9 +153,13 @@ class TableMapper:
             return self._describe(None, name, cols)  # the best description there is until a new tuple comes
         if set(cols) <= set(state.columns):
             return self._with_key(state)
-        if set(state.names) <= {n for n, _ in cols}:
+        names = {n for n, _ in cols}
+        if set(state.names) <= names:
             return self._describe(state, name, cols)  # the old tuple lists every column: a newer description
-        unknown = sorted({n for n, _ in cols} - set(state.names)) or sorted(set(cols) - set(state.columns))
+        if names <= set(state.names):  # known columns, some retyped since the last new tuple
+            retyped = dict(cols)
+            return self._describe(state, name, tuple((n, retyped.get(n, oid)) for n, oid in state.columns))
+        unknown = sorted(names - set(state.names))
         raise SchemaError(f"the old tuple names column(s) {unknown} that no new tuple has described, and "
                           "lacks others: the table's column list cannot be known", table=qn)
 
