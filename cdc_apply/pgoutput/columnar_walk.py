@@ -191,17 +191,22 @@ def gather_column(buf: Payloads, rows: np.ndarray, start: np.ndarray, stop: np.n
     return segments.take(take)
 
 
-def invalid_utf8_rows(column: pa.Array, text_rows: np.ndarray) -> np.ndarray:
-    """Rows of ``text_rows`` whose value in ``column`` is not valid UTF-8 (usually none)."""
-    if not len(text_rows):
-        return text_rows
+def all_ascii(column: pa.Array) -> bool:
+    """Whether every byte of the column's values is ASCII (then every value is valid UTF-8)."""
     _, offsets, data = column.buffers()[:3]
     large = pa.types.is_large_binary(column.type)
     bounds = np.frombuffer(offsets, dtype=np.int64 if large else np.int32, count=len(column) + 1,
                            offset=column.offset * (8 if large else 4))
     first, last = int(bounds[0]), int(bounds[-1])
-    if last == first or np.frombuffer(data, dtype=np.uint8, count=last - first, offset=first).max() < 0x80:
-        return text_rows[:0]  # all ASCII
+    return last == first or int(np.frombuffer(data, dtype=np.uint8, count=last - first, offset=first).max()) < 0x80
+
+
+def invalid_utf8_rows(column: pa.Array, text_rows: np.ndarray) -> np.ndarray:
+    """Rows of ``text_rows`` whose value in ``column`` is not valid UTF-8."""
+    if not len(text_rows):
+        return text_rows
+    _, offsets, data = column.buffers()[:3]
+    large = pa.types.is_large_binary(column.type)
     mask = np.zeros(len(column), dtype=bool)
     mask[text_rows] = True
     strings = pa.Array.from_buffers(pa.large_string() if large else pa.string(), len(column),

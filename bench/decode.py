@@ -1,0 +1,257 @@
+"""Decode benchmark: pgoutput bytes -> typed Arrow columns, against pypgoutput and the reference decoder.
+
+    .venv/bin/python bench/decode.py [--reps 5] [--no-before] [--no-write]
+
+or, from Python, ``from bench.decode import run; results = run()``.
+
+The input is a real capture (``bench/capture.py``: PostgreSQL 18, pgoutput protocol 1, text
+format, >= 200,000 Insert/Update/Delete messages over eight common column types), cached under
+``bench/work/``. Every contender gets the same messages: the Relation messages and the
+Insert/Update/Delete messages of the capture.
+
+* ``ours``: the type bytes are read from the Arrow buffer, the Relation messages decoded and
+  resolved to column types, the DML walked with :func:`walk_dml`, and each relation's rows
+  converted column by column with ``convert_text`` (``convert_binary`` for 'b' values) into
+  typed Arrow arrays (int32, int64, decimal128, timestamp[us, UTC], bool, float64, string).
+* ``pypgoutput``: ``pypgoutput.decoders.Relation/Insert/Update/Delete(payload)`` per message
+  (its README's way; it parses, leaving every value a Python ``str``).
+* ``reference``: ``decode_message`` per message (parses, values as ``str``).
+* ``before``: the walk as it was before the vectorised one (``walk_dml_reference``: the reference
+  decoder message by message) plus the same conversions as ``ours``.
+
+Repetitions are interleaved (each repetition times every contender, in a rotating order) and
+the medians are reported with min/max. The results are merged into ``bench/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results.json"
+PYPGOUTPUT = "pypgoutput==0.0.3"
+
+if __package__:
+    from .capture import load_capture
+else:  # run as a script
+    sys.path.insert(0, str(BENCH.parent))
+    from bench.capture import load_capture
+
+from cdc_apply.pgoutput import messages as m  # noqa: E402
+from cdc_apply.pgoutput.columnar import walk_dml, walk_dml_reference  # noqa: E402
+from cdc_apply.pgoutput.decoder import decode_message  # noqa: E402
+from cdc_apply.pgoutput.types import resolve_column_type  # noqa: E402
+from cdc_apply.pgoutput.values import convert_binary, convert_text  # noqa: E402
+
+_R, _I, _U, _D = (ord(c) for c in "RIUD")
+
+
+def pypgoutput_decoders() -> ModuleType:
+    """``pypgoutput.decoders``, installed first (``pip install --no-deps``) when missing.
+
+    The module is loaded from its file: the package's ``__init__`` imports psycopg2 and pydantic
+    for its replication reader, which the decoders themselves do not need.
+    """
+    spec = importlib.util.find_spec("pypgoutput")
+    if spec is None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", PYPGOUTPUT], check=True)
+        importlib.invalidate_caches()
+        spec = importlib.util.find_spec("pypgoutput")
+        if spec is None:
+            raise RuntimeError(f"`pip install --no-deps {PYPGOUTPUT}` did not make pypgoutput importable")
+    path = Path(spec.submodule_search_locations[0]) / "decoders.py"
+    module_spec = importlib.util.spec_from_file_location("pypgoutput_decoders", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def type_bytes(payloads: pa.Array) -> np.ndarray:
+    """The first byte of every payload, read from the Arrow buffers."""
+    _, offsets, data = payloads.buffers()
+    starts = np.frombuffer(offsets, dtype=np.int32, count=len(payloads), offset=payloads.offset * 4)
+    return np.frombuffer(data, dtype=np.uint8)[starts]
+
+
+def _convert(column_type, raw: pa.Array, is_binary: np.ndarray) -> pa.Array:
+    if not is_binary.any():
+        return convert_text(column_type, raw)
+    if is_binary.all() or not (raw.is_valid().to_numpy(zero_copy_only=False) & ~is_binary).any():
+        return convert_binary(column_type, raw)
+    mask = pa.array(is_binary)
+    nulls = pa.nulls(len(raw), raw.type)
+    return pc.if_else(mask, convert_binary(column_type, pc.if_else(mask, raw, nulls)),
+                      convert_text(column_type, pc.if_else(mask, nulls, raw)))
+
+
+def decode_ours(payloads: pa.Array, walk: Callable = walk_dml) -> dict[int, dict[str, list[pa.Array]]]:
+    """Bytes -> typed Arrow columns, per relation: ``{relation_id: {"new": [...], "old": [...]}}``."""
+    kinds = type_bytes(payloads)
+    columns: dict[int, list] = {}
+    for i in np.flatnonzero(kinds == _R).tolist():
+        relation = decode_message(payloads[i].as_py())
+        columns[relation.relation_id] = [resolve_column_type(c.type_oid, c.type_modifier) for c in relation.columns]
+    dml = payloads.take(pa.array(np.flatnonzero((kinds == _I) | (kinds == _U) | (kinds == _D))))
+    walked = walk(dml, np.zeros(len(dml), dtype=bool))
+    bad = [e for e in walked.error if e is not None]
+    if bad:
+        raise RuntimeError(f"{len(bad)} messages did not decode, first: {bad[0]}")
+    out: dict[int, dict[str, list[pa.Array]]] = {}
+    for relation_id, types in columns.items():
+        rows = np.flatnonzero(walked.relation_id == relation_id)
+        typed: dict[str, list[pa.Array]] = {}
+        for side, count, values, binary in (("new", walked.new_count, walked.new_values, walked.new_binary),
+                                            ("old", walked.old_count, walked.old_values, walked.old_binary)):
+            present = rows[count[rows] >= 0]
+            take = pa.array(present)
+            typed[side] = [_convert(t, values[c].take(take), binary[c][present]) for c, t in enumerate(types)]
+        out[relation_id] = typed
+    return out
+
+
+def decode_pypgoutput(payloads: list[bytes], decoders: ModuleType) -> list:
+    classes = {_R: decoders.Relation, _I: decoders.Insert, _U: decoders.Update, _D: decoders.Delete}
+    return [classes[p[0]](p) for p in payloads]
+
+
+def decode_reference(payloads: list[bytes]) -> list[m.PgOutputMessage]:
+    return [decode_message(p) for p in payloads]
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    gc.collect()
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def _spread(values: list[float], digits: int = 1) -> dict[str, float]:
+    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits)}
+
+
+def _check_same_values(selected: pa.Array, listed: list[bytes], decoders: ModuleType) -> None:
+    """All contenders read the same values (a sample of the rows)."""
+    ours = decode_ours(selected.slice(0, 3000))
+    theirs = decode_pypgoutput(listed[:3000], decoders)
+    reference = decode_reference(listed[:3000])
+    relation_id = next(iter(ours))
+    first_insert = next(i for i, msg in enumerate(reference) if isinstance(msg, m.Insert))
+    want = [v for v in reference[first_insert].new]
+    got = [c.col_data for c in theirs[first_insert].new_tuple.column_data]
+    assert got == want, (got, want)
+    row = sum(1 for msg in reference[:first_insert] if getattr(msg, "relation_id", None) == relation_id
+              and getattr(msg, "new", None) is not None and not isinstance(msg, m.Relation))
+    assert ours[relation_id]["new"][0][row].as_py() == int(want[0])
+
+
+def run(reps: int = 5, before: bool = True, write: bool = True) -> dict:
+    """Run the benchmark; returns (and by default merges into ``bench/results.json``) its results."""
+    decoders = pypgoutput_decoders()
+    table, meta = load_capture()
+    payloads = table.column("payload").combine_chunks()
+    kinds = type_bytes(payloads)
+    selected = payloads.take(pa.array(np.flatnonzero(np.isin(kinds, [_R, _I, _U, _D]))))
+    listed = selected.to_pylist()
+    n, size = len(listed), sum(map(len, listed))
+    counts = {chr(k): int(v) for k, v in zip(*np.unique(type_bytes(selected), return_counts=True))}
+    _check_same_values(selected, listed, decoders)
+
+    contenders: dict[str, Callable[[], object]] = {
+        "ours": lambda: decode_ours(selected),
+        "pypgoutput": lambda: decode_pypgoutput(listed, decoders),
+        "reference": lambda: decode_reference(listed),
+    }
+    if before:
+        contenders["before"] = lambda: decode_ours(selected, walk_dml_reference)
+    # warm-up on a slice (imports, compiled patterns, caches)
+    decode_ours(selected.slice(0, 2000))
+    decode_pypgoutput(listed[:2000], decoders)
+    decode_reference(listed[:2000])
+
+    seconds: dict[str, list[float]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for rep in range(reps):
+        for name in names[rep % len(names):] + names[:rep % len(names)]:
+            seconds[name].append(_timed(contenders[name]))
+        print(f"  rep {rep + 1}/{reps}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in seconds.items()),
+              file=sys.stderr)
+
+    rate = {name: [n / s for s in secs] for name, secs in seconds.items()}
+    ratio = [o / p for o, p in zip(rate["ours"], rate["pypgoutput"])]
+    ratio_ref = [o / r for o, r in zip(rate["ours"], rate["reference"])]
+    detail = {
+        "what": "pgoutput bytes -> typed Arrow columns (walk_dml + convert_text per column, per relation)",
+        "capture": {**meta, "messages": n, "bytes": size, "by_type": counts,
+                    "columns": "int4 int8 text numeric(12,2) timestamptz bool float8 varchar(32)",
+                    "protocol": 1, "format": "text"},
+        "reps": reps,
+        "seconds": {name: _spread(secs, 3) for name, secs in seconds.items()},
+        "msgs_per_s": {name: _spread(r, 0) for name, r in rate.items()},
+        "mb_per_s": {name: _spread([size / s / 1e6 for s in secs], 2) for name, secs in seconds.items()},
+        "vs_pypgoutput": _spread(ratio, 2),
+        "vs_reference": _spread(ratio_ref, 2),
+        "machine": {"python": platform.python_version(), "machine": platform.machine(),
+                    "pyarrow": pa.__version__, "numpy": np.__version__},
+    }
+    if before:
+        detail["vs_before"] = _spread([o / b for o, b in zip(rate["ours"], rate["before"])], 2)
+    results = {
+        "decode_msgs_per_s": detail["msgs_per_s"]["ours"]["median"],
+        "decode_mb_per_s": detail["mb_per_s"]["ours"]["median"],
+        "decode_vs_pypgoutput": detail["vs_pypgoutput"]["median"],
+        "decode_vs_reference": detail["vs_reference"]["median"],
+        "decode": detail,
+    }
+    if write:
+        merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        merged.update(results)
+        tmp = RESULTS.with_suffix(".tmp")
+        tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+        tmp.replace(RESULTS)
+    return results
+
+
+def print_table(results: dict) -> None:
+    d = results["decode"]
+    cap = d["capture"]
+    print(f"decode: {cap['messages']:,} messages ({cap['bytes'] / 1e6:.1f} MB; {cap['by_type']}), "
+          f"median of {d['reps']} interleaved reps [min - max]")
+    print(f"{'contender':<12} {'messages/s':>28} {'MB/s':>24}")
+    for name in d["msgs_per_s"]:
+        r, b = d["msgs_per_s"][name], d["mb_per_s"][name]
+        print(f"{name:<12} {r['median']:>10,.0f} [{r['min']:>7,.0f} - {r['max']:>7,.0f}] "
+              f"{b['median']:>8.2f} [{b['min']:.2f} - {b['max']:.2f}]")
+    for key in ("vs_pypgoutput", "vs_reference", "vs_before"):
+        if key in d:
+            s = d[key]
+            print(f"ours {key.replace('_', ' ')}: {s['median']:.1f}x [{s['min']:.1f} - {s['max']:.1f}]")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions (default 5)")
+    parser.add_argument("--no-before", action="store_true", help="skip the pre-vectorisation walk")
+    parser.add_argument("--no-write", action="store_true", help="do not merge into bench/results.json")
+    args = parser.parse_args(argv)
+    results = run(reps=args.reps, before=not args.no_before, write=not args.no_write)
+    print_table(results)
+
+
+if __name__ == "__main__":
+    main()
