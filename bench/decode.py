@@ -1,6 +1,6 @@
 """Decode benchmark: pgoutput bytes -> typed Arrow columns, against pypgoutput and the reference decoder.
 
-    .venv/bin/python bench/decode.py [--reps 5] [--no-before] [--no-write]
+    .venv/bin/python bench/decode.py [--reps 5] [--no-before] [--no-stage] [--no-write]
 
 or, from Python, ``from bench.decode import run; results = run()``.
 
@@ -18,6 +18,12 @@ Insert/Update/Delete messages of the capture.
 * ``reference``: ``decode_message`` per message (parses, values as ``str``).
 * ``before``: the walk as it was before the vectorised one (``walk_dml_reference``: the reference
   decoder message by message) plus the same conversions as ``ours``.
+* ``stage``: the Spark decode stage's per-partition function without Spark:
+  ``cdc_apply.apply.changes.decode_batches`` over record batches of 10,000 change rows (Spark's
+  default ``maxRecordsPerBatch``), with a plan built beforehand (untimed) by ``plan_batch``. It
+  decodes the Insert/Update/Delete rows only (the Relation messages are the plan's), so its
+  rate counts those. Not a contender against pypgoutput: it shows what the rest of the stage
+  costs around ``walk_dml`` and the converters.
 
 Repetitions are interleaved (each repetition times every contender, in a rotating order) and
 the medians are reported with min/max. The results are merged into ``bench/results.json``.
@@ -29,6 +35,7 @@ import argparse
 import gc
 import importlib.util
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -133,11 +140,44 @@ def decode_reference(payloads: list[bytes]) -> list[m.PgOutputMessage]:
     return [decode_message(p) for p in payloads]
 
 
-def _timed(fn: Callable[[], object]) -> float:
+def stage_input(table: pa.Table, rows_per_batch: int = 10_000) -> tuple[list[pa.RecordBatch], object]:
+    """The change rows as bronze-like record batches, and the decode plan of the whole capture."""
+    from cdc_apply.apply.plan import plan_batch
+    from cdc_apply.apply.schema import SchemaHistory
+    from cdc_apply.apply.state import SourceState
+
+    payloads = table.column("payload").combine_chunks()
+    kinds = type_bytes(payloads)
+    lsns = table.column("lsn").to_numpy()
+    change = np.isin(kinds, [_I, _U, _D, ord("T"), ord("M")])
+    controls = [(int(i), int(lsns[i]), payloads[int(i)].as_py()) for i in np.flatnonzero(~change)]
+    plan = plan_batch({"bench": (SourceState(), SchemaHistory(), controls, len(payloads) - 1)},
+                      lambda source, ranges, subxids: {})
+    rows = np.flatnonzero(change)
+    batch = pa.record_batch({"source": pa.array(["bench"] * len(rows)), "seq": pa.array(rows, pa.int64()),
+                             "lsn": pa.array(lsns[rows], pa.int64()), "payload": payloads.take(pa.array(rows))})
+    return [batch.slice(i, rows_per_batch) for i in range(0, len(rows), rows_per_batch)], plan.decode
+
+
+def decode_stage(batches: list[pa.RecordBatch], plan) -> int:
+    from cdc_apply.apply.changes import decode_batches
+
+    return sum(b.num_rows for b in decode_batches(batches, plan))
+
+
+def _timed(fn: Callable[[], object]) -> tuple[float, float]:
+    """Wall-clock and CPU seconds (this process, all threads) of one call."""
     gc.collect()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def _spread(values: list[float], digits: int = 1) -> dict[str, float]:
@@ -160,9 +200,10 @@ def _check_same_values(selected: pa.Array, listed: list[bytes], decoders: Module
     assert ours[relation_id]["new"][0][row].as_py() == int(want[0])
 
 
-def run(reps: int = 5, before: bool = True, write: bool = True) -> dict:
+def run(reps: int = 5, before: bool = True, stage: bool = True, write: bool = True) -> dict:
     """Run the benchmark; returns (and by default merges into ``bench/results.json``) its results."""
     decoders = pypgoutput_decoders()
+    load_before = _load()
     table, meta = load_capture()
     payloads = table.column("payload").combine_chunks()
     kinds = type_bytes(payloads)
@@ -170,6 +211,7 @@ def run(reps: int = 5, before: bool = True, write: bool = True) -> dict:
     listed = selected.to_pylist()
     n, size = len(listed), sum(map(len, listed))
     counts = {chr(k): int(v) for k, v in zip(*np.unique(type_bytes(selected), return_counts=True))}
+    dml_size = size - sum(len(p) for p in listed if p[0] == _R)
     _check_same_values(selected, listed, decoders)
 
     contenders: dict[str, Callable[[], object]] = {
@@ -179,20 +221,31 @@ def run(reps: int = 5, before: bool = True, write: bool = True) -> dict:
     }
     if before:
         contenders["before"] = lambda: decode_ours(selected, walk_dml_reference)
+    stage_rows = 0
+    if stage:
+        stage_batches, stage_plan = stage_input(table)
+        stage_rows = sum(b.num_rows for b in stage_batches)
+        contenders["stage"] = lambda: decode_stage(stage_batches, stage_plan)
+        decode_stage([stage_batches[0].slice(0, 2000)], stage_plan)
     # warm-up on a slice (imports, compiled patterns, caches)
     decode_ours(selected.slice(0, 2000))
     decode_pypgoutput(listed[:2000], decoders)
     decode_reference(listed[:2000])
 
     seconds: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu_seconds: dict[str, list[float]] = {name: [] for name in contenders}
     names = list(contenders)
     for rep in range(reps):
         for name in names[rep % len(names):] + names[:rep % len(names)]:
-            seconds[name].append(_timed(contenders[name]))
+            wall, cpu = _timed(contenders[name])
+            seconds[name].append(wall)
+            cpu_seconds[name].append(cpu)
         print(f"  rep {rep + 1}/{reps}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in seconds.items()),
               file=sys.stderr)
 
-    rate = {name: [n / s for s in secs] for name, secs in seconds.items()}
+    counted = {name: stage_rows if name == "stage" else n for name in seconds}
+    sized = {name: dml_size if name == "stage" else size for name in seconds}
+    rate = {name: [counted[name] / s for s in secs] for name, secs in seconds.items()}
     ratio = [o / p for o, p in zip(rate["ours"], rate["pypgoutput"])]
     ratio_ref = [o / r for o, r in zip(rate["ours"], rate["reference"])]
     detail = {
@@ -202,13 +255,20 @@ def run(reps: int = 5, before: bool = True, write: bool = True) -> dict:
                     "protocol": 1, "format": "text"},
         "reps": reps,
         "seconds": {name: _spread(secs, 3) for name, secs in seconds.items()},
+        "cpu_seconds": {name: _spread(secs, 3) for name, secs in cpu_seconds.items()},
+        "cpu_msgs_per_s": {name: _spread([counted[name] / s for s in secs], 0) for name, secs in cpu_seconds.items()},
+        "cpu_vs_pypgoutput": _spread([p / o for o, p in zip(cpu_seconds["ours"], cpu_seconds["pypgoutput"])], 2),
         "msgs_per_s": {name: _spread(r, 0) for name, r in rate.items()},
-        "mb_per_s": {name: _spread([size / s / 1e6 for s in secs], 2) for name, secs in seconds.items()},
+        "mb_per_s": {name: _spread([sized[name] / s / 1e6 for s in secs], 2) for name, secs in seconds.items()},
         "vs_pypgoutput": _spread(ratio, 2),
         "vs_reference": _spread(ratio_ref, 2),
         "machine": {"python": platform.python_version(), "machine": platform.machine(),
+                    "cpus": os.cpu_count(), "load_average_before": load_before, "load_average_after": _load(),
                     "pyarrow": pa.__version__, "numpy": np.__version__},
     }
+    if stage:
+        detail["stage_messages"] = stage_rows
+        detail["stage_vs_ours"] = _spread([s_ / o for s_, o in zip(rate["stage"], rate["ours"])], 3)
     if before:
         detail["vs_before"] = _spread([o / b for o, b in zip(rate["ours"], rate["before"])], 2)
     results = {
@@ -218,6 +278,8 @@ def run(reps: int = 5, before: bool = True, write: bool = True) -> dict:
         "decode_vs_reference": detail["vs_reference"]["median"],
         "decode": detail,
     }
+    if stage:
+        results["decode_stage_msgs_per_s"] = detail["msgs_per_s"]["stage"]["median"]
     if write:
         merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
         merged.update(results)
@@ -237,19 +299,25 @@ def print_table(results: dict) -> None:
         r, b = d["msgs_per_s"][name], d["mb_per_s"][name]
         print(f"{name:<12} {r['median']:>10,.0f} [{r['min']:>7,.0f} - {r['max']:>7,.0f}] "
               f"{b['median']:>8.2f} [{b['min']:.2f} - {b['max']:.2f}]")
+    if "stage_messages" in d:
+        print(f"(stage counts its {d['stage_messages']:,} Insert/Update/Delete rows; the Relation messages are the plan's)")
     for key in ("vs_pypgoutput", "vs_reference", "vs_before"):
         if key in d:
             s = d[key]
             print(f"ours {key.replace('_', ' ')}: {s['median']:.1f}x [{s['min']:.1f} - {s['max']:.1f}]")
+    s = d["cpu_vs_pypgoutput"]
+    print(f"ours vs pypgoutput in CPU time: {s['median']:.1f}x [{s['min']:.1f} - {s['max']:.1f}]; "
+          f"load average before/after {d['machine']['load_average_before']} / {d['machine']['load_average_after']}")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions (default 5)")
     parser.add_argument("--no-before", action="store_true", help="skip the pre-vectorisation walk")
+    parser.add_argument("--no-stage", action="store_true", help="skip the decode stage (changes.decode_batches)")
     parser.add_argument("--no-write", action="store_true", help="do not merge into bench/results.json")
     args = parser.parse_args(argv)
-    results = run(reps=args.reps, before=not args.no_before, write=not args.no_write)
+    results = run(reps=args.reps, before=not args.no_before, stage=not args.no_stage, write=not args.no_write)
     print_table(results)
 
 

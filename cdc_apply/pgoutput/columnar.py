@@ -65,6 +65,14 @@ class DmlBatch:
     old_binary: list
     error: list               # DecodeError or None per row
 
+    def toast_array(self) -> pa.ListArray:
+        """``toast`` as an Arrow ``list<int32>`` (null where None), e.g. to ``take`` rows of it."""
+        return pa.array(self.toast, type=pa.list_(pa.int32()))
+
+    def old_kind_array(self) -> pa.StringArray:
+        """``old_kind`` as an Arrow string array ('K', 'O' or null)."""
+        return pa.array(self.old_kind, type=pa.string())
+
 
 def toast_columns(values: m.TupleData) -> list[int] | None:
     """Indexes of the unchanged-TOAST columns of a tuple, or None when there are none."""
@@ -183,10 +191,11 @@ def _build(buf: Payloads, tuples: Tuples, ok: np.ndarray, width: int):
     """Per column: the value array, the binary flags and what finds its text rows (to check UTF-8)."""
     n = buf.n
     values, binary, found = [], [], []
+    ok_rows = ok[tuples.rows]
     for k, kind, start, length in tuples.columns[:width]:
         rows = tuples.rows[:k]
         is_text, is_binary = kind == KIND_TEXT, kind == KIND_BINARY
-        keep = (is_text | is_binary) & ok[rows]
+        keep = (is_text | is_binary) & ok_rows[:k]
         if keep.all():
             rows_kept, s, size = rows, start, length
         else:
@@ -224,8 +233,11 @@ def _toast(n: int, tuples: Tuples, ok: np.ndarray) -> list:
     toast: list = [None] * n
     found_rows, found_cols = [], []
     for c, (k, kind, _, _) in enumerate(tuples.columns):
+        is_toast = kind == KIND_TOAST
+        if not is_toast.any():
+            continue
         rows = tuples.rows[:k]
-        hit = rows[(kind == KIND_TOAST) & ok[rows]]
+        hit = rows[is_toast & ok[rows]]
         if len(hit):
             found_rows.append(hit)
             found_cols.append(np.full(len(hit), c, dtype=np.int64))

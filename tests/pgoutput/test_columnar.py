@@ -233,6 +233,8 @@ def test_toast_lists_and_old_kinds():
                     encode(Delete(None, 1, ("k", None), None))], [False] * 4)
     assert walked.toast == [[1], [0, 1], None, None]
     assert walked.old_kind == ["O", "K", None, "K"]
+    assert walked.toast_array().to_pylist() == walked.toast and walked.toast_array().type == pa.list_(pa.int32())
+    assert walked.old_kind_array().to_pylist() == walked.old_kind
     assert walked.old_count.tolist() == [2, 2, -1, 2] and walked.new_count.tolist() == [2, 2, 2, -1]
 
 
@@ -366,3 +368,8 @@ def test_decode_batches_same_with_the_fast_and_the_reference_walk(scenario, conf
     assert fast.num_rows > 0 and fast.schema == reference.schema
     for name in fast.column_names:
         assert _nan_safe(fast.column(name)).equals(_nan_safe(reference.column(name))), name
+
+
+def test_batches_of_only_empty_or_null_payloads():
+    walked = check([None, None, b""], [False, True, False])
+    assert walked.new_values == [] and all("empty message" in str(e) for e in walked.error)
