@@ -47,7 +47,8 @@ class TableStats:
 
 @dataclass(frozen=True)
 class _Planned:
-    work: TableWork
+    work: TableWork                   # the table as of the newest version this batch applies
+    segments: tuple[TableWork, ...]   # consecutive relation versions with the same row identity
     chain: tuple[RelationVersion, ...]
     type_of: Callable[[int, int], str]
     has_rows: bool
@@ -86,16 +87,22 @@ class SilverTables:
     def plan_tables(self, plan: BatchPlan, histories: dict[str, SchemaHistory], counts, truncates) -> list[TableWork]:
         touched: dict[tuple[str, int], dict] = {}
         slot_rel = {k: (s.source, s.relation_id) for k, s in enumerate(plan.decode.slots)}
+
+        def entry_for(key):
+            return touched.setdefault(key, {"rows": 0, "toast": 0, "truncate": None, "lsn": 0, "version": -1})
+
         for r in counts:
             if r.slot is not None and not r.errors and r.op in ("I", "U", "D"):
-                entry = touched.setdefault(slot_rel[r.slot], {"rows": 0, "toast": 0, "truncate": None, "lsn": 0})
+                entry = entry_for(slot_rel[r.slot])
                 entry["rows"] += r.n
                 entry["toast"] += r.toasted
                 entry["lsn"] = max(entry["lsn"], r.last_commit_lsn or 0)
+                entry["version"] = max(entry["version"], plan.decode.slots[r.slot].version_seq)
         for t in truncates:
             for rid in t.trunc_relids:
-                entry = touched.setdefault((t.source, rid), {"rows": 0, "toast": 0, "truncate": None, "lsn": 0})
+                entry = entry_for((t.source, rid))
                 entry["lsn"] = max(entry["lsn"], t.commit_lsn)
+                entry["truncate_seq"] = max(entry.get("truncate_seq", -1), t.seq)
                 point = (t.commit_lsn, t.seq, t.trunc_options)
                 if entry["truncate"] is None or point[:2] > entry["truncate"][:2]:
                     entry["truncate"] = point
@@ -104,8 +111,12 @@ class SilverTables:
             history = histories[source].relations.get(rid)
             if history is None:
                 continue  # a truncate of a relation never described: nothing in silver to empty
-            batch = plan.sources[source]
-            latest = history.at(batch.last_seq + 1) or history.latest
+            # Silver follows the newest relation version a committed change of this batch used: a
+            # Relation message of a transaction still open (or later aborted) must not reshape it yet.
+            if info["version"] >= 0:
+                latest = next(v for v in history.versions if v.seq == info["version"])
+            else:
+                latest = history.at(info.get("truncate_seq", plan.sources[source].last_seq + 1)) or history.latest
             if not self.config.table_selected(latest.qualified_name):
                 continue
             planned = self._plan_table(source, rid, history, latest, histories[source], plan, info)
@@ -121,19 +132,28 @@ class SilverTables:
         chain = tuple(v for v in history.versions if v.seq <= latest.seq)
         type_of = self._type_of(schema)
         columns, _ = evolve(chain, type_of, self.config.silver.drop_columns, self.config.silver.retype)
-        slots = []
+        # Versions whose row identity differs (ADD PRIMARY KEY, REPLICA IDENTITY FULL) are merged
+        # one after the other: an identity applies only to the changes written under it.
+        segments: list[tuple[tuple[str, ...] | None, list[SlotMap]]] = []
         for k, slot in enumerate(plan.decode.slots):
-            if slot.source != source or slot.relation_id != rid:
+            if slot.source != source or slot.relation_id != rid or slot.version_seq > latest.seq:
                 continue
             version = next(v for v in history.versions if v.seq == slot.version_seq)
-            slots.append(SlotMap(k, slot_mapping(version, columns), tuple(t.spark_ddl for t in slot.column_types)))
+            key = identity_of(version, self.config.key_for(latest.qualified_name))
+            slot_map = SlotMap(k, slot_mapping(version, columns), tuple(t.spark_ddl for t in slot.column_types))
+            if segments and segments[-1][0] == key:
+                segments[-1][1].append(slot_map)
+            else:
+                segments.append((key, [slot_map]))
+        if not segments:
+            segments.append((identity_of(latest, self.config.key_for(latest.qualified_name)), []))
         truncate = info["truncate"]
-        work = TableWork(
+        works = tuple(TableWork(
             source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
-            columns=tuple(columns), key=identity_of(latest, self.config.key_for(latest.qualified_name)),
-            slots=tuple(slots), truncate_after=truncate[:2] if truncate else None,
+            columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
             meta=tuple((c, d) for c, d, _ in self.metadata()), has_toast=info["toast"] > 0)
-        return _Planned(work, chain, type_of, info["rows"] > 0, info["lsn"])
+            for key, slot_maps in segments)
+        return _Planned(works[-1], works, chain, type_of, info["rows"] > 0, info["lsn"])
 
     # -- applying (one thread per table) -------------------------------------------------
     def apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
@@ -144,13 +164,16 @@ class SilverTables:
         app_id = f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
         if work.truncate_after is not None:
             session.conf.set(TXN_APP_ID, app_id)
-            session.conf.set(TXN_VERSION, str(version * 4 + 1))
+            session.conf.set(TXN_VERSION, str(version * 64 + 1))
             work.ref.delta_table(session).delete()
         if planned.has_rows:
-            session.conf.set(TXN_APP_ID, app_id)
-            session.conf.set(TXN_VERSION, str(version * 4 + 2))
-            result = self._merge(session, decoded, work)
-            stats.inserted, stats.updated, stats.deleted = result.inserted, result.updated, result.deleted
+            for step, segment in enumerate(planned.segments):
+                session.conf.set(TXN_APP_ID, app_id)
+                session.conf.set(TXN_VERSION, str(version * 64 + 2 + step))
+                result = self._merge(session, decoded, segment)
+                stats.inserted += result.inserted
+                stats.updated += result.updated
+                stats.deleted += result.deleted
         session.conf.unset(TXN_APP_ID)
         session.conf.unset(TXN_VERSION)
         last = planned.chain[-1]

@@ -132,8 +132,9 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], columns: Seq
             if op.column in current:
                 spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMN {quote_ident(op.column)}")
         elif op.kind == "retype":
-            if op.column in current and current[op.column].simpleString().upper() != _simple(op.spark_ddl):
-                if op.in_place:
+            resumed = f"{op.column}__retype" in current
+            if resumed or (op.column in current and current[op.column].simpleString().upper() != _simple(op.spark_ddl)):
+                if op.in_place and not resumed:
                     spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {quote_ident(op.column)} TYPE {op.spark_ddl}")
                 else:
                     _rewrite_column(spark, ref, op)
@@ -146,14 +147,18 @@ def _simple(ddl: str) -> str:
 
 
 def _rewrite_column(spark, ref: TableRef, op: SchemaOp) -> None:
-    """An incompatible type change: rewrite the table with the column cast to its new type."""
-    from pyspark.sql import functions as F
+    """An incompatible type change: a new column holding the cast values takes the old one's place.
 
-    df = ref.read(spark)
-    cols = [F.col(quote_ident(f.name)).cast(op.spark_ddl).alias(f.name) if f.name == op.column
-            else F.col(quote_ident(f.name)) for f in df.schema.fields]
-    writer = df.select(*cols).write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-    if ref.path:
-        writer.save(ref.path)
-    else:
-        writer.saveAsTable(ref.name)
+    Delta refuses to overwrite a table with Change Data Feed once columns were renamed or dropped,
+    so the column is rebuilt in place: add ``<col>__retype``, fill it with ``CAST``, drop the old
+    column, rename. Each step checks the schema first, so a re-run resumes where a crash stopped.
+    The rebuilt column moves to the end of the table.
+    """
+    temp = f"{op.column}__retype"
+    current = {f.name for f in ref.read(spark).schema.fields}
+    if temp not in current:
+        spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({quote_ident(temp)} {op.spark_ddl})")
+    if op.column in current:
+        spark.sql(f"UPDATE {ref.sql} SET {quote_ident(temp)} = CAST({quote_ident(op.column)} AS {op.spark_ddl})")
+        spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMN {quote_ident(op.column)}")
+    spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {quote_ident(temp)} TO {quote_ident(op.column)}")
