@@ -300,7 +300,8 @@ def print_table(results: dict) -> None:
         print(f"{name:<12} {r['median']:>10,.0f} [{r['min']:>7,.0f} - {r['max']:>7,.0f}] "
               f"{b['median']:>8.2f} [{b['min']:.2f} - {b['max']:.2f}]")
     if "stage_messages" in d:
-        print(f"(stage counts its {d['stage_messages']:,} Insert/Update/Delete rows; the Relation messages are the plan's)")
+        print(f"(stage counts its {d['stage_messages']:,} Insert/Update/Delete rows; "
+              "the Relation messages are the plan's)")
     for key in ("vs_pypgoutput", "vs_reference", "vs_before"):
         if key in d:
             s = d[key]

@@ -49,7 +49,8 @@ class DmlBatch:
     """The walked form of ``n`` DML messages (row ``i`` is the ``i``-th payload).
 
     A row with an ``error`` has the defaults everywhere else: op 0, relation_id 0,
-    xid -1, old_kind None, counts -1, toast None, null values.
+    xid -1, old_kind None, counts -1, toast None, null values. Value arrays are
+    ``pa.binary()`` (``large_binary`` only when a block of payloads passes 2 GiB).
     """
 
     op: np.ndarray            # uint8: ord('I'), ord('U'), ord('D'); 0 when error
@@ -276,19 +277,22 @@ def walk_dml(payloads: pa.Array, in_stream: np.ndarray) -> DmlBatch:
 def _concat(parts: list[DmlBatch]) -> DmlBatch:
     width = max(len(p.new_values) for p in parts)
 
-    def columns(attr_values: str, attr_binary: str) -> tuple[list, list]:
+    def columns(side: str) -> tuple[list, list]:
         values, binary = [], []
         for c in range(width):
-            values.append(pa.concat_arrays([
-                getattr(p, attr_values)[c] if c < len(getattr(p, attr_values)) else pa.nulls(len(p.op), pa.binary())
-                for p in parts]))
-            binary.append(np.concatenate([
-                getattr(p, attr_binary)[c] if c < len(getattr(p, attr_binary)) else np.zeros(len(p.op), dtype=bool)
-                for p in parts]))
+            pieces, flags = [], []
+            for p in parts:
+                have = c < len(getattr(p, f"{side}_values"))
+                pieces.append(getattr(p, f"{side}_values")[c] if have else pa.nulls(len(p.op), pa.binary()))
+                flags.append(getattr(p, f"{side}_binary")[c] if have else np.zeros(len(p.op), dtype=bool))
+            if len({piece.type for piece in pieces}) > 1:  # a block past 2 GiB gave large_binary
+                pieces = [piece.cast(pa.large_binary()) for piece in pieces]
+            values.append(pa.concat_arrays(pieces))
+            binary.append(np.concatenate(flags))
         return values, binary
 
-    new_values, new_binary = columns("new_values", "new_binary")
-    old_values, old_binary = columns("old_values", "old_binary")
+    new_values, new_binary = columns("new")
+    old_values, old_binary = columns("old")
     return DmlBatch(np.concatenate([p.op for p in parts]), np.concatenate([p.relation_id for p in parts]),
                     np.concatenate([p.xid for p in parts]), [k for p in parts for k in p.old_kind],
                     np.concatenate([p.new_count for p in parts]), np.concatenate([p.old_count for p in parts]),
@@ -354,7 +358,8 @@ def _merge(batch: DmlBatch, accepted: dict[int, _Row]) -> None:
     rows = list(accepted)
     where[rows] = n + np.arange(len(rows))
     take = pa.array(where)
-    for values, binary, attr in ((batch.new_values, batch.new_binary, "new"), (batch.old_values, batch.old_binary, "old")):
+    for attr in ("new", "old"):
+        values, binary = getattr(batch, f"{attr}_values"), getattr(batch, f"{attr}_binary")
         extra_values, extra_binary = _columns([getattr(accepted[i], attr) for i in rows], width)
         for c in range(width):
             if c >= len(values):

@@ -48,7 +48,8 @@ class Payloads:
         else:
             offsets = np.zeros(1, dtype=np.int64)
         first, last = int(offsets[0]), int(offsets[-1])
-        data = np.zeros(last - first + PAD, dtype=np.uint8)
+        data = np.empty(last - first + PAD, dtype=np.uint8)
+        data[last - first:] = 0
         if last > first:
             data[: last - first] = np.frombuffer(data_buf, dtype=np.uint8, count=last - first, offset=first)
         offsets -= first

@@ -212,8 +212,8 @@ def test_invalid_utf8_text_is_an_error_naming_its_offset():
 
 
 def test_non_ascii_text_passes():
-    walked = check([encode(Insert(None, 1, ("żółw", "日本", "a"))), encode(Insert(None, 1, ("é", None, b"\xff")))],
-                   [False, False])
+    walked = check([encode(Insert(None, 1, ("żółw", "日本", "a"))),
+                    encode(Insert(None, 1, ("é", None, b"\xff")))], [False, False])
     assert walked.new_values[0].to_pylist() == ["żółw".encode(), "é".encode()]
     assert walked.new_binary[2].tolist() == [False, True]
 

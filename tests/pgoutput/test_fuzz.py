@@ -186,6 +186,7 @@ def test_fuzz_mutated_real_messages_only_ever_raise_decode_error(capsys):
         walk_s = time.monotonic() - started
         with capsys.disabled():
             print(f"fuzz: {len(cases)} mutated messages, decode_message {reference_s:.1f}s "
-                  f"({failed} DecodeErrors), walk_dml (+ reference walk on 1 batch in 4) {walk_s:.1f}s ({walk_errors} error rows)")
+                  f"({failed} DecodeErrors), walk_dml (+ reference walk on 1 batch in 4) {walk_s:.1f}s "
+                  f"({walk_errors} error rows)")
     finally:
         faulthandler.cancel_dump_traceback_later()
