@@ -62,6 +62,7 @@ class SourcePlan:
     txn_xid: tuple[int, ...]
     txn_commit_ts: tuple[int, ...] = ()   # unix microseconds
     txn_origin: tuple[str | None, ...] = ()
+    txn_user: tuple[str | None, ...] = ()  # GaussDB sources: the transaction's user name
     versions: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     # relation_id -> (version seqs ascending, slot index per version)
     ignored: frozenset[int] = frozenset()  # relations left out by the table allow/deny lists
@@ -97,6 +98,7 @@ COMMON_FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("commit_lsn", pa.int64(), "BIGINT"),
     ("commit_ts", pa.timestamp("us", tz="UTC"), "TIMESTAMP"),
     ("origin", pa.string(), "STRING"),
+    ("user", pa.string(), "STRING"),
     ("xid", pa.int64(), "BIGINT"),
     ("op", pa.string(), "STRING"),
     ("slot", pa.int32(), "INT"),
@@ -146,7 +148,8 @@ def _txn_fields(splan: SourcePlan, txn: int) -> dict:
         return {}
     return {"txn": txn, "commit_lsn": splan.txn_commit_lsn[txn],
             "commit_ts": splan.txn_commit_ts[txn] if splan.txn_commit_ts else None,
-            "origin": splan.txn_origin[txn] if splan.txn_origin else None}
+            "origin": splan.txn_origin[txn] if splan.txn_origin else None,
+            "user": splan.txn_user[txn] if splan.txn_user else None}
 
 
 def _context(source: str, seq: int, lsn: int) -> dict:

@@ -122,7 +122,8 @@ def plan_batch(sources: Mapping[str, tuple[SourceState, SchemaHistory, list, int
                first_change_seq: FirstChangeLookup, type_options: TypeOptions = TypeOptions(),
                origin_filter: str = "any", quarantine: bool = False,
                present_relations: Mapping[str, set[int]] | None = None,
-               table_selected: Callable[[str], bool] = lambda name: True) -> BatchPlan:
+               table_selected: Callable[[str], bool] = lambda name: True,
+               txn_users: Mapping[str, Mapping[int, str]] | None = None) -> BatchPlan:
     """Plan a batch over several sources: ``{source: (state, history, controls, last_seq)}``.
 
     ``present_relations`` (optional) narrows the decode slots to relations that
@@ -154,6 +155,8 @@ def plan_batch(sources: Mapping[str, tuple[SourceState, SchemaHistory, list, int
                                                                 type_options) for c in version.columns)))
                     slot_versions.append(version)
                 versions[relation_id] = (tuple(seqs), tuple(indexes))
-        splans[source] = replace(splan, versions=versions, ignored=ignored)
+        users = (txn_users or {}).get(source)
+        user_of = tuple(users.get(t.commit_lsn) for t in batch.committed) if users else ()
+        splans[source] = replace(splan, versions=versions, ignored=ignored, txn_user=user_of)
         batches[source] = batch
     return BatchPlan(batches, DecodePlan(splans, tuple(slots), quarantine), tuple(slot_versions))

@@ -75,6 +75,7 @@ class SourceState:
     last_commit_lsn: int | None = None
     last_commit_ts: int | None = None
     last_end_lsn: int | None = None
+    format_state: str | None = None  # a non-pgoutput source's own carried state (JSON)
 
     def pending_ranges(self) -> tuple[SeqRange, ...]:
         """Seq ranges holding changes of transactions not yet decided (open ranges end at ``applied_seq``)."""

@@ -60,11 +60,17 @@ def inspect_hex(path: str, out: TextIO = sys.stdout) -> int:
         return inspect_stream(read_hex_lines(handle), out)
 
 
-def inspect_bronze(path: str, source: str | None, from_seq: int, out: TextIO = sys.stdout) -> int:
+def inspect_bronze(path: str, source: str | None, from_seq: int, out: TextIO = sys.stdout,
+                   gaussdb: bool = False) -> int:
     """Decode a bronze table, source by source in seq order, starting at ``from_seq``."""
     from cdc_apply.delta.bronze import read_bronze_messages
 
     failed = 0
     for source_name, in_stream, rows in read_bronze_messages(path, source, from_seq):
-        failed += inspect_stream(rows, out, StreamDecoder(in_stream=in_stream), source=source_name)
+        if gaussdb:
+            from cdc_apply.gaussdb.render import inspect_gaussdb_stream
+
+            failed += inspect_gaussdb_stream(rows, out, source=source_name)
+        else:
+            failed += inspect_stream(rows, out, StreamDecoder(in_stream=in_stream), source=source_name)
     return failed

@@ -22,7 +22,14 @@ def _demo(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from cdc_apply.cli import inspect as inspect_cmd
 
-    if args.hex is not None:
+    if args.format == "gaussdb":
+        from cdc_apply.gaussdb.render import inspect_gaussdb_hex
+
+        if args.hex is not None:
+            failed = inspect_gaussdb_hex(args.hex)
+        else:
+            failed = inspect_cmd.inspect_bronze(args.bronze, args.source, args.from_seq, gaussdb=True)
+    elif args.hex is not None:
         failed = inspect_cmd.inspect_hex(args.hex)
     else:
         failed = inspect_cmd.inspect_bronze(args.bronze, args.source, args.from_seq)
@@ -81,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--hex", metavar="FILE", help="a file of hex payloads, one per line (- for stdin)")
     inspect.add_argument("--source", help="only this source (bronze)")
     inspect.add_argument("--from-seq", type=int, default=0, metavar="N", help="start at this seq (bronze)")
+    inspect.add_argument("--format", choices=("pgoutput", "gaussdb"), default="pgoutput",
+                         help="payload format (default: pgoutput)")
     inspect.set_defaults(run=_inspect)
     return parser
 

@@ -31,6 +31,16 @@ class BronzeConfig:
 
 
 @dataclass(frozen=True)
+class GaussdbConfig:
+    """Sources in GaussDB / openGauss binary decode-style (``[bronze.formats]`` says which)."""
+
+    exclude_users: tuple[str, ...] = ()  # drop transactions of these users (Begin's user name)
+    include_user: bool = False           # add the _cdc_user metadata column
+    commit_position: str = "lsn"         # "lsn" (the Commit record's LSN) or "csn"
+    heartbeat_unit: str = "auto"         # heartbeat timestamp unit: "s", "ms", "us" or "auto"
+
+
+@dataclass(frozen=True)
 class SilverConfig:
     path: str | None = None              # silver root: relation ns.rel lives at <path>/<ns>/<rel>
     table_template: str | None = None    # or catalog tables, e.g. "main.silver.{namespace}__{name}"
@@ -86,6 +96,7 @@ class SourceConfig:
     create_slot: bool = False
     create_publication: bool = False
     publication_tables: tuple[str, ...] = ()  # empty: FOR ALL TABLES
+    connect_timeout: float = 10.0        # seconds libpq waits for the server before "unreachable"
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,8 @@ class LandConfig:
     idle_exit_seconds: float = 3.0       # --once: stop after this long with nothing to land
     keepalive_seconds: float = 10.0
     retries: int = 8
+    backoff_seconds: float = 0.5         # first wait before reconnecting; doubles per failed attempt
+    backoff_max_seconds: float = 30.0    # ... up to this
 
 
 @dataclass(frozen=True)
@@ -108,7 +121,12 @@ class Config:
     tables: Mapping[str, TableConfig] = field(default_factory=dict)
     source: SourceConfig = SourceConfig()
     land: LandConfig = LandConfig()
+    formats: Mapping[str, str] = field(default_factory=dict)   # bronze source -> "pgoutput" | "gaussdb"
+    gaussdb: GaussdbConfig = GaussdbConfig()
     origin_file: str | None = None
+
+    def format_of(self, source: str) -> str:
+        return self.formats.get(source, "pgoutput")
 
     def table_selected(self, qualified_name: str) -> bool:
         """Whether ``namespace.name`` passes the allow and deny lists."""
@@ -143,6 +161,8 @@ _CHOICES = {
     "apply.numeric": ("decimal", "string"),
     "source.streaming": ("off", "on", "parallel"),
     "source.origin": ("any", "none"),
+    "gaussdb.commit_position": ("lsn", "csn"),
+    "gaussdb.heartbeat_unit": ("s", "ms", "us", "auto"),
 }
 
 
@@ -204,11 +224,15 @@ def _resolve(path: str | None, base: Path) -> str | None:
 def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_file: str | None = None) -> Config:
     """Validate a parsed TOML document; ``base_dir`` anchors relative paths."""
     base = base_dir or Path.cwd()
-    allowed = {"pipeline", "bronze", "silver", "state", "apply", "tables", "source", "land"}
+    allowed = {"pipeline", "bronze", "silver", "state", "apply", "tables", "source", "land", "gaussdb"}
     for key in raw:
         if key not in allowed:
             raise ConfigError(f"unknown section (known: {', '.join(sorted(allowed))})", key=key)
-    bronze = _section(BronzeConfig, raw.get("bronze"), "bronze")
+    bronze_raw = dict(raw.get("bronze") or {})
+    formats = bronze_raw.pop("formats", {})
+    if not isinstance(formats, Mapping) or any(v not in ("pgoutput", "gaussdb") for v in formats.values()):
+        raise ConfigError('expected a table of source = "pgoutput" | "gaussdb"', key="bronze.formats")
+    bronze = _section(BronzeConfig, bronze_raw, "bronze")
     silver = _section(SilverConfig, raw.get("silver"), "silver")
     state = _section(StateConfig, raw.get("state"), "state")
     if (bronze.path is None) == (bronze.table is None):
@@ -236,12 +260,13 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
     if source.proto_version not in (1, 2, 3, 4):
         raise ConfigError("must be 1, 2, 3 or 4", key="source.proto_version")
     land = _section(LandConfig, raw.get("land"), "land")
+    gaussdb = _section(GaussdbConfig, raw.get("gaussdb"), "gaussdb")
     pipeline = raw.get("pipeline", None)
     if pipeline is None:
         pipeline = Path(state.path or state.schema or "cdc_apply").name or "cdc_apply"
     if not isinstance(pipeline, str) or not pipeline:
         raise ConfigError("expected a non-empty string", key="pipeline")
-    return Config(pipeline, bronze, silver, state, apply, tables, source, land, origin_file)
+    return Config(pipeline, bronze, silver, state, apply, tables, source, land, dict(formats), gaussdb, origin_file)
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

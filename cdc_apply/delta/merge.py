@@ -75,7 +75,8 @@ def project(decoded, work: TableWork):
         lsn, seq = work.truncate_after
         rows = rows.where((F.col("commit_lsn") > lsn) | ((F.col("commit_lsn") == lsn) & (F.col("seq") > seq)))
     exprs = [F.col("seq").alias("_seq"), F.col("commit_lsn").alias("_commit_lsn"), F.col("commit_ts").alias("_commit_ts"),
-             F.col("xid").alias("_xid"), F.col("origin").alias("_origin"), F.col("op").alias("_op"),
+             F.col("xid").alias("_xid"), F.col("origin").alias("_origin"), F.col("user").alias("_user"),
+             F.col("op").alias("_op"),
              F.col("old_kind").alias("_old_kind")]
     not_delete = F.col("op") != F.lit("D")
     for i, column in enumerate(work.columns):
@@ -115,7 +116,7 @@ def key_events(projected, work: TableWork):
     k_new = [F.col(f"n_{i}") for i in ki]
     k_old = [F.when(has_old, F.col(f"o_{i}")).otherwise(F.col(f"n_{i}")) for i in ki]
     moved = (F.col("_op") == "U") & ~_null_safe_equal(k_old, k_new)
-    meta = ["_seq", "_commit_lsn", "_commit_ts", "_xid", "_origin"]
+    meta = ["_seq", "_commit_lsn", "_commit_ts", "_xid", "_origin", "_user"]
     values = [c for i in range(n) for c in (f"n_{i}", f"x_{i}", f"p_{i}")]
     staged = projected.withColumn("_moved", moved)
     for pos, i in enumerate(ki):
@@ -210,7 +211,7 @@ def collapse(events, work: TableWork, has_toast: bool):
     w = _window(nk)
     w_all = _window(nk, frame_to_current=False)
     cols = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_seq", "_commit_lsn", "_commit_ts", "_xid",
-                                                                          "_origin", "_kind")]
+                                                                          "_origin", "_user", "_kind")]
     for i in range(n):
         if has_toast:
             r = F.last(F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v"))), ignorenulls=True).over(w)
@@ -219,7 +220,8 @@ def collapse(events, work: TableWork, has_toast: bool):
         cols += [r.alias(f"r_{i}"), F.col(f"p_{i}")]
     cols.append(F.lead("_seq").over(w_all).alias("_next"))
     reduced = events.select(*cols).where(F.col("_next").isNull())
-    out = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_commit_lsn", "_commit_ts", "_xid", "_origin")]
+    out = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_commit_lsn", "_commit_ts", "_xid", "_origin",
+                                                                      "_user")]
     out.append(F.when(F.col("_kind") == "D", F.lit("delete")).otherwise(F.lit("upsert")).alias("_action"))
     for i in range(n):
         out += [F.col(f"r_{i}.v").alias(f"v_{i}"), F.col(f"r_{i}").isNotNull().alias(f"s_{i}")]
@@ -268,7 +270,7 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     from pyspark.sql import functions as F
 
     n = len(work.columns)
-    meta_cols = ["_commit_lsn", "_commit_ts", "_xid", "_origin"]
+    meta_cols = ["_commit_lsn", "_commit_ts", "_xid", "_origin", "_user"]
     if projected.where((F.col("_op") == "U") & F.col("_old_kind").isNull()).limit(1).count():
         raise ApplyError("an update without its old row on a table without a key: cannot tell which row changed; "
                          "set REPLICA IDENTITY FULL or configure the key", table=work.qualified_name)

@@ -18,10 +18,11 @@ start — changes nothing twice.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import partial
 from typing import Callable, TextIO
@@ -33,7 +34,8 @@ from cdc_apply.apply.state import SourceState
 from cdc_apply.config import Config
 from cdc_apply.delta.bookkeeping import Bookkeeping, relation_row
 from cdc_apply.delta.silver import SilverTables, TableStats
-from cdc_apply.delta.tables import bronze_ref
+from cdc_apply.delta.formats import EXPANDED_DDL, Expansion, expand_gaussdb, expanded_ref
+from cdc_apply.delta.tables import bronze_ref, create_table
 from cdc_apply.errors import ApplyError, CdcApplyError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
@@ -103,9 +105,23 @@ class ApplyPipeline:
         self.type_options = TypeOptions(numeric=config.apply.numeric)
         self.silver = SilverTables(spark, config)
         self.bronze = bronze_ref(config)
+        self.gaussdb_sources = sorted(s for s, f in config.formats.items() if f == "gaussdb")
+        if self.gaussdb_sources:
+            create_table(spark, expanded_ref(config), EXPANDED_DDL, {"delta.appendOnly": "true"},
+                         comment=f"cdc_apply: pgoutput messages transcoded from GaussDB sources of {config.pipeline}")
         # Tests inject crashes here: called with "table:<ns.name>", "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
         self.reports: list[BatchReport] = []
+
+    def _messages(self):
+        """Every source's pgoutput messages: bronze, and for GaussDB sources their transcoded messages."""
+        from pyspark.sql import functions as F
+
+        df = self.bronze.read(self.spark)
+        if not self.gaussdb_sources:
+            return df
+        df = df.where(~F.col("source").isin(self.gaussdb_sources)).select("source", "seq", "lsn", "payload")
+        return df.unionByName(expanded_ref(self.config).read(self.spark).select("source", "seq", "lsn", "payload"))
 
     # -- planning helpers ----------------------------------------------------------
     def _first_change_seq(self, source: str, ranges, subxids):
@@ -117,7 +133,7 @@ class ApplyPipeline:
             cond = F.col("seq").between(a, b)
             in_ranges = cond if in_ranges is None else in_ranges | cond
         xid = F.conv(F.hex(F.substring("payload", 2, 4)), 16, 10).cast("long")
-        rows = (self.bronze.read(self.spark).where((F.col("source") == source) & in_ranges
+        rows = (self._messages().where((F.col("source") == source) & in_ranges
                                                    & _first_byte_hex().isin(*CHANGE_HEX))
                 .select(xid.alias("xid"), "seq").where(F.col("xid").isin(list(subxids)))
                 .groupBy("xid").agg(F.min("seq").alias("first")).collect())
@@ -141,15 +157,23 @@ class ApplyPipeline:
         report = BatchReport(version, batch_id)
         if not stats:
             return report
+        last = {source: int(row.last) for source, row in stats.items()}
+        expansions: dict[str, Expansion] = {}
+        for source in stats:
+            if self.config.format_of(source) == "gaussdb":
+                state = self.states.get(source, SourceState())
+                expansions[source] = expand_gaussdb(self.spark, self.config, self.bronze, source, state.format_state,
+                                                    last[source], version)
+                last[source] = expansions[source].last_seq
         # The micro-batch says how far each source has landed; the rows themselves are read from the
         # bronze table by seq, so however Spark splits bronze commits into micro-batches, every row is
         # seen once and in seq order.
         new_rows = None
-        for source, row in stats.items():
+        for source in stats:
             state = self.states.get(source, SourceState())
-            cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= int(row.last))
+            cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= last[source])
             new_rows = cond if new_rows is None else new_rows | cond
-        fresh = self.bronze.read(self.spark).where(new_rows)
+        fresh = self._messages().where(new_rows)
         controls: dict[str, list] = {s: [] for s in stats}
         for r in fresh.where(_first_byte_hex().isin(*CONTROL_HEX)).select("source", "seq", "lsn", "payload").collect():
             controls[r.source].append((r.seq, r.lsn, bytes(r.payload)))
@@ -157,10 +181,13 @@ class ApplyPipeline:
         for source, row in stats.items():
             self.histories.setdefault(source, SchemaHistory())
             rows = sorted(controls[source])
-            inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows, int(row.last))
+            inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows, last[source])
             report.messages += int(row.n)
         plan = plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
-                          self.config.apply.on_error == "quarantine", table_selected=self.config.table_selected)
+                          self.config.apply.on_error == "quarantine", table_selected=self.config.table_selected,
+                          txn_users={s: e.users for s, e in expansions.items()})
+        states = {s: replace(b.state, format_state=expansions[s].format_state) if s in expansions else b.state
+                  for s, b in plan.sources.items()}
         decoded = self._decode(fresh, plan)
         try:
             self._apply(plan, decoded, version, report)
@@ -168,9 +195,9 @@ class ApplyPipeline:
             if decoded is not None:
                 decoded.unpersist()
         self._fault("progress")
-        self._write_progress(plan, stats, version, batch_id, report)
+        self._write_progress(plan, states, stats, version, batch_id, report, expansions)
         self.version = version
-        self.states = {**self.states, **{s: b.state for s, b in plan.sources.items()}}
+        self.states = {**self.states, **states}
         report.seconds = time.monotonic() - started
         self.reports.append(report)
         print(report.line(), file=self.out, flush=True)
@@ -189,7 +216,7 @@ class ApplyPipeline:
                 cond = (F.col("source") == source) & F.col("seq").between(a, b)
                 reread = cond if reread is None else reread | cond
         if reread is not None:
-            old = (self.bronze.read(self.spark).where(reread & _first_byte_hex().isin(*CHANGE_HEX))
+            old = (self._messages().where(reread & _first_byte_hex().isin(*CHANGE_HEX))
                    .select("source", "seq", "lsn", "payload"))
             changes = changes.unionByName(old)
         parallelism = self.spark.sparkContext.defaultParallelism
@@ -291,7 +318,8 @@ class ApplyPipeline:
                 F.current_timestamp().alias("quarantined_at"))
             self.books.append_df(bad, "quarantine", version)
 
-    def _write_progress(self, plan: BatchPlan, stats, version: int, batch_id: int, report: BatchReport) -> None:
+    def _write_progress(self, plan: BatchPlan, states, stats, version: int, batch_id: int, report: BatchReport,
+                        expansions) -> None:
         from pyspark.sql import functions as F
 
         bronze_max = {r.source: int(r.m) for r in self.bronze.read(self.spark).where(
@@ -299,9 +327,16 @@ class ApplyPipeline:
         now = _now()
         rows = []
         for source, batch in plan.sources.items():
-            state = batch.state
+            state = states[source]
             commit_ts = m.pg_timestamp_to_datetime(state.last_commit_ts) if state.last_commit_ts is not None else None
-            lag_seq = max(bronze_max.get(source, state.applied_seq) - state.applied_seq, 0)
+            if source in expansions:  # lag in bronze rows not yet transcoded; heartbeats say how current we are
+                lag_seq = max(bronze_max.get(source, 0) - json.loads(state.format_state)["bronze_seq"], 0)
+                beat = expansions[source].heartbeat_ts
+                if beat is not None:
+                    commit_ts = max(commit_ts, datetime.fromtimestamp(beat / 1e6, timezone.utc)) if commit_ts else \
+                        datetime.fromtimestamp(beat / 1e6, timezone.utc)
+            else:
+                lag_seq = max(bronze_max.get(source, state.applied_seq) - state.applied_seq, 0)
             lag_s = (now - commit_ts).total_seconds() if commit_ts is not None else None
             pending = state.describe_pending()
             carried = pending["open"] + pending["streamed"] + pending["prepared"]

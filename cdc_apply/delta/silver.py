@@ -81,6 +81,8 @@ class SilverTables:
             meta.append((p + "xid", "_xid", "BIGINT"))
         if self.config.silver.include_origin:
             meta.append((p + "origin", "_origin", "STRING"))
+        if self.config.gaussdb.include_user and "gaussdb" in self.config.formats.values():
+            meta.append((p + "user", "_user", "STRING"))
         return tuple(meta)
 
     # -- planning (driver) -----------------------------------------------------------
