@@ -24,5 +24,8 @@ demo: setup
 test: setup
 	@$(VPY) -m pytest $(PYTEST_ARGS)
 
+bench: setup
+	@$(VPY) bench/run.py
+
 clean-setup:
 	rm -rf $(VENV) .jars

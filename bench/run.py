@@ -1,0 +1,34 @@
+"""``make bench``: every benchmark in turn; each merges its keys into bench/results.json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import decode  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results.json"
+
+
+def main() -> int:
+    decode.run(reps=5)
+    try:
+        from bench import apply as apply_bench  # noqa: F401  (added with the apply benchmarks)
+    except ImportError:
+        apply_bench = None
+    if apply_bench is not None:
+        apply_bench.run()
+    results = json.loads(RESULTS.read_text())
+    print("\nbench/results.json:")
+    for key in sorted(results):
+        value = results[key]
+        if isinstance(value, (int, float)):
+            print(f"  {key:40s} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
