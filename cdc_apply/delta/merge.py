@@ -28,6 +28,9 @@ from cdc_apply.apply.tables import SilverColumn
 from cdc_apply.delta.tables import TableRef, quote_ident
 from cdc_apply.errors import ApplyError
 
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
 
 @dataclass(frozen=True)
 class SlotMap:
@@ -316,3 +319,24 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
                .execute().collect())
     row = metrics[0].asDict() if metrics else {}
     return MergeResult(row.get("num_inserted_rows", 0) or 0, 0, row.get("num_deleted_rows", 0) or 0)
+
+
+def append_rows(spark, projected, work: TableWork) -> MergeResult:
+    """Inserts only, where a MERGE has nothing to match: append the new rows as they are.
+
+    Used for keyless tables whose batch only inserts (each Insert adds one copy) and for keyed tables
+    known to be empty (created or truncated and not written since). The write carries the session's
+    ``txnAppId``/``txnVersion`` like the MERGE it replaces.
+    """
+    from pyspark.sql import functions as F
+
+    values = [F.col(f"n_{i}").alias(c.name) for i, c in enumerate(work.columns)]
+    meta = [F.col(src).alias(col) for col, src in work.meta]
+    rows = projected.where(F.col("_op") == "I").select(*values, *meta)
+    writer = (rows.write.format("delta").mode("append")
+              .option("txnAppId", spark.conf.get(TXN_APP_ID)).option("txnVersion", spark.conf.get(TXN_VERSION)))
+    if work.ref.path:
+        writer.save(work.ref.path)
+    else:
+        writer.saveAsTable(work.ref.name)
+    return MergeResult(inserted=-1)  # counted from the batch's own counts by the caller

@@ -18,7 +18,8 @@ from cdc_apply.apply.schema import RelationHistory, RelationVersion, SchemaHisto
 from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
 from cdc_apply.config import Config
 from cdc_apply.delta.merge import (
-    MergeResult, SlotMap, TableWork, collapse, key_events, merge_keyed, merge_keyless, project, resolve_moves,
+    TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_rows, collapse, key_events, merge_keyed, merge_keyless, project,
+    resolve_moves,
 )
 from cdc_apply.delta.tables import (
     TableRef, apply_schema_ops, create_table, quote_ident, set_properties, silver_properties, silver_ref,
@@ -28,8 +29,6 @@ from cdc_apply.errors import SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
-TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
 PROP_RELATION_ID = "cdc_apply.relation_id"
@@ -53,6 +52,8 @@ class _Planned:
     type_of: Callable[[int, int], str]
     has_rows: bool
     last_commit_lsn: int
+    ops: frozenset[str]  # change kinds of this table in the batch (I, U, D)
+    inserts: int
 
 
 class SilverTables:
@@ -66,6 +67,8 @@ class SilverTables:
         # What this process knows a silver table to look like: table -> (source, relation id, version seq).
         # Saves reading each table's properties and schema every batch.
         self._known: dict[str, tuple[str, int, int]] = {}
+        # Tables this process created or emptied and has not written since: a MERGE into them is an append.
+        self._empty: set[str] = set()
 
     def names_of(self, source: str, relation_ids) -> list[str]:
         return [self._names[(source, rid)] for rid in relation_ids if (source, rid) in self._names]
@@ -91,13 +94,16 @@ class SilverTables:
         slot_rel = {k: (s.source, s.relation_id) for k, s in enumerate(plan.decode.slots)}
 
         def entry_for(key):
-            return touched.setdefault(key, {"rows": 0, "toast": 0, "truncate": None, "lsn": 0, "version": -1})
+            return touched.setdefault(key, {"rows": 0, "toast": 0, "truncate": None, "lsn": 0, "version": -1,
+                                            "ops": set(), "inserts": 0})
 
         for r in counts:
             if r.slot is not None and not r.errors and r.op in ("I", "U", "D"):
                 entry = entry_for(slot_rel[r.slot])
                 entry["rows"] += r.n
                 entry["toast"] += r.toasted
+                entry["ops"].add(r.op)
+                entry["inserts"] += r.n if r.op == "I" else 0
                 entry["lsn"] = max(entry["lsn"], r.last_commit_lsn or 0)
                 entry["version"] = max(entry["version"], plan.decode.slots[r.slot].version_seq)
         for t in truncates:
@@ -155,7 +161,8 @@ class SilverTables:
             columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
             meta=tuple((c, d) for c, d, _ in self.metadata()), has_toast=info["toast"] > 0)
             for key, slot_maps in segments)
-        return _Planned(works[-1], works, chain, type_of, info["rows"] > 0, info["lsn"])
+        return _Planned(works[-1], works, chain, type_of, info["rows"] > 0, info["lsn"], frozenset(info["ops"]),
+                        info["inserts"])
 
     # -- applying (one thread per table) -------------------------------------------------
     def apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
@@ -168,12 +175,14 @@ class SilverTables:
             session.conf.set(TXN_APP_ID, app_id)
             session.conf.set(TXN_VERSION, str(version * 64 + 1))
             work.ref.delta_table(session).delete()
+            self._empty.add(str(work.ref))
         if planned.has_rows:
             for step, segment in enumerate(planned.segments):
                 session.conf.set(TXN_APP_ID, app_id)
                 session.conf.set(TXN_VERSION, str(version * 64 + 2 + step))
-                result = self._merge(session, decoded, segment)
-                stats.inserted += result.inserted
+                result = self._merge(session, decoded, segment, planned.ops)
+                self._empty.discard(str(work.ref))
+                stats.inserted += result.inserted if result.inserted >= 0 else planned.inserts
                 stats.updated += result.updated
                 stats.deleted += result.deleted
         session.conf.unset(TXN_APP_ID)
@@ -185,10 +194,16 @@ class SilverTables:
         })
         return stats
 
-    def _merge(self, session, decoded, work: TableWork) -> MergeResult:
+    def _merge(self, session, decoded, work: TableWork, ops: frozenset[str]) -> MergeResult:
         projected = project(decoded, work)
+        empty = str(work.ref) in self._empty
+        insert_only = ops <= {"I"}
         if work.key is None:
-            return merge_keyless(session, projected, work, target_empty=work.truncate_after is not None)
+            if insert_only:
+                return append_rows(session, projected, work)  # each Insert adds one copy: exactly an append
+            return merge_keyless(session, projected, work, target_empty=empty)
+        if insert_only and empty:
+            return append_rows(session, projected, work)  # new keys into an empty table
         events = key_events(projected, work)
         if work.has_toast:
             target = None if work.truncate_after is not None else work.ref.read(session)
@@ -219,6 +234,7 @@ class SilverTables:
             create_table(session, ref, [(c.name, c.spark_ddl) for c in work.columns] + meta,
                          silver_properties(self.config),
                          comment=f"cdc_apply silver table of {work.source}:{work.qualified_name}")
+            self._empty.add(str(ref))
             return
         props = table_properties(session, ref)
         if props.get(PROP_RELATION_ID) not in (None, str(work.relation_id)) or props.get(PROP_SOURCE) not in (
@@ -227,6 +243,7 @@ class SilverTables:
             cols = ", ".join(f"{quote_ident(n)} {t}" for n, t in [(c.name, c.spark_ddl) for c in work.columns] + meta)
             opts = ", ".join(f"'{k}' = '{v}'" for k, v in silver_properties(self.config).items())
             session.sql(f"REPLACE TABLE {ref.sql} ({cols}) USING delta TBLPROPERTIES ({opts})")
+            self._empty.add(str(ref))
             return
         reflected = props.get(PROP_VERSION_SEQ)
         chain = planned.chain
