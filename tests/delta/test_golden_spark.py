@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from cdc_apply.pgoutput import decode_message
+from cdc_apply.testing.compare import silver_rows
 from golden.loader import load_capture, load_expected, parse_lsn
 from golden.oracle import canonical, column_types, options_for, skipped_columns, typed_expected
 
@@ -45,27 +45,6 @@ def _chunks(capture, checkpoints):
     return out[: len(limits)]
 
 
-def _comparable(df):
-    """Dates and timestamps as integers (Python cannot hold BC or infinity), structs as dicts."""
-    cols = []
-    for f in df.schema.fields:
-        c = F.col(f"`{f.name}`")
-        t = f.dataType
-        if isinstance(t, T.DateType):
-            c = F.unix_date(c)
-        elif isinstance(t, (T.TimestampType, T.TimestampNTZType)):
-            c = F.unix_micros(c.cast("timestamp"))
-        elif isinstance(t, T.ArrayType) and isinstance(t.elementType, T.DateType):
-            c = F.transform(c, F.unix_date)
-        elif isinstance(t, T.ArrayType) and isinstance(t.elementType, (T.TimestampType, T.TimestampNTZType)):
-            c = F.transform(c, lambda x: F.unix_micros(x.cast("timestamp")))
-        cols.append(c.alias(f.name))
-    rows = df.select(*cols).collect()
-    return [tuple(v.asDict(recursive=True) if hasattr(v, "asDict") else
-                  ([e.asDict(recursive=True) if hasattr(e, "asDict") else e for e in v] if isinstance(v, list) else v)
-                  for v in r) for r in rows]
-
-
 @pytest.mark.parametrize("scenario,config,points", CASES, ids=[f"{s}-{c}" for s, c, _ in CASES])
 def test_silver_equals_postgres_at_each_checkpoint(scenario, config, points, lake_factory):
     options = options_for(scenario)
@@ -90,7 +69,7 @@ def test_silver_equals_postgres_at_each_checkpoint(scenario, config, points, lak
                 continue
             silver = lake.silver(first.namespace, first.name).select(*[F.col(f"`{n}`") for n in names])
             skip = skipped_columns(scenario, name, names, "binary" in config)
-            assert canonical(_comparable(silver), skip) == canonical(want, skip), (
+            assert canonical(silver_rows(silver, names), skip) == canonical(want, skip), (
                 f"{scenario}/{config}: {name} differs at checkpoint {checkpoint['name']}")
     if scenario == "types":
         errors = [r.error for r in lake.state("quarantine").collect()]

@@ -10,14 +10,13 @@ columns added with a DEFAULT keep NULL in silver for rows not changed since
 
 from __future__ import annotations
 
-import math
-from decimal import Decimal
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import pyarrow as pa
 
 from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
+from cdc_apply.testing.compare import canonical, python_values  # noqa: F401  (re-exported for the tests)
 
 # (scenario, table, column): added WITH DEFAULT, so untouched rows are unknowable from the stream.
 UNKNOWABLE = {
@@ -36,20 +35,7 @@ def options_for(scenario: str) -> TypeOptions:
     return TypeOptions(numeric="string") if scenario == "types" else TypeOptions()
 
 
-def _storage(array_type: pa.DataType) -> pa.DataType:
-    """Dates and timestamps as their integers (Python's datetime cannot hold BC or infinity)."""
-    if pa.types.is_date32(array_type):
-        return pa.int32()
-    if pa.types.is_timestamp(array_type):
-        return pa.int64()
-    if pa.types.is_list(array_type):
-        return pa.list_(_storage(array_type.value_type))
-    return array_type
-
-
-def py_values(array: pa.Array) -> list:
-    storage = _storage(array.type)
-    return (array.cast(storage) if storage != array.type else array).to_pylist()
+py_values = python_values
 
 
 def convert_one(column, user_types, raw, options: TypeOptions = TypeOptions()):
@@ -88,25 +74,6 @@ def typed_raw(rows: list[dict[str, Any]], names: list[str], types: list[ColumnTy
         text_values, binary_values = text.to_pylist(), binary.to_pylist()
         out_cols.append([b if isinstance(v, bytes) else x for v, x, b in zip(raw, text_values, binary_values)])
     return [tuple(r) for r in zip(*out_cols)] if rows else []
-
-
-def _norm(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
-        return ("nan",)
-    if isinstance(value, Decimal):
-        return ("dec", str(value.normalize()) if value.is_finite() else str(value))
-    if isinstance(value, (list, tuple)):
-        return tuple(_norm(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _norm(v)) for k, v in value.items()))
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
-
-
-def canonical(rows: Iterable[tuple], skip: set[int] = frozenset()) -> list[tuple]:
-    out = [tuple(_norm(v) for i, v in enumerate(r) if i not in skip) for r in rows]
-    return sorted(out, key=repr)
 
 
 # Binary mode: composites and arrays of user types have no converter and are kept as '\x' + hex of their
