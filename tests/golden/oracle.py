@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
-from cdc_apply.testing.compare import canonical, python_values  # noqa: F401  (re-exported for the tests)
+from cdc_apply.testing.compare import canonical, python_values  # noqa: F401  (canonical: re-exported)
 
 # (scenario, table, column): added WITH DEFAULT, so untouched rows are unknowable from the stream.
 UNKNOWABLE = {
@@ -35,15 +35,12 @@ def options_for(scenario: str) -> TypeOptions:
     return TypeOptions(numeric="string") if scenario == "types" else TypeOptions()
 
 
-py_values = python_values
-
-
 def convert_one(column, user_types, raw, options: TypeOptions = TypeOptions()):
     """One raw pgoutput value (``str`` text or ``bytes`` binary) as a comparable Python value."""
     t = resolve_column_type(column.type_oid, column.type_modifier, user_types, options)
     if isinstance(raw, str):
-        return py_values(convert_text(t, pa.array([raw.encode()], pa.binary())))[0]
-    return py_values(convert_binary(t, pa.array([raw], pa.binary())))[0]
+        return python_values(convert_text(t, pa.array([raw.encode()], pa.binary())))[0]
+    return python_values(convert_binary(t, pa.array([raw], pa.binary())))[0]
 
 
 def recast_one(value, column, user_types, options: TypeOptions = TypeOptions()):
@@ -59,21 +56,9 @@ def recast_one(value, column, user_types, options: TypeOptions = TypeOptions()):
 def typed_expected(table: Mapping[str, Any], types: list[ColumnType]) -> list[tuple]:
     """PostgreSQL's rows as typed Python values."""
     columns = list(zip(*table["rows"])) if table["rows"] else [[] for _ in types]
-    converted = [py_values(convert_text(t, pa.array([None if v is None else v.encode() for v in col], pa.binary())))
+    converted = [python_values(convert_text(t, pa.array([None if v is None else v.encode() for v in col], pa.binary())))
                  for t, col in zip(types, columns)]
     return [tuple(row) for row in zip(*converted)] if table["rows"] else []
-
-
-def typed_raw(rows: list[dict[str, Any]], names: list[str], types: list[ColumnType]) -> list[tuple]:
-    """Reference-applier rows (raw ``str``/``bytes`` values) as typed Python values."""
-    out_cols = []
-    for name, t in zip(names, types):
-        raw = [r.get(name) for r in rows]
-        text = convert_text(t, pa.array([v.encode() if isinstance(v, str) else None for v in raw], pa.binary()))
-        binary = convert_binary(t, pa.array([v if isinstance(v, bytes) else None for v in raw], pa.binary()))
-        text_values, binary_values = text.to_pylist(), binary.to_pylist()
-        out_cols.append([b if isinstance(v, bytes) else x for v, x, b in zip(raw, text_values, binary_values)])
-    return [tuple(r) for r in zip(*out_cols)] if rows else []
 
 
 # Binary mode: composites and arrays of user types have no converter and are kept as '\x' + hex of their
