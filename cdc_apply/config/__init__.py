@@ -44,6 +44,7 @@ class GaussdbConfig:
 class SilverConfig:
     path: str | None = None              # silver root: relation ns.rel lives at <path>/<ns>/<rel>
     table_template: str | None = None    # or catalog tables, e.g. "main.silver.{namespace}__{name}"
+    source_in_path: bool = False         # <path>/<source>/<ns>/<rel>: several databases into one silver root
     metadata_prefix: str = "_cdc_"
     include_xid: bool = False
     include_origin: bool = False
@@ -241,6 +242,8 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         raise ConfigError("set exactly one of silver.path and silver.table_template", key="silver.path")
     if silver.table_template is not None and "{name}" not in silver.table_template:
         raise ConfigError("the template must contain {name} (and usually {namespace})", key="silver.table_template")
+    if silver.table_template is not None and silver.source_in_path:
+        raise ConfigError("with a table template, put {source} in the template instead", key="silver.source_in_path")
     if state.path is None and (state.schema is None or state.checkpoint is None):
         raise ConfigError("set state.path, or both state.schema and state.checkpoint", key="state.path")
     if not silver.metadata_prefix:

@@ -135,7 +135,7 @@ class SilverTables:
     def _plan_table(self, source: str, rid: int, history: RelationHistory, latest: RelationVersion,
                     schema: SchemaHistory, plan: BatchPlan, info: dict) -> _Planned:
         first = history.versions[0]
-        ref = silver_ref(self.config, first.namespace, first.name)
+        ref = silver_ref(self.config, first.namespace, first.name, source)
         self._names[(source, rid)] = latest.qualified_name
         chain = tuple(v for v in history.versions if v.seq <= latest.seq)
         type_of = self._type_of(schema)

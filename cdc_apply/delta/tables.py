@@ -60,17 +60,19 @@ class TableRef:
             writer.saveAsTable(self.name)
 
 
-def _catalog_name(template: str, namespace: str, name: str) -> str:
+def _catalog_name(template: str, namespace: str, name: str, source: str) -> str:
     parts = template.split(".")
-    return ".".join(quote_ident(p.format(namespace=namespace, name=name)) for p in parts)
+    return ".".join(quote_ident(p.format(namespace=namespace, name=name, source=source)) for p in parts)
 
 
-def silver_ref(config: Config, namespace: str, name: str) -> TableRef:
-    """``<silver root>/<namespace>/<relation>`` or the catalog name built from the template."""
+def silver_ref(config: Config, namespace: str, name: str, source: str = "") -> TableRef:
+    """``<silver root>/[<source>/]<namespace>/<relation>`` or the catalog name built from the template."""
     if config.silver.path is not None:
         root = config.silver.path.rstrip("/")
+        if config.silver.source_in_path:
+            root = f"{root}/{path_segment(source)}"
         return TableRef(path=f"{root}/{path_segment(namespace)}/{path_segment(name)}")
-    return TableRef(name=_catalog_name(config.silver.table_template, namespace, name))  # type: ignore[arg-type]
+    return TableRef(name=_catalog_name(config.silver.table_template, namespace, name, source))  # type: ignore[arg-type]
 
 
 def state_ref(config: Config, table: str) -> TableRef:

@@ -198,7 +198,7 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
             checks.append(compare_rows(table.qualified_name, want, []))
             continue
         first = relation.versions[0]
-        ref = silver_ref(config, first.namespace, first.name)
+        ref = silver_ref(config, first.namespace, first.name, source)
         names = [c[0] for c in table.columns]
         got = silver_rows(ref.read(spark), names) if ref.exists(spark) else []
         checks.append(compare_rows(table.qualified_name, want, got))
