@@ -198,9 +198,11 @@ class _Dml:
                                   relation_id=relation_id)
             else:
                 spec = plan.slots[int(slot[i])]
-                got = int(walked.new_count[i]) if walked.new_count[i] != -1 else int(walked.old_count[i])
-                err = SchemaError(f"tuple has {got} columns, Relation {spec.qualified_name} has "
-                                  f"{len(spec.column_types)}", relation_id=relation_id)
+                width = len(spec.column_types)
+                new, old = int(walked.new_count[i]), int(walked.old_count[i])
+                which, got = ("new", new) if new not in (-1, width) else ("key/old", old)
+                err = SchemaError(f"{which} tuple has {got} columns, Relation {spec.qualified_name} has {width}",
+                                  relation_id=relation_id)
             err = err.with_context(**context(source, seq, lsn))
             if not plan.quarantine:
                 raise err from None

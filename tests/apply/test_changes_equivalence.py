@@ -149,11 +149,10 @@ def _decode_dml(batch, rows, ranges, sources, seqs, lsns, plan, schema, walk) ->
                                   relation_id=relation_id)
             ncols = len(plan.slots[slot].column_types)
             if walked.new_count[i] not in (-1, ncols) or walked.old_count[i] not in (-1, ncols):
-                got = walked.new_count[i] if walked.new_count[i] != -1 else walked.old_count[i]
-                if walked.new_count[i] not in (-1, ncols):
-                    got = walked.new_count[i]
-                raise SchemaError(f"tuple has {got} columns, Relation {plan.slots[slot].qualified_name} has {ncols}",
-                                  relation_id=relation_id)
+                new, old = int(walked.new_count[i]), int(walked.old_count[i])
+                which, got = ("new", new) if new not in (-1, ncols) else ("key/old", old)
+                raise SchemaError(f"{which} tuple has {got} columns, Relation {plan.slots[slot].qualified_name} "
+                                  f"has {ncols}", relation_id=relation_id)
             by_slot.setdefault(slot, []).append(i)
         except CdcApplyError as err:
             err = err.with_context(**_context(source, seq, lsn))
