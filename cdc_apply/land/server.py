@@ -1,0 +1,183 @@
+"""An ordinary (non-replication) session on the source: checks before streaming, and the
+small questions asked while streaming (slot lag, WAL flush position, transaction status).
+
+Every check that fails raises :class:`LandError` saying what is wrong and the
+SQL to run (or the config key to set) to fix it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cdc_apply.config import SourceConfig
+from cdc_apply.errors import LandError
+from cdc_apply.land.dsn import Target, connection_error, is_transient, scrub
+from cdc_apply.land.options import quote_ident
+
+
+# A server that vanishes without closing the socket is noticed within about 25 s, not TCP's 15 min.
+TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """The row of pg_replication_slots for the configured slot."""
+
+    name: str
+    database: str
+    two_phase: bool
+    confirmed_flush_lsn: int
+    restart_lsn: int
+
+
+class SourceServer:
+    """One autocommit connection to the source database."""
+
+    def __init__(self, dsn: str, source: SourceConfig, connect_timeout: float = 10.0) -> None:
+        self.dsn = dsn
+        self.source = source
+        self.connect_timeout = connect_timeout
+        self.target = Target.of(dsn)
+        self.created: list[str] = []     # what preflight created, for the log
+        self._conn = None
+
+    def connect(self) -> None:
+        import psycopg2
+
+        if self._conn is not None and not self._conn.closed:
+            return
+        try:
+            self._conn = psycopg2.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)),
+                                          application_name=f"cdc_apply-land-{self.source.name}"[:63],
+                                          options="-c statement_timeout=30000", **TCP_KEEPALIVES)
+        except psycopg2.Error as exc:
+            err = connection_error(exc, self.dsn)
+            err.transient = is_transient(exc)
+            raise err from None
+        self._conn.autocommit = True
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+    def query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        self.connect()
+        with self._conn.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+
+    # -- checks ------------------------------------------------------------------
+    def preflight(self) -> SlotInfo:
+        """Check wal_level, the publication and the slot; create them when configured to."""
+        import psycopg2
+
+        try:
+            return self._preflight()
+        except psycopg2.Error as exc:
+            self.close()
+            err = LandError(f"checking the source failed: {scrub(str(exc), self.dsn).splitlines()[0]}",
+                            dsn=self.target.shown)
+            err.transient = is_transient(exc) or isinstance(exc, psycopg2.OperationalError)
+            raise err from None
+
+    def _preflight(self) -> SlotInfo:
+        source, where = self.source, f"{self.target.host}:{self.target.port}"
+        wal_level = self.query("SHOW wal_level")[0][0]
+        if wal_level != "logical":
+            raise LandError(
+                f"wal_level is {wal_level!r} at {where}; logical replication needs 'logical': run "
+                "ALTER SYSTEM SET wal_level = logical; and restart PostgreSQL", dsn=self.target.shown)
+        user, allowed = self.query("SELECT current_user, rolreplication OR rolsuper FROM pg_roles "
+                                   "WHERE rolname = current_user")[0]
+        if not allowed:
+            raise LandError(f"user {user!r} may not open a replication connection: run ALTER ROLE "
+                            f"{quote_ident(user)} REPLICATION; as a superuser", dsn=self.target.shown)
+        if not self.query("SELECT 1 FROM pg_publication WHERE pubname = %s", (source.publication,)):
+            if not source.create_publication:
+                tables = ", ".join(source.publication_tables) if source.publication_tables else "ALL TABLES"
+                what = "FOR TABLE " + tables if source.publication_tables else "FOR ALL TABLES"
+                raise LandError(
+                    f"publication {source.publication!r} does not exist in database {self.target.dbname!r}: "
+                    f"run CREATE PUBLICATION {quote_ident(source.publication)} {what}; "
+                    "or set source.create_publication = true", dsn=self.target.shown)
+            self.create_publication()
+        return self.slot()
+
+    def create_publication(self) -> None:
+        source = self.source
+        self.created.append(f"publication {source.publication!r}")
+        if source.publication_tables:
+            tables = ", ".join(".".join(quote_ident(p) for p in t.split(".")) for t in source.publication_tables)
+            what = f"FOR TABLE {tables}"
+        else:
+            what = "FOR ALL TABLES"
+        self.query(f"CREATE PUBLICATION {quote_ident(source.publication)} {what}")
+
+    def slot(self) -> SlotInfo:
+        source = self.source
+        rows = self.query(
+            "SELECT plugin, slot_type, database, two_phase, wal_status, "
+            "coalesce(confirmed_flush_lsn - '0/0'::pg_lsn, 0)::bigint, "
+            "coalesce(restart_lsn - '0/0'::pg_lsn, 0)::bigint, current_database() "
+            "FROM pg_replication_slots WHERE slot_name = %s", (source.slot,))
+        if not rows:
+            if not source.create_slot:
+                raise LandError(
+                    f"replication slot {source.slot!r} does not exist: set source.create_slot = true, or run "
+                    f"SELECT pg_create_logical_replication_slot({_literal(source.slot)}, 'pgoutput', false, "
+                    f"{'true' if source.two_phase else 'false'}); in database {self.target.dbname!r}",
+                    dsn=self.target.shown)
+            # SQL, not the replication command: it can make the slot two-phase from the start.
+            self.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
+                       (source.slot, source.two_phase))
+            self.created.append(f"replication slot {source.slot!r}" + (" (two-phase)" if source.two_phase else ""))
+            return self.slot()
+        plugin, slot_type, database, two_phase, wal_status, confirmed, restart, current = rows[0]
+        if slot_type != "logical" or plugin != "pgoutput":
+            raise LandError(f"replication slot {source.slot!r} is a {slot_type} slot with plugin {plugin!r}; "
+                            "the lander needs a logical slot with plugin 'pgoutput' (configure another "
+                            "source.slot)", dsn=self.target.shown)
+        if database != current:
+            raise LandError(f"replication slot {source.slot!r} belongs to database {database!r}, the connection "
+                            f"goes to {current!r}: fix dbname in source.dsn", dsn=self.target.shown)
+        if wal_status == "lost":
+            raise LandError(f"replication slot {source.slot!r} is invalidated (wal_status = 'lost'): the WAL it "
+                            "needed is gone, changes were missed; drop it, create it again and reload the "
+                            "tables", dsn=self.target.shown)
+        return SlotInfo(source.slot, database, bool(two_phase), int(confirmed), int(restart))
+
+    # -- while streaming -----------------------------------------------------------
+    def slot_lag(self) -> int | None:
+        """Bytes of WAL between the server's current position and the slot's confirmed flush LSN."""
+        rows = self.query("SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint "
+                          "FROM pg_replication_slots WHERE slot_name = %s", (self.source.slot,))
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def wal_flush_lsn(self) -> int:
+        """The position up to which WAL is flushed (what a walsender can decode)."""
+        return int(self.query("SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint")[0][0])
+
+    def xact_status(self, xids: tuple[int, ...]) -> dict[int, str | None]:
+        """``pg_xact_status`` of 32-bit xids, widened with the current epoch ('aborted', 'committed', ...)."""
+        if not xids:
+            return {}
+        next_full = int(self.query("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")[0][0])
+        epoch, low = next_full >> 32, next_full & 0xFFFFFFFF
+        full = {x: ((epoch if x < low else epoch - 1) << 32) | x for x in xids}
+        out: dict[int, str | None] = {}
+        for xid, wide in full.items():
+            if wide < 0:
+                out[xid] = None
+                continue
+            try:
+                out[xid] = self.query("SELECT pg_xact_status(%s::text::xid8)", (str(wide),))[0][0]
+            except Exception:  # too old for the commit log: nothing can be said
+                out[xid] = None
+        return out
