@@ -123,7 +123,8 @@ class Lander:
             self.say(f"created {' and '.join(self.server.created)}")
         self.say(f"slot {self.source.slot!r} (confirmed flush {format_lsn(slot.confirmed_flush_lsn)}) "
                  f"of {self.target.shown} -> {self.writer.ref}; "
-                 f"bronze holds seq ..{self.state.last_seq}, resuming at lsn {format_lsn(self.state.resume_lsn)}"
+                 + (f"bronze holds seq ..{self.state.last_seq}" if self.state.last_seq >= 0 else "bronze is empty")
+                 + f", resuming at lsn {format_lsn(self.state.resume_lsn)}"
                  f"{' (state rebuilt from rows)' if self.writer.rebuilt_from_rows else ''}")
         attempt, supersede, diverged = 0, set(), {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bronze-append")
