@@ -27,5 +27,13 @@ test: setup
 bench: setup
 	@$(VPY) bench/run.py
 
+# The differential soak: >= 100,000 seeded random transactions through all six protocol
+# configurations, silver compared with PostgreSQL at every checkpoint (about an hour here).
+SOAK_SEED ?= 1122
+SOAK_TRANSACTIONS ?= 100000
+soak: setup
+	@$(VPY) -m cdc_apply.testing.differential --seed $(SOAK_SEED) --transactions $(SOAK_TRANSACTIONS) \
+		--checkpoints 8 --result bench/soak.json
+
 clean-setup:
 	rm -rf $(VENV) .jars

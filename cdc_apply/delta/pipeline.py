@@ -254,8 +254,9 @@ class ApplyPipeline:
             return work, self.silver.apply_table(decoded, work, version)
 
         with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:
+            several = len(plan.sources) > 1
             for work, stats in pool.map(run, works):
-                report.tables[work.qualified_name] = stats
+                report.tables[f"{work.source}:{work.qualified_name}" if several else work.qualified_name] = stats
         self._fault("logs")
         self._write_logs(plan, decoded, counts, truncates, version)
 

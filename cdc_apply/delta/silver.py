@@ -63,7 +63,7 @@ class SilverTables:
         check_policies(config.silver.drop_columns, config.silver.retype)
         self.type_options = TypeOptions(numeric=config.apply.numeric)
         self._names: dict[tuple[str, int], str] = {}
-        self._planned: dict[str, _Planned] = {}
+        self._planned: dict[tuple[str, int], _Planned] = {}
         # What this process knows a silver table to look like: table -> (source, relation id, version seq).
         # Saves reading each table's properties and schema every batch.
         self._known: dict[str, tuple[str, int, int]] = {}
@@ -128,7 +128,7 @@ class SilverTables:
             if not self.config.table_selected(latest.qualified_name):
                 continue
             planned = self._plan_table(source, rid, history, latest, histories[source], plan, info)
-            self._planned[planned.work.qualified_name] = planned
+            self._planned[(source, rid)] = planned
             works.append(planned.work)
         return works
 
@@ -166,7 +166,7 @@ class SilverTables:
 
     # -- applying (one thread per table) -------------------------------------------------
     def apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
-        planned = self._planned[work.qualified_name]
+        planned = self._planned[(work.source, work.relation_id)]
         session = self.spark.newSession()
         self._ensure_schema(session, planned)
         stats = TableStats(truncated=work.truncate_after is not None)

@@ -1,0 +1,180 @@
+"""The differential suite: a seeded random workload on a real PostgreSQL, landed through one slot per
+protocol configuration, applied, and silver compared with the source at every checkpoint.
+
+Every configuration lands into the same bronze table as its own source and is applied by one job
+into ``<silver>/<source>/<ns>/<rel>``; at each checkpoint every table of every configuration must
+equal PostgreSQL's, typed values compared exactly. A failure names the seed and the command that
+replays it::
+
+    .venv/bin/python -m cdc_apply.testing.differential --seed 7 --transactions 150 --checkpoints 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from cdc_apply.config import parse_config
+from cdc_apply.testing.workload import SCHEMA, Workload
+
+# name -> [source] options. Protocol 1..4, streaming off/on/parallel, two-phase, binary off and on.
+CONFIGS: dict[str, dict] = {
+    "v1": {"proto_version": 1, "streaming": "off", "two_phase": False},
+    "v1_binary": {"proto_version": 1, "streaming": "off", "two_phase": False, "binary": True},
+    "v2_stream": {"proto_version": 2, "streaming": "on", "two_phase": False},
+    "v3_twophase": {"proto_version": 3, "streaming": "on", "two_phase": True},
+    "v4_parallel": {"proto_version": 4, "streaming": "parallel", "two_phase": True},
+    "v4_parallel_binary": {"proto_version": 4, "streaming": "parallel", "two_phase": True, "binary": True},
+}
+SCHEMAS = ["diff"]
+
+
+@dataclass
+class Outcome:
+    seed: int
+    checkpoints: list[dict] = field(default_factory=list)  # per checkpoint: config -> list of TableCheck
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def replay_command(seed: int, transactions: int, checkpoints: int, configs) -> str:
+    return (f".venv/bin/python -m cdc_apply.testing.differential --seed {seed} --transactions {transactions} "
+            f"--checkpoints {checkpoints} --configs {','.join(configs)}")
+
+
+def _lake(root: Path, extra: dict | None = None) -> dict:
+    raw = {"pipeline": "differential",
+           "bronze": {"path": str(root / "bronze")},
+           "silver": {"path": str(root / "silver"), "source_in_path": True},
+           "state": {"path": str(root / "state")},
+           "apply": {"parallelism": 6}}
+    for section, values in (extra or {}).items():
+        raw.setdefault(section, {}).update(values)
+    return raw
+
+
+def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int = 2,
+                     configs=tuple(CONFIGS), root: Path | None = None, out: TextIO = sys.stdout,
+                     large_rows: int = 300) -> Outcome:
+    """Run the workload in ``checkpoints`` parts; after each, land every configuration, apply, compare."""
+    from cdc_apply.delta.bronze import create_bronze_table
+    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.land.lander import Lander
+    from cdc_apply.testing.compare import compare_with_postgres
+    from cdc_apply.testing.postgres import start_postgres
+
+    started = time.monotonic()
+    root = Path(root or tempfile.mkdtemp(prefix="cdc_apply_diff_"))
+    outcome = Outcome(seed)
+    pg = start_postgres(root / "pg" / "data")
+    try:
+        pg.create_database("diff")
+        pg.execute(SCHEMA, dbname="diff")
+        pg.execute("CREATE PUBLICATION diff_pub FOR TABLES IN SCHEMA diff", dbname="diff")
+        for name in configs:
+            two_phase = "true" if CONFIGS[name]["two_phase"] else "false"
+            pg.execute(f"SELECT pg_create_logical_replication_slot('diff_{name}', 'pgoutput', false, {two_phase})",
+                       dbname="diff")
+        lake = parse_config(_lake(root))
+        create_bronze_table(spark, lake.bronze.path)
+        landers = {name: parse_config(_lake(root, {
+            "source": {"name": name, "dsn": pg.dsn("diff"), "slot": f"diff_{name}", "publication": "diff_pub",
+                       "messages": True, **CONFIGS[name]},
+            "land": {"batch_messages": 20_000, "idle_exit_seconds": 1.0}})) for name in configs}
+        conn = pg.connect("diff")
+
+        def execute(sql: str) -> None:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+
+        workload = Workload(seed, execute, large_rows=large_rows)
+        pipeline = ApplyPipeline(spark, lake, out=out)
+        per_part = max(transactions // checkpoints, 1)
+        for part in range(checkpoints):
+            workload.run(per_part)
+            print(f"[differential seed={seed}] checkpoint {part + 1}/{checkpoints}: "
+                  f"{workload.txns} transactions run, {len(workload.prepared)} prepared still waiting", file=out)
+            t0 = time.monotonic()
+            for name in configs:
+                Lander(landers[name], spark, out=io.StringIO()).run(once=True)
+            t1 = time.monotonic()
+            pipeline.run(once=True)
+            t2 = time.monotonic()
+            results = {}
+            for name in configs:
+                checks = compare_with_postgres(spark, lake, conn, source=name, schemas=SCHEMAS)
+                results[name] = checks
+                for check in checks:
+                    if not check.equal:
+                        outcome.failures.append(f"checkpoint {part + 1}, {name}: {check.line()}")
+            outcome.checkpoints.append(results)
+            print(f"[differential seed={seed}] checkpoint {part + 1}: "
+                  + ", ".join(f"{n} {'ok' if all(c.equal for c in cs) else 'DIFFERS'}" for n, cs in results.items())
+                  + f" (land {t1 - t0:.0f} s, apply {t2 - t1:.0f} s, compare {time.monotonic() - t2:.0f} s)", file=out)
+        conn.close()
+    finally:
+        pg.destroy()
+    outcome.seconds = time.monotonic() - started
+    if outcome.failures:
+        outcome.failures.append("replay: " + replay_command(seed, transactions, checkpoints, configs))
+    return outcome
+
+
+def write_result(path: Path, args, configs, outcome: Outcome) -> None:
+    import datetime
+    import json
+
+    last = outcome.checkpoints[-1] if outcome.checkpoints else {}
+    path.write_text(json.dumps({
+        "date": datetime.date.today().isoformat(), "seed": args.seed, "transactions": args.transactions,
+        "checkpoints": len(outcome.checkpoints), "configs": list(configs), "ok": outcome.ok,
+        "seconds": round(outcome.seconds), "failures": outcome.failures,
+        "final_rows": {name: {c.name: c.source_rows for c in checks} for name, checks in last.items()},
+    }, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cdc_apply.testing.differential",
+                                     description="seeded differential run: silver must equal PostgreSQL")
+    parser.add_argument("--seed", type=int, default=int(time.time()) % 100_000)
+    parser.add_argument("--transactions", type=int, default=150)
+    parser.add_argument("--checkpoints", type=int, default=2)
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {', '.join(CONFIGS)}")
+    parser.add_argument("--large-rows", type=int, default=300, help="rows per large (streamed) transaction")
+    parser.add_argument("--workdir", default=None, help="keep the lake here (default: a temporary folder)")
+    parser.add_argument("--result", default=None, help="write the outcome as JSON to this file")
+    args = parser.parse_args(argv)
+    configs = [c for c in args.configs.split(",") if c]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown configs {unknown}")
+    from cdc_apply.spark import spark_session
+
+    root = Path(args.workdir) if args.workdir else None
+    if root is not None and root.exists():
+        shutil.rmtree(root)
+    spark = spark_session("cdc_apply-differential")
+    outcome = run_differential(spark, args.seed, args.transactions, args.checkpoints, configs, root,
+                               large_rows=args.large_rows)
+    print(f"seed {args.seed}: {args.transactions} transactions, {args.checkpoints} checkpoints, "
+          f"{len(configs)} configs, {outcome.seconds:.0f}s: {'OK' if outcome.ok else 'FAILED'}")
+    for failure in outcome.failures:
+        print("  " + failure)
+    if args.result:
+        write_result(Path(args.result), args, configs, outcome)
+    return 0 if outcome.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
