@@ -168,6 +168,8 @@ class SilverTables:
     def apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
         planned = self._planned[(work.source, work.relation_id)]
         session = self.spark.newSession()
+        # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
+        session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         self._ensure_schema(session, planned)
         stats = TableStats(truncated=work.truncate_after is not None)
         app_id = f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
