@@ -157,8 +157,9 @@ def resolve_moves(events, work: TableWork, target, max_rounds: int = 16):
 
     The move-out event sits in the old key's partition at the move's position;
     the last value carried before it is the one to take, or silver's when the
-    batch carried none. When that last event is itself an unfilled move-in, the
-    move waits for the next round (chains of key changes).
+    batch carried none (updates that left it unchanged in between do not count).
+    When that last event is itself an unfilled move-in, the move waits for the
+    next round (chains of key changes).
     """
     from pyspark.sql import functions as F
     from pyspark.sql import Window
@@ -166,6 +167,9 @@ def resolve_moves(events, work: TableWork, target, max_rounds: int = 16):
     n, nk = len(work.columns), len(work.key_index)
     gaps = [F.col(f"p_{i}") & ~F.col(f"x_{i}") for i in range(n)]
     any_gap = reduce(lambda a, b: a | b, gaps, F.lit(False))
+    # Only an unfilled move-in hides the value: a plain update's unchanged TOAST changes nothing, so
+    # the value before it (earlier in the batch, or silver's) is still the one to take.
+    waits = [gaps[i] & (F.col("_kind") == "M") for i in range(n)]
     before = _window(nk, frame_to_current=False).rowsBetween(Window.unboundedPreceding, -1)
     key_names = [work.columns[i].name for i in work.key_index]
     for _ in range(max_rounds):
@@ -175,7 +179,7 @@ def resolve_moves(events, work: TableWork, target, max_rounds: int = 16):
             "_seq", "_kind", "_move", *[f"k_{p}" for p in range(nk)],
             *[F.last(F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v"))), ignorenulls=True)
               .over(before).alias(f"r_{i}") for i in range(n)],
-            *[F.last(F.when(F.col(f"x_{i}") | gaps[i], gaps[i]), ignorenulls=True).over(before).alias(f"b_{i}")
+            *[F.last(F.when(F.col(f"x_{i}") | waits[i], waits[i]), ignorenulls=True).over(before).alias(f"b_{i}")
               for i in range(n)])
         outs = looked.where((F.col("_kind") == "D") & F.col("_move")).select(
             F.col("_seq").alias("_m_seq"), *[F.col(f"k_{p}").alias(f"_mk_{p}") for p in range(nk)],

@@ -42,6 +42,7 @@ def _build():
         tx.insert(toast, {"id": 2, "n": 2, "doc": BIG + "2"})
         tx.insert(moves, {"id": 1, "doc": "m1"})
         tx.insert(moves, {"id": 2, "doc": "m2"})
+        tx.insert(moves, {"id": 3, "doc": "m3"})
         for a, bb in [(1, "x"), (1, "x"), (2, "y")]:
             tx.insert(dups, {"a": a, "b": bb})
         tx.insert(parent, {"id": 1})
@@ -76,6 +77,8 @@ def _build():
         tx.update(toast, {"id": 3, "n": 30, "doc": UNCHANGED_TOAST})          # TOAST from this batch
         tx.update(moves, {"id": 10, "doc": UNCHANGED_TOAST}, key={"id": 1})   # key change keeps TOAST
         tx.update(moves, {"id": 20, "doc": "new"}, key={"id": 2})
+        tx.update(moves, {"id": 3, "doc": UNCHANGED_TOAST})                   # unchanged, then moved:
+        tx.update(moves, {"id": 30, "doc": UNCHANGED_TOAST}, key={"id": 3})   # the value is still silver's
         tx.delete(dups, old={"a": 1, "b": "x"})                               # one of two identical rows
         tx.update(dups, {"a": 3, "b": "y"}, old={"a": 2, "b": "y"})
         tx.message("audit", b"inside")
@@ -130,7 +133,7 @@ def test_unchanged_toast_keeps_the_stored_value_from_silver_or_from_the_batch(ru
 
 def test_a_key_change_moves_the_row_and_keeps_its_unchanged_toast(run):
     lake, _, _ = run
-    assert _rows(lake.silver("public", "moves"), "id", "doc") == [(10, "m1"), (20, "new")]
+    assert _rows(lake.silver("public", "moves"), "id", "doc") == [(10, "m1"), (20, "new"), (30, "m3")]
 
 
 def test_full_identity_without_a_key_keeps_exact_duplicates(run):
