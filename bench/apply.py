@@ -1,6 +1,6 @@
 """Apply benchmarks: bronze -> silver on Spark, against baselines measured in the same run.
 
-    .venv/bin/python bench/apply.py [--reps 5] [--base 300000] [--changes 200000] [--large-mb 256]
+    .venv/bin/python bench/apply.py [--reps 5] [--base 100000] [--changes 50000] [--large-mb 128]
 
 The input is a real capture (PostgreSQL 18, pgoutput protocol 1, text format) of ``TABLES``
 tables: a base load (``--base`` rows, inserted through bronze like any change) and then
@@ -428,7 +428,35 @@ def large_transaction(spark, root: Path, part: str) -> dict:
             "driver_python_peak_rss_mb": round(peaks["driver"] / mb)}
 
 
-def run(reps: int = 5, base: int = 200_000, changes: int = 100_000, large_mb: int = 256, write: bool = True) -> dict:
+def compare_deletion_vectors(spark, lake: Path, after_base: Path, bronze: Path, reps: int = 2) -> dict:
+    """The same changes with deletion vectors off (the default) and on, interleaved, with Delta's metrics.
+
+    The silver tables were created by the base load with the default (off): for "on" the property
+    is switched on in the copy before the changes are applied.
+    """
+    from cdc_apply.delta.pipeline import ApplyPipeline
+
+    metrics, seconds = {}, {"off": [], "on": []}
+    for rep in range(reps):
+        for variant in (("off", "on") if rep % 2 == 0 else ("on", "off")):
+            keep = lake / f"dv_{variant}"
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.copytree(after_base, keep)
+            if variant == "on":
+                for table in sorted((keep / "silver" / "public").iterdir()):
+                    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+            extra = {"silver": {"deletion_vectors": variant == "on"}}
+            started = time.perf_counter()
+            ApplyPipeline(spark, lake_config(keep, bronze, **extra), out=open(os.devnull, "w")).run(once=True)
+            seconds[variant].append(time.perf_counter() - started)
+            metrics[variant] = {f"t{i}": delta_metrics(spark, keep / "silver" / "public" / f"t{i}") for i in (0, 1)}
+            shutil.rmtree(keep, ignore_errors=True)
+            print(f"[bench apply] deletion vectors {variant}: {seconds[variant][-1]:.1f} s", flush=True)
+    return {"dv_on_vs_off_time": _spread([on / off for on, off in zip(seconds["on"], seconds["off"])]),
+            "dv_seconds": {k: _spread(v) for k, v in seconds.items()}, "delta_metrics": metrics}
+
+
+def run(reps: int = 5, base: int = 100_000, changes: int = 50_000, large_mb: int = 128, write: bool = True) -> dict:
     from cdc_apply.delta.pipeline import ApplyPipeline
     from cdc_apply.spark import spark_session
 
@@ -474,20 +502,7 @@ def run(reps: int = 5, base: int = 200_000, changes: int = 100_000, large_mb: in
                   f"{r['batches']} batches, {n_changes / r['seconds']:.0f} msgs/s"
                   + (f", merge {r['merge_s']:.1f} s vs append {r['append_s']:.1f} s" if variant == "serial" else ""),
                   flush=True)
-    # Deletion vectors off (the default) and on: timed, interleaved, with Delta's own metrics.
-    metrics, dv_s = {}, {"off": [], "on": []}
-    for rep in range(2):
-        for variant in (("off", "on") if rep == 0 else ("on", "off")):
-            keep = lake / f"metrics_{variant}"
-            shutil.rmtree(keep, ignore_errors=True)
-            shutil.copytree(after_base, keep)
-            extra = {"silver": {"deletion_vectors": variant == "on"}}
-            started = time.perf_counter()
-            ApplyPipeline(spark, lake_config(keep, bronze, **extra), out=open(os.devnull, "w")).run(once=True)
-            dv_s[variant].append(time.perf_counter() - started)
-            metrics[variant] = {f"t{i}": delta_metrics(spark, keep / "silver" / "public" / f"t{i}") for i in (0, 1)}
-            shutil.rmtree(keep, ignore_errors=True)
-            print(f"[bench apply] deletion vectors {variant}: {dv_s[variant][-1]:.1f} s", flush=True)
+    dv = compare_deletion_vectors(spark, lake, after_base, bronze)
 
     floor = decode_floor(spark, captured, reps)
     print(f"[bench apply] decode stage vs identity mapInArrow: {floor['ratio']}", flush=True)
@@ -509,8 +524,7 @@ def run(reps: int = 5, base: int = 200_000, changes: int = 100_000, large_mb: in
             "changes_per_second": {v: _spread(changes_per_s(v), 0) for v in variants},
             "parallel_vs_serial": _spread([a["seconds"] and b["seconds"] / a["seconds"]
                                            for a, b in zip(results["parallel"], results["serial"])]),
-            "dv_on_vs_off_time": _spread([on / off for on, off in zip(dv_s["on"], dv_s["off"])]),
-            "dv_seconds": {k: _spread(v) for k, v in dv_s.items()},
+            **dv,
             "merge_vs_append": _spread(merge_ratio),
             "merge_s": _spread([r["merge_s"] for r in results["serial"]]),
             "append_s": _spread([r["append_s"] for r in results["serial"]]),
@@ -518,7 +532,6 @@ def run(reps: int = 5, base: int = 200_000, changes: int = 100_000, large_mb: in
             "batches": results["parallel"][0]["batches"],
             "batch_seconds": _spread([s for r in results["parallel"] for s in r["batch_seconds"][:-1]]),
             "one_row_batch_seconds": _spread(one_row),
-            "delta_metrics": metrics,
             "decode_floor": floor,
             "large_transaction": large,
             "cpu_count": os.cpu_count(), "loadavg": os.getloadavg(),
@@ -551,9 +564,9 @@ def print_table(out: dict) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--base", type=int, default=200_000)
-    parser.add_argument("--changes", type=int, default=100_000)
-    parser.add_argument("--large-mb", type=int, default=256)
+    parser.add_argument("--base", type=int, default=100_000)
+    parser.add_argument("--changes", type=int, default=50_000)
+    parser.add_argument("--large-mb", type=int, default=128)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
     run(args.reps, args.base, args.changes, args.large_mb, write=not args.no_write)

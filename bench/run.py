@@ -15,12 +15,9 @@ RESULTS = Path(__file__).resolve().parent / "results.json"
 
 def main() -> int:
     decode.run(reps=5)
-    try:
-        from bench import apply as apply_bench  # noqa: F401  (added with the apply benchmarks)
-    except ImportError:
-        apply_bench = None
-    if apply_bench is not None:
-        apply_bench.run()
+    from bench import apply as apply_bench
+
+    apply_bench.run(reps=5)
     results = json.loads(RESULTS.read_text())
     print("\nbench/results.json:")
     for key in sorted(results):
