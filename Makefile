@@ -7,7 +7,7 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test bench soak capture clean-setup
+.PHONY: setup demo test bench soak clean-setup
 
 setup: $(VENV)/.installed
 	@$(VPY) -m cdc_apply.spark.jars
@@ -28,7 +28,7 @@ bench: setup
 	@$(VPY) bench/run.py
 
 # The differential soak: >= 100,000 seeded random transactions through all six protocol
-# configurations, silver compared with PostgreSQL at every checkpoint (about an hour here).
+# configurations, silver compared with PostgreSQL at every checkpoint (an hour or more here; not yet run to the end).
 SOAK_SEED ?= 1122
 SOAK_TRANSACTIONS ?= 100000
 soak: setup
