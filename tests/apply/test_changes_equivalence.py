@@ -14,11 +14,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from cdc_apply.apply import changes
 from cdc_apply.apply.changes import SKIP, DecodePlan, Slot, SourcePlan, output_schema
+from cdc_apply.apply.changes_rows import _convert  # the stage's own per-column conversion
 from cdc_apply.apply.plan import plan_batch
 from cdc_apply.apply.schema import SchemaHistory
 from cdc_apply.apply.state import SourceState
@@ -26,8 +26,6 @@ from cdc_apply.errors import CdcApplyError, DecodeError, SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.columnar import DmlBatch, walk_dml
 from cdc_apply.pgoutput.decoder import decode_message
-from cdc_apply.pgoutput.types import ColumnType
-from cdc_apply.pgoutput.values import convert_binary, convert_text
 from golden.loader import list_configs, list_scenarios, load_capture
 from golden.oracle import options_for
 
@@ -226,34 +224,6 @@ def _typed_struct(spec: Slot, values, binary, idx: np.ndarray, counts: np.ndarra
     mask = pa.array(~present)
     struct = pa.StructArray.from_arrays(children, fields=list(spec.struct_type()), mask=mask)
     return struct, bad
-
-
-def _convert(column_type: ColumnType, raw: pa.Array, is_binary: np.ndarray, bad: dict, column: str) -> pa.Array:
-    try:
-        return _convert_all(column_type, raw, is_binary)
-    except CdcApplyError:
-        pass
-    out = []
-    for i in range(len(raw)):
-        one = raw.slice(i, 1)
-        try:
-            out.append(_convert_all(column_type, one, is_binary[i:i + 1]))
-        except CdcApplyError as err:
-            bad.setdefault(i, err.with_context(column=column))
-            out.append(pa.nulls(1, column_type.arrow_type))
-    return pa.concat_arrays(out) if out else pa.nulls(0, column_type.arrow_type)
-
-
-def _convert_all(column_type: ColumnType, raw: pa.Array, is_binary: np.ndarray) -> pa.Array:
-    if not is_binary.any():
-        return convert_text(column_type, raw)
-    valid = raw.is_valid().to_numpy(zero_copy_only=False)
-    if not (valid & ~is_binary).any():
-        return convert_binary(column_type, raw)
-    mask = pa.array(is_binary)
-    as_text = convert_text(column_type, pc.if_else(mask, pa.nulls(len(raw), raw.type), raw))
-    as_binary = convert_binary(column_type, pc.if_else(mask, raw, pa.nulls(len(raw), raw.type)))
-    return pc.if_else(mask, as_binary, as_text)
 
 
 # -- comparing the two -------------------------------------------------------------------------------

@@ -10,19 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-PUBLICATION = "golden"
+# Text output of dates, times, floats, money and bytea depends on these; every session (workload,
+# observer, decoding) sets them explicitly: the lander's own, so captures and landing agree.
+from cdc_apply.land.options import SESSION_SETTINGS
 
-# Text output of dates, times, floats, money and bytea depends on these; every session
-# (workload, observer, decoding) sets them explicitly rather than trusting server defaults.
-SESSION_SETTINGS: dict[str, str] = {
-    "TimeZone": "UTC",
-    "DateStyle": "ISO, MDY",
-    "IntervalStyle": "postgres",
-    "extra_float_digits": "3",
-    "bytea_output": "hex",
-    "lc_monetary": "C",
-    "client_encoding": "UTF8",
-}
+PUBLICATION = "golden"
 
 
 @dataclass(frozen=True)
