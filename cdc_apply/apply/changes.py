@@ -7,9 +7,9 @@ row: a row's transaction comes from the seq ranges of the plan, its relation
 version from the schema history in the plan, so partitions decode in parallel
 in any order.
 
-Each relation version present gets a *slot*: a struct ``n<k>`` for the new
-tuple and ``o<k>`` for the key/old tuple, with fields ``c0, c1, ...`` typed
-by the type map. Rows of other slots leave the struct null.
+Each relation version present gets a *slot*; its columns go to the pooled
+``new_<p>`` / ``old_<p>`` output columns that rows of other slots share
+(:func:`cdc_apply.apply.changes_plan.pool_columns`).
 
 The stage is vectorised: type bytes come from the payload buffer, seq ranges
 and relation versions are looked up with ``np.searchsorted`` per source, the
@@ -34,6 +34,7 @@ from cdc_apply.apply.changes_plan import (  # noqa: F401  (re-exported: the plan
     SourcePlan,
     output_ddl,
     output_schema,
+    pool_columns,
 )
 from cdc_apply.apply.changes_rows import Rows, common_batch, context, decode_row, typed_struct
 from cdc_apply.apply.changes_vector import (
@@ -57,7 +58,12 @@ def decode_batches(batches: Iterable[pa.RecordBatch], plan: DecodePlan) -> Itera
         if batch.num_rows:
             if arrays is None:
                 arrays = PlanArrays(plan)
-            yield from _Decode(batch, plan, schema, arrays).run(walk_dml)  # this module's: tests swap it
+            out = list(_Decode(batch, plan, schema, arrays).run(walk_dml))  # this module's: tests swap it
+            # One batch out per batch in: Spark pays per batch (and per column of it), not per row.
+            if len(out) > 1:
+                yield pa.concat_batches(out)
+            elif out:
+                yield out[0]
 
 
 def decode_batch(batch: pa.RecordBatch, plan: DecodePlan, schema: pa.Schema | None = None) -> Iterator[pa.RecordBatch]:
@@ -261,15 +267,9 @@ class _Dml:
             "toast": (pa.nulls(n, pa.list_(pa.int32())) if self.toast is None
                       else self.toast.take(pa.array(idx, type=pa.int64()))),
         }
-        new_name, old_name = f"n{slot}", f"o{slot}"
-        out = []
-        for f in d.schema:
-            if f.name in cols:
-                out.append(cols[f.name])
-            elif f.name == new_name:
-                out.append(new_struct)
-            elif f.name == old_name:
-                out.append(old_struct)
-            else:
-                out.append(pa.nulls(n, type=f.type))
+        # flatten(): a child is null wherever its struct is (no new / no old tuple).
+        for j, (new, old) in enumerate(zip(new_struct.flatten(), old_struct.flatten())):
+            cols[arrays.pool.new(slot, j)] = new
+            cols[arrays.pool.old(slot, j)] = old
+        out = [cols[f.name] if f.name in cols else pa.nulls(n, type=f.type) for f in d.schema]
         return pa.RecordBatch.from_arrays(out, schema=d.schema)

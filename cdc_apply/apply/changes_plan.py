@@ -1,8 +1,11 @@
 """The decode stage's plan and output schema (re-exported by :mod:`cdc_apply.apply.changes`).
 
-Each relation version present gets a *slot*: a struct ``n<k>`` for the new
-tuple and ``o<k>`` for the key/old tuple, with fields ``c0, c1, ...`` typed
-by the type map. Rows of other slots leave the struct null.
+Each relation version present gets a *slot*; its columns, typed by the type
+map, live in *pooled* output columns ``new_<p>`` (new tuple) and ``old_<p>``
+(key/old tuple) that rows of other slots share: a row belongs to one slot, so
+slot ``k``'s column ``j`` is pooled column ``Pool.columns[k][j]``, and the
+output is as wide as the widest relation (per type), not as all of them
+together. Pooled columns a row's slot does not use are null.
 """
 
 from __future__ import annotations
@@ -100,15 +103,51 @@ COMMON_FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """Where the slots' columns live in the output (see the module docstring)."""
+
+    types: tuple[ColumnType, ...]          # pooled column p
+    columns: tuple[tuple[int, ...], ...]   # slot k, its column j -> pooled column p
+
+    def new(self, slot: int, column: int) -> str:
+        return f"new_{self.columns[slot][column]}"
+
+    def old(self, slot: int, column: int) -> str:
+        return f"old_{self.columns[slot][column]}"
+
+
+def pool_columns(plan: DecodePlan) -> Pool:
+    """Share output columns between slots: the i-th column of a type in any slot is pooled column
+    (type, i). Deterministic in the plan's slot order (the driver and every worker agree)."""
+    types: list[ColumnType] = []
+    by_type: dict[tuple[str, str], list[int]] = {}
+    columns = []
+    for slot in plan.slots:
+        seen: dict[tuple[str, str], int] = {}
+        placed = []
+        for t in slot.column_types:
+            key = (str(t.arrow_type), t.spark_ddl)
+            i = seen.get(key, 0)
+            seen[key] = i + 1
+            pooled = by_type.setdefault(key, [])
+            if i == len(pooled):
+                pooled.append(len(types))
+                types.append(t)
+            placed.append(pooled[i])
+        columns.append(tuple(placed))
+    return Pool(tuple(types), tuple(columns))
+
+
 def output_schema(plan: DecodePlan) -> pa.Schema:
     fields = [pa.field(n, t) for n, t, _ in COMMON_FIELDS]
-    for k, slot in enumerate(plan.slots):
-        fields += [pa.field(f"n{k}", slot.struct_type()), pa.field(f"o{k}", slot.struct_type())]
+    for p, t in enumerate(pool_columns(plan).types):
+        fields += [pa.field(f"new_{p}", t.arrow_type), pa.field(f"old_{p}", t.arrow_type)]
     return pa.schema(fields)
 
 
 def output_ddl(plan: DecodePlan) -> str:
     parts = [f"{n} {ddl}" for n, _, ddl in COMMON_FIELDS]
-    for k, slot in enumerate(plan.slots):
-        parts += [f"n{k} {slot.spark_ddl()}", f"o{k} {slot.spark_ddl()}"]
+    for p, t in enumerate(pool_columns(plan).types):
+        parts += [f"new_{p} {t.spark_ddl}", f"old_{p} {t.spark_ddl}"]
     return ", ".join(parts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from cdc_apply.apply.changes_plan import SKIP, DecodePlan, SourcePlan
+from cdc_apply.apply.changes_plan import SKIP, DecodePlan, SourcePlan, pool_columns
 
 _IUD = np.zeros(257, dtype=bool)  # indexed by first byte + 1 (-1: empty or null payload)
 _IUD[[ord("I") + 1, ord("U") + 1, ord("D") + 1]] = True
@@ -68,7 +68,7 @@ class SourceArrays:
 class PlanArrays:
     """A :class:`DecodePlan` as arrays: per source :class:`SourceArrays`, per txn the common columns."""
 
-    __slots__ = ("sources", "commit_lsn", "commit_ts", "origin", "user", "xid", "ncols")
+    __slots__ = ("sources", "commit_lsn", "commit_ts", "origin", "user", "xid", "ncols", "pool")
 
     def __init__(self, plan: DecodePlan) -> None:
         self.sources: dict[str, SourceArrays] = {}
@@ -91,6 +91,7 @@ class PlanArrays:
         self.user = _concat(user, pa.string())
         self.xid = np.concatenate(xid) if xid else np.zeros(0, dtype=np.int64)
         self.ncols = np.array([len(s.column_types) for s in plan.slots], dtype=np.int64)
+        self.pool = pool_columns(plan)
 
 
 def _concat(parts: list[pa.Array], type_: pa.DataType) -> pa.Array:

@@ -37,6 +37,7 @@ class SlotMap:
     slot: int
     mapping: tuple[int | None, ...]   # version column j -> silver column index
     ddls: tuple[str, ...]             # Spark type of version column j
+    pooled: tuple[int, ...]           # version column j -> decoded column new_<p> / old_<p>
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def project(decoded, work: TableWork):
             j = sm.mapping.index(i)
             cast = (lambda c: c) if sm.ddls[j] == column.spark_ddl else (lambda c, t=column.spark_ddl: c.cast(t))
             hit = F.col("slot") == sm.slot
-            nv, ov = cast(F.col(f"n{sm.slot}.c{j}")), cast(F.col(f"o{sm.slot}.c{j}"))
+            nv, ov = cast(F.col(f"new_{sm.pooled[j]}")), cast(F.col(f"old_{sm.pooled[j]}"))
             toast = F.coalesce(F.array_contains(F.col("toast"), F.lit(j)), F.lit(False))
             cv = not_delete & ~toast
             new_v = F.when(hit, nv) if new_v is None else new_v.when(hit, nv)

@@ -10,9 +10,11 @@ PostgreSQL.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Callable
 
+from cdc_apply.apply.changes_plan import Pool, pool_columns
 from cdc_apply.apply.plan import BatchPlan
 from cdc_apply.apply.schema import RelationHistory, RelationVersion, SchemaHistory
 from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
@@ -33,7 +35,14 @@ PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
 PROP_RELATION_ID = "cdc_apply.relation_id"
 PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
-PROP_LAST_COMMIT_LSN = "cdc_apply.last_commit_lsn"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+def commit_metadata(source: str, relation: str, last_commit_lsn: int) -> str:
+    """What each silver data commit says in ``userMetadata`` (``DESCRIBE HISTORY``): the source, the
+    relation and the commit LSN of the last transaction it applies."""
+    return json.dumps({"cdc_apply": {"source": source, "relation": relation,
+                                     "last_commit_lsn": m.format_lsn(last_commit_lsn)}}, separators=(",", ":"))
 
 
 @dataclass
@@ -69,6 +78,8 @@ class SilverTables:
         self._known: dict[str, tuple[str, int, int]] = {}
         # Tables this process created or emptied and has not written since: a MERGE into them is an append.
         self._empty: set[str] = set()
+        # The properties this process last set on each table (set again only when they change).
+        self._properties: dict[str, dict[str, str]] = {}
 
     def names_of(self, source: str, relation_ids) -> list[str]:
         return [self._names[(source, rid)] for rid in relation_ids if (source, rid) in self._names]
@@ -115,6 +126,7 @@ class SilverTables:
                 if entry["truncate"] is None or point[:2] > entry["truncate"][:2]:
                     entry["truncate"] = point
         works = []
+        pool = pool_columns(plan.decode)
         for (source, rid), info in sorted(touched.items()):
             history = histories[source].relations.get(rid)
             if history is None:
@@ -127,13 +139,13 @@ class SilverTables:
                 latest = history.at(info.get("truncate_seq", plan.sources[source].last_seq + 1)) or history.latest
             if not self.config.table_selected(latest.qualified_name):
                 continue
-            planned = self._plan_table(source, rid, history, latest, histories[source], plan, info)
+            planned = self._plan_table(source, rid, history, latest, histories[source], plan, info, pool)
             self._planned[(source, rid)] = planned
             works.append(planned.work)
         return works
 
     def _plan_table(self, source: str, rid: int, history: RelationHistory, latest: RelationVersion,
-                    schema: SchemaHistory, plan: BatchPlan, info: dict) -> _Planned:
+                    schema: SchemaHistory, plan: BatchPlan, info: dict, pool: Pool) -> _Planned:
         first = history.versions[0]
         ref = silver_ref(self.config, first.namespace, first.name, source)
         self._names[(source, rid)] = latest.qualified_name
@@ -148,7 +160,8 @@ class SilverTables:
                 continue
             version = next(v for v in history.versions if v.seq == slot.version_seq)
             key = identity_of(version, self.config.key_for(latest.qualified_name))
-            slot_map = SlotMap(k, slot_mapping(version, columns), tuple(t.spark_ddl for t in slot.column_types))
+            slot_map = SlotMap(k, slot_mapping(version, columns), tuple(t.spark_ddl for t in slot.column_types),
+                               pool.columns[k])
             if segments and segments[-1][0] == key:
                 segments[-1][1].append(slot_map)
             else:
@@ -172,6 +185,7 @@ class SilverTables:
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         self._ensure_schema(session, planned)
         stats = TableStats(truncated=work.truncate_after is not None)
+        session.conf.set(USER_METADATA, commit_metadata(work.source, work.qualified_name, planned.last_commit_lsn))
         app_id = f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
         if work.truncate_after is not None:
             session.conf.set(TXN_APP_ID, app_id)
@@ -189,11 +203,14 @@ class SilverTables:
                 stats.deleted += result.deleted
         session.conf.unset(TXN_APP_ID)
         session.conf.unset(TXN_VERSION)
-        last = planned.chain[-1]
-        set_properties(session, work.ref, {
-            PROP_SOURCE: work.source, PROP_RELATION: work.qualified_name, PROP_RELATION_ID: str(work.relation_id),
-            PROP_VERSION_SEQ: str(last.seq), PROP_LAST_COMMIT_LSN: m.format_lsn(planned.last_commit_lsn),
-        })
+        session.conf.unset(USER_METADATA)
+        props = {PROP_SOURCE: work.source, PROP_RELATION: work.qualified_name,
+                 PROP_RELATION_ID: str(work.relation_id), PROP_VERSION_SEQ: str(planned.chain[-1].seq)}
+        # A property commit only when what it says changes (new table, rename, new relation version):
+        # the per-batch commit LSN rides on the data commits' userMetadata instead.
+        if self._properties.get(str(work.ref)) != props:
+            set_properties(session, work.ref, props)
+            self._properties[str(work.ref)] = props
         return stats
 
     def _merge(self, session, decoded, work: TableWork, ops: frozenset[str]) -> MergeResult:

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from cdc_apply.apply import changes
-from cdc_apply.apply.changes import SKIP, DecodePlan, Slot, SourcePlan, output_schema
+from cdc_apply.apply.changes import SKIP, DecodePlan, Slot, SourcePlan, output_schema, pool_columns
 from cdc_apply.apply.changes_rows import _convert  # the stage's own per-column conversion
 from cdc_apply.apply.plan import plan_batch
 from cdc_apply.apply.schema import SchemaHistory
@@ -200,13 +200,16 @@ def _slot_batch(slot, members, rows, ranges, sources, seqs, lsns, walked, plan, 
                    op=chr(walked.op[i]), slot=slot, old_kind=walked.old_kind[i], toast=walked.toast[i])
     arrays = []
     n = len(idx)
+    pooled = pool_columns(plan).columns[slot]
     for f in schema:
+        kind, _, p = f.name.partition("_")
         if f.name in common.cols:
             arrays.append(pa.array(common.cols[f.name], type=f.type))
-        elif f.name == f"n{slot}":
-            arrays.append(new_struct)
-        elif f.name == f"o{slot}":
-            arrays.append(old_struct)
+        elif kind in ("new", "old") and p.isdigit() and int(p) in pooled:
+            struct, j = (new_struct if kind == "new" else old_struct), pooled.index(int(p))
+            # The column's values, null wherever the tuple is absent (a take with null indices, not flatten()).
+            valid = struct.is_valid().to_pylist()
+            arrays.append(struct.field(j).take(pa.array([i if valid[i] else None for i in range(n)], pa.int64())))
         else:
             arrays.append(pa.nulls(n, type=f.type))
     yield pa.RecordBatch.from_arrays(arrays, schema=schema)
