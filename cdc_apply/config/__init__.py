@@ -71,7 +71,6 @@ class ApplyConfig:
     on_error: str = "fail"               # "fail" or "quarantine"
     numeric: str = "decimal"             # "decimal" or "string"
     parallelism: int = 4                 # silver tables merged at once
-    max_messages_per_batch: int | None = None
 
 
 @dataclass(frozen=True)

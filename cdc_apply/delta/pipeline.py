@@ -323,8 +323,18 @@ class ApplyPipeline:
                         expansions) -> None:
         from pyspark.sql import functions as F
 
-        bronze_max = {r.source: int(r.m) for r in self.bronze.read(self.spark).where(
-            F.col("source").isin(list(stats))).groupBy("source").agg(F.max("seq").alias("m")).collect()}
+        # Only bronze from each source's applied point on: file statistics on seq skip the rest, so the
+        # lag query does not scan a history that grows with every batch.
+        since = None
+        for source in stats:
+            state = states.get(source)
+            floor = 0 if state is None else state.applied_seq
+            if state is not None and source in expansions:
+                floor = min(floor, json.loads(state.format_state)["bronze_seq"])
+            cond = (F.col("source") == source) & (F.col("seq") >= floor)
+            since = cond if since is None else since | cond
+        bronze_max = {} if since is None else {r.source: int(r.m) for r in self.bronze.read(self.spark).where(
+            since).groupBy("source").agg(F.max("seq").alias("m")).collect()}
         now = _now()
         rows = []
         for source, batch in plan.sources.items():

@@ -8,11 +8,14 @@ prepared transaction committed two batches later are all exercised.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from cdc_apply.pgoutput import UNCHANGED_TOAST
+from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.testing.stream import StreamBuilder
 
 pytestmark = pytest.mark.spark
@@ -204,4 +207,15 @@ def test_silver_tables_have_change_data_feed_and_name_their_source(run, spark):
     assert props["delta.enableChangeDataFeed"] == "true"
     assert props["delta.columnMapping.mode"] == "name"
     assert props["cdc_apply.relation"] == "public.basic"
-    assert props["cdc_apply.last_commit_lsn"].count("/") == 1
+    assert "cdc_apply.last_commit_lsn" not in props  # no property commit per batch
+
+
+def test_each_silver_data_commit_names_the_last_commit_lsn_it_applies(run, spark):
+    lake, _, _ = run
+    path = lake.root / "silver" / "public" / "basic"
+    last = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where("operation <> 'SET TBLPROPERTIES'").orderBy(
+        F.desc("version")).first()
+    said = json.loads(last.userMetadata)["cdc_apply"]
+    assert said["source"] == "shop" and said["relation"] == "public.basic"
+    touched = lake.state("transactions").where(F.exists("tables", lambda t: t["table"] == "public.basic"))
+    assert said["last_commit_lsn"] == format_lsn(touched.agg(F.max("commit_lsn")).first()[0])
