@@ -172,9 +172,10 @@ def _read(name: str):
     return ipc.open_file(WORK / f"{name}.arrow").read_all()
 
 
-def write_bronze(spark, path: Path, parts: list[str], first_seq: int = 0,
-                 source: str = "bench") -> dict[str, tuple[int, int]]:
-    """Append each part to bronze in commits of ``CHUNK`` messages (one file each): part -> seq range."""
+def write_bronze(spark, path: Path, parts: list[str], first_seq: int = 0, source: str = "bench",
+                 chunk_size: int = CHUNK, limit: int | None = None) -> dict[str, tuple[int, int]]:
+    """Append each part (its first ``limit`` messages) to bronze in commits of ``chunk_size`` messages
+    (one file each): part -> seq range."""
     import pandas as pd
 
     from cdc_apply.delta.bronze import create_bronze_table
@@ -183,9 +184,11 @@ def write_bronze(spark, path: Path, parts: list[str], first_seq: int = 0,
     seq, ranges = first_seq, {}
     for part in parts:
         table = _read(part)
+        if limit is not None:
+            table = table.slice(0, limit)
         first = seq
-        for start in range(0, table.num_rows, CHUNK):
-            chunk = table.slice(start, CHUNK)
+        for start in range(0, table.num_rows, chunk_size):
+            chunk = table.slice(start, chunk_size)
             n = chunk.num_rows
             pdf = pd.DataFrame({"source": source, "seq": range(seq, seq + n), "lsn": chunk["lsn"].to_pylist(),
                                 "payload": chunk["payload"].to_pylist(),

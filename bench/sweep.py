@@ -1,0 +1,202 @@
+"""Batch-size sweep: apply throughput and per-batch latency from small to very large batches.
+
+    .venv/bin/python bench/sweep.py [--base 1000000] [--changes 1000000]
+        [--sizes 1000,10000,100000,1000000] [--reps 3] [--master local[2]] [--tag local2]
+
+The capture is ``bench/apply.py``'s (same tables, same 70/20/10 mix with key moves and unchanged
+TOAST), kept in its own folder (``bench/work/sweep``). The base load is applied once; its lake is
+the starting point of every run. For each batch size ``B`` a copy of the base bronze gets the first
+``k * B`` change messages appended in commits of ``B`` messages (``k`` = 3 for sizes below 100,000,
+else as many as the capture holds, at most 3), and the job reads one commit per micro-batch.
+
+Per size and repetition (sizes interleaved, rotating order) the figures are the per-batch seconds
+and change messages (Insert/Update/Delete) per second of the batches after the first (the first
+pays the job's start-up). At the largest size two more variants run, interleaved with it:
+``serial`` (one table at a time, every MERGE timed against a plain append of the same collapsed
+rows: ``merge_vs_append`` at scale) and ``dv`` (deletion vectors on; Delta's MERGE metrics kept).
+
+Results merge into ``bench/results.json`` under ``sweep`` (by ``--tag``). With ``--headline`` the
+largest size's median changes/s becomes ``changes_per_second`` and its MERGE/append ratio
+``merge_vs_append`` (the sustained figures: a job that keeps up runs batches that large).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+os.environ.setdefault("CDC_APPLY_BENCH_WORK", str(BENCH / "work" / "sweep"))
+sys.path.insert(0, str(BENCH.parent))
+
+from bench.apply import (  # noqa: E402
+    RESULTS, WORK, MergeTimer, _read, _spread, capture, delta_metrics, lake_config, write_bronze,
+)
+
+DML = (ord("I"), ord("U"), ord("D"))
+
+
+def _dml_counts(part: str, chunk_size: int, limit: int) -> list[int]:
+    """Insert/Update/Delete messages in each bronze commit of ``chunk_size`` messages."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    table = _read(part).slice(0, limit)
+    first = np.frombuffer(pc.binary_slice(table["payload"], 0, 1).combine_chunks().buffers()[2], np.uint8)
+    is_dml = np.isin(first, DML)
+    return [int(is_dml[s:s + chunk_size].sum()) for s in range(0, len(is_dml), chunk_size)]
+
+
+def _run(spark, root: Path, after_base: Path, bronze: Path, variant: str, dml: list[int]) -> dict:
+    from cdc_apply.delta.pipeline import ApplyPipeline
+
+    rep_dir = root / f"run_{variant}"
+    shutil.rmtree(rep_dir, ignore_errors=True)
+    shutil.copytree(after_base, rep_dir)
+    extra = {"parallel": {}, "serial": {"apply": {"parallelism": 1}},
+             "dv": {"silver": {"deletion_vectors": True}}}[variant]
+    if variant == "dv":
+        for table in sorted((rep_dir / "silver" / "public").iterdir()):
+            spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    pipeline = ApplyPipeline(spark, lake_config(rep_dir, bronze, **extra), out=open(os.devnull, "w"))
+    timer = MergeTimer(root / "scratch") if variant == "serial" else None
+    started = time.perf_counter()
+    if timer:
+        with timer:
+            pipeline.run(once=True)
+    else:
+        pipeline.run(once=True)
+    seconds = time.perf_counter() - started
+    batches = [r.seconds for r in pipeline.reports]
+    if len(batches) != len(dml):
+        raise RuntimeError(f"expected {len(dml)} batches, the job ran {len(batches)}")
+    out = {"seconds": seconds, "batch_seconds": batches, "dml": dml,
+           "rates": [n / s for n, s in zip(dml, batches)]}
+    if timer:
+        out.update(merge_s=timer.merge_s, append_s=timer.append_s)
+        shutil.rmtree(root / "scratch", ignore_errors=True)
+    if variant in ("dv", "parallel"):
+        out["delta_metrics"] = {t: delta_metrics(spark, rep_dir / "silver" / "public" / t) for t in ("t0", "t1")}
+    shutil.rmtree(rep_dir, ignore_errors=True)
+    return out
+
+
+def _steady(runs: list[dict], key: str) -> list[float]:
+    """The batches after each run's first (or the only one, for one-batch runs)."""
+    return [v for r in runs for v in (r[key][1:] or r[key])]
+
+
+def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline: bool, master: str) -> dict:
+    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.spark import spark_session
+
+    meta = capture(base, changes, 0)
+    available = meta["parts"]["changes"]["messages"]
+    sizes = [s for s in sizes if s <= available]
+    print(f"[bench sweep] capture: {json.dumps(meta['parts'])}", flush=True)
+    spark = spark_session("cdc_apply-bench-sweep", **{"spark.master": master})
+    root = WORK / f"lake_{tag}"
+    shutil.rmtree(root, ignore_errors=True)
+    base_bronze = root / "bronze_base"
+    ranges = write_bronze(spark, base_bronze, ["base"])
+    after_base = root / "after_base"
+    started = time.perf_counter()
+    ApplyPipeline(spark, lake_config(after_base, base_bronze, bronze={"max_files_per_trigger": 1000}),
+                  out=open(os.devnull, "w")).run(once=True)
+    base_s = time.perf_counter() - started
+    print(f"[bench sweep] base load: {meta['parts']['base']['messages']} messages in {base_s:.1f} s", flush=True)
+    plan = {}
+    for size in sizes:
+        k = min(3, available // size)
+        bronze = root / f"bronze_{size}"
+        shutil.copytree(base_bronze, bronze)  # same table: the base lake's stream checkpoint goes on here
+        write_bronze(spark, bronze, ["changes"], first_seq=ranges["base"][1] + 1, chunk_size=size, limit=k * size)
+        plan[size] = (bronze, _dml_counts("changes", size, k * size))
+    largest = max(sizes)
+    jobs = [(s, "parallel") for s in sizes] + [(largest, "serial"), (largest, "dv")]
+    results: dict[tuple[int, str], list[dict]] = {j: [] for j in jobs}
+    for rep in range(reps):
+        order = jobs[rep % len(jobs):] + jobs[:rep % len(jobs)]
+        for size, variant in order:
+            bronze, dml = plan[size]
+            r = _run(spark, root, after_base, bronze, variant, dml)
+            results[(size, variant)].append(r)
+            print(f"[bench sweep] rep {rep + 1}/{reps} {size:>9,} x{len(dml)} {variant:8s}: "
+                  f"batches {', '.join(f'{s:.1f}' for s in r['batch_seconds'])} s, "
+                  f"{', '.join(f'{x:,.0f}' for x in r['rates'])} changes/s"
+                  + (f", merge {r['merge_s']:.1f} s vs append {r['append_s']:.1f} s" if variant == "serial" else ""),
+                  flush=True)
+    per_size = {}
+    for size in sizes:
+        runs = results[(size, "parallel")]
+        per_size[str(size)] = {"batches_per_run": len(runs[0]["dml"]),
+                               "changes_per_second": _spread(_steady(runs, "rates"), 0),
+                               "batch_seconds": _spread(_steady(runs, "batch_seconds")),
+                               "first_batch_seconds": _spread([r["batch_seconds"][0] for r in runs])}
+    serial = results[(largest, "serial")]
+    dv = results[(largest, "dv")]
+    par = results[(largest, "parallel")]
+    out_sweep = {
+        "master": master, "base": meta["parts"]["base"], "changes": meta["parts"]["changes"],
+        "base_load_s": round(base_s, 1), "reps": reps, "sizes": per_size,
+        "largest": {
+            "size": largest,
+            "merge_vs_append": _spread([r["merge_s"] / r["append_s"] for r in serial]),
+            "merge_s": _spread([r["merge_s"] for r in serial]), "append_s": _spread([r["append_s"] for r in serial]),
+            "serial_changes_per_second": _spread(_steady(serial, "rates"), 0),
+            "dv_changes_per_second": _spread(_steady(dv, "rates"), 0),
+            "dv_on_vs_off_time": _spread([a["seconds"] / b["seconds"] for a, b in zip(dv, par)]),
+            "delta_metrics": {"dv_off": par[-1]["delta_metrics"], "dv_on": dv[-1]["delta_metrics"]},
+        },
+        "cpu_count": os.cpu_count(), "loadavg": os.getloadavg(),
+    }
+    merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    merged.setdefault("sweep", {})[tag] = out_sweep
+    if headline:
+        merged["changes_per_second"] = per_size[str(largest)]["changes_per_second"]["median"]
+        merged["merge_vs_append"] = out_sweep["largest"]["merge_vs_append"]["median"]
+    tmp = RESULTS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(merged, indent=2) + "\n")
+    tmp.replace(RESULTS)
+    print_table(out_sweep)
+    shutil.rmtree(root, ignore_errors=True)
+    return out_sweep
+
+
+def print_table(s: dict) -> None:
+    print(f"\nbatch-size sweep ({s['master']}, median [min-max] of the batches after the first, "
+          f"{s['reps']} interleaved repetitions)")
+    print(f"  {'changes/batch':>13s} {'changes/s':>22s} {'s/batch':>20s}")
+    for size, v in s["sizes"].items():
+        c, b = v["changes_per_second"], v["batch_seconds"]
+        print(f"  {int(size):>13,} {c['median']:>10,.0f} [{c['min']:,.0f}-{c['max']:,.0f}] "
+              f"{b['median']:>7.1f} [{b['min']:.1f}-{b['max']:.1f}]")
+    g = s["largest"]
+    print(f"  largest: MERGE/append {g['merge_vs_append']}, serial changes/s {g['serial_changes_per_second']}, "
+          f"deletion vectors on/off time {g['dv_on_vs_off_time']}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", type=int, default=1_000_000)
+    parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--sizes", default="1000,10000,100000,1000000")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--tag", default=None, help="key under results.json's sweep (default: the master)")
+    parser.add_argument("--headline", action="store_true",
+                        help="the largest size's figures become changes_per_second and merge_vs_append")
+    args = parser.parse_args(argv)
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    tag = args.tag or args.master.replace("[", "").replace("]", "")
+    run(args.base, args.changes, sizes, args.reps, tag, args.headline, args.master)
+
+
+if __name__ == "__main__":
+    main()
