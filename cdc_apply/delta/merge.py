@@ -153,7 +153,61 @@ def _window(nkeys: int, frame_to_current: bool = True):
     return w.rowsBetween(Window.unboundedPreceding, Window.currentRow) if frame_to_current else w
 
 
-def resolve_moves(events, work: TableWork, target, max_rounds: int = 16):
+def resolve_moves(events, work: TableWork, target):
+    """Fill a move-in's unchanged TOAST columns from the old key's row just before the move.
+
+    One sequential pass over the table's key events (:mod:`cdc_apply.apply.moves`) says where each
+    gap's value comes from — a row of the batch, or silver's row of the key the chain of moves
+    started from — and one join with silver fetches the latter. A move whose gaps read silver rows
+    of different keys (possible only across relation versions) is resolved round by round instead.
+    """
+    from functools import partial
+
+    from pyspark.sql import functions as F
+
+    from cdc_apply.apply.moves import resolve_move_batches
+
+    n, nk = len(work.columns), len(work.key_index)
+    gaps = [F.col(f"p_{i}") & ~F.col(f"x_{i}") for i in range(n)]
+    any_gap = reduce(lambda a, b: a | b, gaps, F.lit(False))
+    if events.where((F.col("_kind") == "M") & any_gap).limit(1).count() == 0:
+        return events
+    key_ddl = [work.columns[i].spark_ddl for i in work.key_index]
+    ddl = ", ".join(["_m_seq BIGINT", "_mixed BOOLEAN"] + [f"_sk_{p} {t}" for p, t in enumerate(key_ddl)]
+                    + [f"{c}_{i} {t}" for i, col in enumerate(work.columns)
+                       for c, t in (("r", col.spark_ddl), ("f", "BOOLEAN"), ("s", "BOOLEAN"))])
+    inputs = (["_commit_lsn", "_seq", "_sub", "_kind"] + [f"k_{p}" for p in range(nk)]
+              + [f"_src_k_{p}" for p in range(nk)] + [f"{c}_{i}" for i in range(n) for c in ("n", "x", "p")])
+    sources = (events.select(*inputs).repartition(1)
+               .mapInArrow(partial(resolve_move_batches, nk=nk, n=n), ddl).localCheckpoint())
+    if sources.where("_mixed").limit(1).count():
+        return resolve_moves_by_rounds(events, work, target)
+    key_names = [work.columns[i].name for i in work.key_index]
+    if target is not None:
+        tgt = target.select(*[F.col(quote_ident(k)).alias(f"_sk_{p}") for p, k in enumerate(key_names)],
+                            *[F.col(quote_ident(c.name)).alias(f"t_{i}") for i, c in enumerate(work.columns)])
+        sources = sources.join(tgt, [f"_sk_{p}" for p in range(nk)], "left")
+    else:
+        sources = sources.select("*", *[F.lit(None).alias(f"t_{i}") for i in range(n)])
+    joined = events.alias("e").join(sources.alias("s"), (F.col("e._seq") == F.col("s._m_seq"))
+                                    & (F.col("e._kind") == "M"), "left")
+    cols = []
+    for c in events.columns:
+        if c[:2] in ("n_", "x_") and c[2:].isdigit():
+            i = int(c[2:])
+            gap = ((F.col("e._kind") == "M") & F.col(f"e.p_{i}") & ~F.col(f"e.x_{i}")
+                   & (F.coalesce(F.col(f"s.f_{i}"), F.lit(False)) | F.coalesce(F.col(f"s.s_{i}"), F.lit(False))))
+            if c[0] == "n":
+                value = F.when(F.col(f"s.f_{i}"), F.col(f"s.r_{i}")).otherwise(F.col(f"s.t_{i}"))
+                cols.append(F.when(gap, value).otherwise(F.col(f"e.{c}")).alias(c))
+            else:
+                cols.append((F.col(f"e.{c}") | gap).alias(c))
+        else:
+            cols.append(F.col(f"e.{c}").alias(c))
+    return joined.select(*cols).localCheckpoint()
+
+
+def resolve_moves_by_rounds(events, work: TableWork, target, max_rounds: int = 16):
     """Fill a move-in's unchanged TOAST columns from the old key's row just before the move.
 
     The move-out event sits in the old key's partition at the move's position;
