@@ -79,7 +79,6 @@ def _change_transactions(changes: int, per_table_base: int, seed: int = 7):
 
     rng = random.Random(seed)
     next_id = [per_table_base + 1] * TABLES
-    deleted = 0
     done = 0
     while done < changes:
         i = rng.randrange(TABLES)
@@ -89,11 +88,11 @@ def _change_transactions(changes: int, per_table_base: int, seed: int = 7):
             lo = rng.randrange(1, max(2, next_id[i] - n))
             yield f"UPDATE t{i} SET k = k + 1, amount = amount + 1 WHERE id BETWEEN {lo} AND {lo + n - 1}"
         elif roll < 0.70:
-            # A key move: the rows get new primary keys (the Update carries a 'K' tuple).
+            # A key move: the rows get new primary keys (the Update carries a 'K' tuple), taken from the
+            # range inserts would use next, so no two moves ever aim at the same key.
             lo = rng.randrange(1, max(2, next_id[i] - n))
-            yield (f"UPDATE t{i} SET id = id + {10_000_000 + deleted} WHERE id BETWEEN {lo} AND {lo + n - 1} "
-                   f"AND id < 10000000")
-            deleted += n
+            yield f"UPDATE t{i} SET id = id - {lo} + {next_id[i]} WHERE id BETWEEN {lo} AND {lo + n - 1}"
+            next_id[i] += n
         elif roll < 0.90:
             lo = next_id[i]
             next_id[i] += n
@@ -112,7 +111,7 @@ def capture(base: int, changes: int, large_mb: int) -> dict:
     from cdc_apply.testing.postgres import start_postgres
 
     meta_file = WORK / "capture.json"
-    wanted = {"base": base, "changes": changes, "large_mb": large_mb, "tables": TABLES, "version": 2}
+    wanted = {"base": base, "changes": changes, "large_mb": large_mb, "tables": TABLES, "version": 3}
     if meta_file.exists() and json.loads(meta_file.read_text()).get("wanted") == wanted:
         return json.loads(meta_file.read_text())
     shutil.rmtree(WORK, ignore_errors=True)

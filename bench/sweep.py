@@ -11,9 +11,10 @@ else as many as the capture holds, at most 3), and the job reads one commit per 
 
 Per size and repetition (sizes interleaved, rotating order) the figures are the per-batch seconds
 and change messages (Insert/Update/Delete) per second of the batches after the first (the first
-pays the job's start-up). At the largest size two more variants run, interleaved with it:
-``serial`` (one table at a time, every MERGE timed against a plain append of the same collapsed
-rows: ``merge_vs_append`` at scale) and ``dv`` (deletion vectors on; Delta's MERGE metrics kept).
+pays the job's start-up). Every size also runs with deletion vectors on (``dv``: the property
+switched on in the copy of the base lake), and the largest size once more as ``serial`` (one table at
+a time, every MERGE timed against a plain append of the same collapsed rows: ``merge_vs_append`` at
+scale); Delta's MERGE metrics are kept for the largest size with deletion vectors off and on.
 
 Results merge into ``bench/results.json`` under ``sweep`` (by ``--tag``). With ``--headline`` the
 largest size's median changes/s becomes ``changes_per_second`` and its MERGE/append ratio
@@ -98,7 +99,7 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
 
     meta = capture(base, changes, 0)
     available = meta["parts"]["changes"]["messages"]
-    sizes = [s for s in sizes if s <= available]
+    sizes = sorted({min(s, available) for s in sizes})  # "1,000,000" is every change the capture has
     print(f"[bench sweep] capture: {json.dumps(meta['parts'])}", flush=True)
     spark = spark_session("cdc_apply-bench-sweep", **{"spark.master": master})
     root = WORK / f"lake_{tag}"
@@ -119,7 +120,7 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
         write_bronze(spark, bronze, ["changes"], first_seq=ranges["base"][1] + 1, chunk_size=size, limit=k * size)
         plan[size] = (bronze, _dml_counts("changes", size, k * size))
     largest = max(sizes)
-    jobs = [(s, "parallel") for s in sizes] + [(largest, "serial"), (largest, "dv")]
+    jobs = [(s, v) for s in sizes for v in ("parallel", "dv")] + [(largest, "serial")]
     results: dict[tuple[int, str], list[dict]] = {j: [] for j in jobs}
     for rep in range(reps):
         order = jobs[rep % len(jobs):] + jobs[:rep % len(jobs)]
@@ -135,10 +136,15 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
     per_size = {}
     for size in sizes:
         runs = results[(size, "parallel")]
+        dv_runs = results[(size, "dv")]
         per_size[str(size)] = {"batches_per_run": len(runs[0]["dml"]),
                                "changes_per_second": _spread(_steady(runs, "rates"), 0),
                                "batch_seconds": _spread(_steady(runs, "batch_seconds")),
-                               "first_batch_seconds": _spread([r["batch_seconds"][0] for r in runs])}
+                               "first_batch_seconds": _spread([r["batch_seconds"][0] for r in runs]),
+                               "dv_changes_per_second": _spread(_steady(dv_runs, "rates"), 0),
+                               "dv_batch_seconds": _spread(_steady(dv_runs, "batch_seconds")),
+                               "dv_on_vs_off_time": _spread([a["seconds"] / b["seconds"]
+                                                             for a, b in zip(dv_runs, runs)])}
     serial = results[(largest, "serial")]
     dv = results[(largest, "dv")]
     par = results[(largest, "parallel")]
@@ -150,8 +156,6 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
             "merge_vs_append": _spread([r["merge_s"] / r["append_s"] for r in serial]),
             "merge_s": _spread([r["merge_s"] for r in serial]), "append_s": _spread([r["append_s"] for r in serial]),
             "serial_changes_per_second": _spread(_steady(serial, "rates"), 0),
-            "dv_changes_per_second": _spread(_steady(dv, "rates"), 0),
-            "dv_on_vs_off_time": _spread([a["seconds"] / b["seconds"] for a, b in zip(dv, par)]),
             "delta_metrics": {"dv_off": par[-1]["delta_metrics"], "dv_on": dv[-1]["delta_metrics"]},
         },
         "cpu_count": os.cpu_count(), "loadavg": os.getloadavg(),
@@ -172,14 +176,13 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
 def print_table(s: dict) -> None:
     print(f"\nbatch-size sweep ({s['master']}, median [min-max] of the batches after the first, "
           f"{s['reps']} interleaved repetitions)")
-    print(f"  {'changes/batch':>13s} {'changes/s':>22s} {'s/batch':>20s}")
+    print(f"  {'changes/batch':>13s} {'changes/s':>22s} {'s/batch':>20s}   deletion vectors on: changes/s, s/batch")
     for size, v in s["sizes"].items():
-        c, b = v["changes_per_second"], v["batch_seconds"]
+        c, b, dc, db = v["changes_per_second"], v["batch_seconds"], v["dv_changes_per_second"], v["dv_batch_seconds"]
         print(f"  {int(size):>13,} {c['median']:>10,.0f} [{c['min']:,.0f}-{c['max']:,.0f}] "
-              f"{b['median']:>7.1f} [{b['min']:.1f}-{b['max']:.1f}]")
+              f"{b['median']:>7.1f} [{b['min']:.1f}-{b['max']:.1f}]   {dc['median']:>10,.0f} {db['median']:>7.1f}")
     g = s["largest"]
-    print(f"  largest: MERGE/append {g['merge_vs_append']}, serial changes/s {g['serial_changes_per_second']}, "
-          f"deletion vectors on/off time {g['dv_on_vs_off_time']}")
+    print(f"  largest: MERGE/append {g['merge_vs_append']}, serial changes/s {g['serial_changes_per_second']}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,211 @@
+"""Sustained: the lander and the apply job running together against PostgreSQL at fixed offered rates.
+
+    .venv/bin/python bench/sustained.py [--rates 200,1000,4000] [--seconds 90] [--trigger "2 seconds"]
+
+An embedded PostgreSQL 18 gets a table ``ev`` (``id int8`` primary key, ``n int4``, ``v text``,
+``at timestamptz``) of ``--preload`` rows. One process then runs, concurrently:
+
+* a load thread offering ``rate`` changed rows per second for ``--seconds`` per rate (transactions
+  of 10 rows every 100 ms or less: 70 % updates of random rows, 20 % inserts, 10 % deletes);
+* the lander (``cdc_apply.land.Lander``, protocol 4, streaming parallel) in a thread;
+* the apply job as a Structured Streaming query (``processingTime`` trigger ``--trigger``).
+
+Rates run one after the other with a quiet gap. **Commit-to-silver latency** of a change is the
+Delta commit time of the silver version that applied it (Change Data Feed ``_commit_timestamp``)
+minus its PostgreSQL commit time (``_cdc_commit_ts``): same machine, same clock, measured after the
+run from silver itself. Per rate: the offered and achieved rates, latency p50/p95/max, p50 in the
+first and last third of the window (a growing latency is a lag that is not bounded) and how long
+silver took to catch up once the load stopped. Results merge into ``bench/results.json`` under
+``sustained``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent))
+
+RESULTS = BENCH / "results.json"
+ROWS_PER_TXN = 10
+
+
+class Load(threading.Thread):
+    """Offers ``rate`` changed rows per second until stopped; counts what it committed."""
+
+    def __init__(self, conn, rate: int, first_new_id: int, live: list[int], seed: int) -> None:
+        super().__init__(daemon=True)
+        self.conn, self.rate, self.next_id, self.live = conn, rate, first_new_id, live
+        self.rng = random.Random(seed)
+        self.stop = threading.Event()
+        self.rows = 0
+        self.behind = 0.0  # seconds the generator itself fell behind its schedule (PostgreSQL was the limit)
+
+    def run(self) -> None:
+        cur = self.conn.cursor()
+        started = time.monotonic()
+        while not self.stop.is_set():
+            due = started + self.rows / self.rate
+            now = time.monotonic()
+            if due > now:
+                self.stop.wait(due - now)
+                continue
+            self.behind = max(self.behind, now - due)
+            ids = [self.live[self.rng.randrange(len(self.live))] for _ in range(ROWS_PER_TXN)]
+            roll = self.rng.random()
+            if roll < 0.7:
+                cur.execute("UPDATE ev SET n = n + 1, at = now() WHERE id = ANY(%s)", (ids,))
+            elif roll < 0.9:
+                new = list(range(self.next_id, self.next_id + ROWS_PER_TXN))
+                self.next_id += ROWS_PER_TXN
+                cur.execute("INSERT INTO ev SELECT g, 0, md5(g::text), now() FROM unnest(%s::int8[]) g", (new,))
+                self.live.extend(new)
+            else:
+                gone = set(ids)
+                cur.execute("DELETE FROM ev WHERE id = ANY(%s)", (list(gone),))
+                self.live[:] = [i for i in self.live if i not in gone]
+            self.rows += ROWS_PER_TXN
+
+
+def _percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def _latencies(spark, silver: str, since, until) -> list[tuple[float, float]]:
+    """(PostgreSQL commit time, seconds to silver) of every insert/update applied for commits in the window."""
+    from pyspark.sql import functions as F
+
+    cdf = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(silver)
+           .where(F.col("_change_type").isin("insert", "update_postimage"))
+           .where(F.col("_cdc_commit_ts").between(since, until))
+           .select(F.col("_cdc_commit_ts").cast("double").alias("at"),
+                   (F.col("_commit_timestamp").cast("double") - F.col("_cdc_commit_ts").cast("double")).alias("s")))
+    return [(r.at, r.s) for r in cdf.collect()]
+
+
+def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float) -> dict:
+    from datetime import datetime, timezone
+
+    from cdc_apply.config import parse_config
+    from cdc_apply.delta.bronze import create_bronze_table
+    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.land.lander import Lander
+    from cdc_apply.spark import spark_session
+    from cdc_apply.testing.postgres import start_postgres
+
+    root = Path(tempfile.mkdtemp(prefix="cdc_apply_sustained_"))
+    pg = start_postgres(root / "pg" / "data")
+    spark = spark_session("cdc_apply-bench-sustained")
+    out: dict = {"rates": {}, "seconds_per_rate": seconds, "trigger": trigger, "preload": preload}
+    try:
+        pg.create_database("bench")
+        pg.execute("CREATE TABLE ev (id int8 PRIMARY KEY, n int4, v text, at timestamptz)", dbname="bench")
+        pg.execute(f"INSERT INTO ev SELECT g, 0, md5(g::text), now() FROM generate_series(1, {preload}) g",
+                   dbname="bench")
+        pg.execute("CREATE PUBLICATION sus FOR TABLE ev", dbname="bench")
+        # The slot starts after the preload: silver is seeded from PostgreSQL's rows (a snapshot),
+        # as a user would, so the measured windows carry only the offered load.
+        pg.execute("SELECT pg_create_logical_replication_slot('sus', 'pgoutput', false, true)", dbname="bench")
+        raw = {"pipeline": "sustained", "bronze": {"path": str(root / "bronze")},
+               "silver": {"path": str(root / "silver")}, "state": {"path": str(root / "state")},
+               "apply": {"trigger_interval": trigger},
+               "source": {"name": "pg", "dsn": pg.dsn("bench"), "slot": "sus", "publication": "sus"},
+               "land": {"batch_seconds": 1.0}}
+        config = parse_config(raw)
+        create_bronze_table(spark, str(root / "bronze"))
+        silver = str(root / "silver" / "public" / "ev")
+        stop_land = threading.Event()
+        lander = Lander(config, spark, out=io.StringIO(), stop=stop_land)
+        land_thread = threading.Thread(target=lander.run, daemon=True)
+        land_thread.start()
+        pipeline = ApplyPipeline(spark, config, out=io.StringIO())
+        query = pipeline.run(await_termination=False)
+        conn = pg.connect("bench")
+        live = list(range(1, preload + 1))
+        next_id = preload + 1
+        offered_txns = 0
+        for k, rate in enumerate(rates):
+            load = Load(conn, rate, next_id, live, seed=k)
+            since = datetime.now(timezone.utc)
+            started = time.monotonic()
+            load.start()
+            time.sleep(seconds)
+            load.stop.set()
+            load.join()
+            offered_s = time.monotonic() - started
+            until = datetime.now(timezone.utc)
+            next_id = load.next_id
+            offered_txns += load.rows // ROWS_PER_TXN  # every transaction changes at least one row
+            stopped = time.monotonic()
+            caught = None
+            while time.monotonic() - stopped < max(300.0, 3 * seconds):
+                if sum(r.transactions for r in list(pipeline.reports)) >= offered_txns:
+                    caught = time.monotonic() - stopped
+                    break
+                if not query.isActive:
+                    raise RuntimeError(f"the apply query stopped: {query.exception()}")
+                time.sleep(0.5)
+            lat = _latencies(spark, silver, since, until)
+            values = [s for _, s in lat]
+            third = (until - since).total_seconds() / 3
+            t0 = since.timestamp()
+            first = [s for at, s in lat if at < t0 + third]
+            last = [s for at, s in lat if at >= t0 + 2 * third]
+            out["rates"][str(rate)] = {
+                "offered_rows_per_s": rate, "achieved_rows_per_s": round(load.rows / offered_s),
+                "generator_behind_s": round(load.behind, 2), "rows": load.rows, "changes_seen": len(values),
+                "latency_p50_s": round(_percentile(values, 0.5), 2), "latency_p95_s": round(_percentile(values, 0.95), 2),
+                "latency_max_s": round(max(values), 2) if values else None,
+                "p50_first_third_s": round(_percentile(first, 0.5), 2),
+                "p50_last_third_s": round(_percentile(last, 0.5), 2),
+                "catch_up_s": None if caught is None else round(caught, 1),
+            }
+            print(f"[bench sustained] {rate} rows/s offered: {json.dumps(out['rates'][str(rate)])}", flush=True)
+            time.sleep(gap)
+        conn.close()
+        query.stop()
+        stop_land.set()
+        land_thread.join(60)
+        out["batches"] = len(pipeline.reports)
+        out["batch_seconds_median"] = round(_percentile([r.seconds for r in pipeline.reports], 0.5), 2)
+    finally:
+        pg.destroy()
+        shutil.rmtree(root, ignore_errors=True)
+    out["cpu_count"], out["loadavg"] = os.cpu_count(), os.getloadavg()
+    merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    merged["sustained"] = out
+    RESULTS.write_text(json.dumps(merged, indent=2) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="200,1000,4000", help="changed rows per second, one window each")
+    parser.add_argument("--seconds", type=float, default=90.0)
+    parser.add_argument("--trigger", default="2 seconds")
+    parser.add_argument("--preload", type=int, default=20_000)
+    parser.add_argument("--gap", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    out = run([int(r) for r in args.rates.split(",")], args.seconds, args.trigger, args.preload, args.gap)
+    print("\nsustained (lander + apply together):")
+    print(f"  {'offered':>8s} {'achieved':>9s} {'p50 s':>7s} {'p95 s':>7s} {'max s':>7s} "
+          f"{'p50 1st/3rd':>12s} {'catch-up s':>10s}")
+    for rate, r in out["rates"].items():
+        print(f"  {rate:>8s} {r['achieved_rows_per_s']:>9,} {r['latency_p50_s']:>7} {r['latency_p95_s']:>7} "
+              f"{r['latency_max_s']!s:>7} {r['p50_first_third_s']!s:>5}/{r['p50_last_third_s']!s:<6} "
+              f"{r['catch_up_s']!s:>10}")
+
+
+if __name__ == "__main__":
+    main()
