@@ -28,7 +28,7 @@ bench: setup
 	@$(VPY) bench/run.py
 
 # The differential soak: >= 100,000 seeded random transactions through all six protocol
-# configurations, silver compared with PostgreSQL at every checkpoint (an hour or more here; not yet run to the end).
+# configurations, silver compared with PostgreSQL at every checkpoint (hours here; not yet run to the end).
 SOAK_SEED ?= 1122
 SOAK_TRANSACTIONS ?= 100000
 soak: setup

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +19,10 @@ def main() -> int:
     from bench import apply as apply_bench
 
     apply_bench.run(reps=5)
+    # The sustained figures: the sweep's largest batch replaces apply.py's 50k-change ones. Its own
+    # process: its own capture folder and Spark session.
+    subprocess.run([sys.executable, str(Path(__file__).with_name("sweep.py")), "--headline", "--reps", "2",
+                    "--sizes", "1000,100000,1000000"], check=True)
     results = json.loads(RESULTS.read_text())
     print("\nbench/results.json:")
     for key in sorted(results):
