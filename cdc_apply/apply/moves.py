@@ -33,7 +33,8 @@ def resolve_move_sources(table: pa.Table, nk: int, n: int) -> pa.Table:
     kinds = table["_kind"].to_pylist()
     keys = list(zip(*[table[f"k_{p}"].to_pylist() for p in range(nk)]))
     movers = [r for r, k in enumerate(kinds) if k == "M"]
-    src = {r: tuple(table[f"_src_k_{p}"][r].as_py() for p in range(nk)) for r in movers}
+    old_keys = [table[f"_src_k_{p}"].to_pylist() for p in range(nk)]
+    src = {r: tuple(column[r] for column in old_keys) for r in movers}
     carried = [table[f"x_{i}"].to_pylist() for i in range(n)]
     present = [table[f"p_{i}"].to_pylist() for i in range(n)]
     # key -> column -> (True, batch row) | (False, move-in row whose old key's silver row holds it)

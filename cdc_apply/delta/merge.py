@@ -182,24 +182,41 @@ def resolve_moves(events, work: TableWork, target):
                .mapInArrow(partial(resolve_move_batches, nk=nk, n=n), ddl).localCheckpoint())
     if sources.where("_mixed").limit(1).count():
         return resolve_moves_by_rounds(events, work, target)
+    sources = _with_silver(sources, target, work, "_sk_")
+    return _fill_move_ins(
+        events, sources, work,
+        filled=lambda i: F.coalesce(F.col(f"s.f_{i}"), F.lit(False)) | F.coalesce(F.col(f"s.s_{i}"), F.lit(False)),
+        value=lambda i: F.when(F.col(f"s.f_{i}"), F.col(f"s.r_{i}")).otherwise(F.col(f"s.t_{i}")))
+
+
+def _with_silver(found, target, work: TableWork, key_prefix: str):
+    """``found`` with silver's values ``t_<i>`` of the row whose key is in its ``<key_prefix><p>`` columns
+    (null when silver has none, or was emptied by a truncate of this batch: ``target`` None)."""
+    from pyspark.sql import functions as F
+
+    n, nk = len(work.columns), len(work.key_index)
+    if target is None:
+        return found.select("*", *[F.lit(None).alias(f"t_{i}") for i in range(n)])
     key_names = [work.columns[i].name for i in work.key_index]
-    if target is not None:
-        tgt = target.select(*[F.col(quote_ident(k)).alias(f"_sk_{p}") for p, k in enumerate(key_names)],
-                            *[F.col(quote_ident(c.name)).alias(f"t_{i}") for i, c in enumerate(work.columns)])
-        sources = sources.join(tgt, [f"_sk_{p}" for p in range(nk)], "left")
-    else:
-        sources = sources.select("*", *[F.lit(None).alias(f"t_{i}") for i in range(n)])
-    joined = events.alias("e").join(sources.alias("s"), (F.col("e._seq") == F.col("s._m_seq"))
+    tgt = target.select(*[F.col(quote_ident(k)).alias(f"{key_prefix}{p}") for p, k in enumerate(key_names)],
+                        *[F.col(quote_ident(c.name)).alias(f"t_{i}") for i, c in enumerate(work.columns)])
+    return found.join(tgt, [f"{key_prefix}{p}" for p in range(nk)], "left")
+
+
+def _fill_move_ins(events, found, work: TableWork, filled, value):
+    """The events with each move-in's gaps (``p_i and not x_i``) filled where ``filled(i)`` holds for its
+    row of ``found`` (joined on ``_m_seq``, aliased ``s``): ``n_i`` takes ``value(i)``, ``x_i`` is set."""
+    from pyspark.sql import functions as F
+
+    joined = events.alias("e").join(found.alias("s"), (F.col("e._seq") == F.col("s._m_seq"))
                                     & (F.col("e._kind") == "M"), "left")
     cols = []
     for c in events.columns:
         if c[:2] in ("n_", "x_") and c[2:].isdigit():
             i = int(c[2:])
-            gap = ((F.col("e._kind") == "M") & F.col(f"e.p_{i}") & ~F.col(f"e.x_{i}")
-                   & (F.coalesce(F.col(f"s.f_{i}"), F.lit(False)) | F.coalesce(F.col(f"s.s_{i}"), F.lit(False))))
+            gap = (F.col("e._kind") == "M") & F.col(f"e.p_{i}") & ~F.col(f"e.x_{i}") & filled(i)
             if c[0] == "n":
-                value = F.when(F.col(f"s.f_{i}"), F.col(f"s.r_{i}")).otherwise(F.col(f"s.t_{i}"))
-                cols.append(F.when(gap, value).otherwise(F.col(f"e.{c}")).alias(c))
+                cols.append(F.when(gap, value(i)).otherwise(F.col(f"e.{c}")).alias(c))
             else:
                 cols.append((F.col(f"e.{c}") | gap).alias(c))
         else:
@@ -226,7 +243,6 @@ def resolve_moves_by_rounds(events, work: TableWork, target, max_rounds: int = 1
     # the value before it (earlier in the batch, or silver's) is still the one to take.
     waits = [gaps[i] & (F.col("_kind") == "M") for i in range(n)]
     before = _window(nk, frame_to_current=False).rowsBetween(Window.unboundedPreceding, -1)
-    key_names = [work.columns[i].name for i in work.key_index]
     for _ in range(max_rounds):
         if events.where((F.col("_kind") == "M") & any_gap).limit(1).count() == 0:
             return events
@@ -239,28 +255,11 @@ def resolve_moves_by_rounds(events, work: TableWork, target, max_rounds: int = 1
         outs = looked.where((F.col("_kind") == "D") & F.col("_move")).select(
             F.col("_seq").alias("_m_seq"), *[F.col(f"k_{p}").alias(f"_mk_{p}") for p in range(nk)],
             *[F.col(f"r_{i}") for i in range(n)], *[F.col(f"b_{i}") for i in range(n)])
-        if target is not None:
-            tgt = target.select(*[F.col(quote_ident(k)).alias(f"_mk_{p}") for p, k in enumerate(key_names)],
-                                *[F.col(quote_ident(c.name)).alias(f"t_{i}") for i, c in enumerate(work.columns)])
-            outs = outs.join(tgt, [f"_mk_{p}" for p in range(nk)], "left")
-        else:
-            outs = outs.select("*", *[F.lit(None).alias(f"t_{i}") for i in range(n)])
-        joined = events.alias("e").join(outs.alias("s"), (F.col("e._seq") == F.col("s._m_seq"))
-                                        & (F.col("e._kind") == "M"), "left")
-        cols = []
-        for c in events.columns:
-            if c[:2] in ("n_", "x_") and c[2:].isdigit():
-                i = int(c[2:])
-                gap = (F.col("e._kind") == "M") & F.col(f"e.p_{i}") & ~F.col(f"e.x_{i}") \
-                    & F.col("s._m_seq").isNotNull() & ~F.coalesce(F.col(f"s.b_{i}"), F.lit(False))
-                if c[0] == "n":
-                    value = F.when(F.col(f"s.r_{i}").isNotNull(), F.col(f"s.r_{i}.v")).otherwise(F.col(f"s.t_{i}"))
-                    cols.append(F.when(gap, value).otherwise(F.col(f"e.{c}")).alias(c))
-                else:
-                    cols.append((F.col(f"e.{c}") | gap).alias(c))
-            else:
-                cols.append(F.col(f"e.{c}").alias(c))
-        events = joined.select(*cols).localCheckpoint()
+        outs = _with_silver(outs, target, work, "_mk_")
+        events = _fill_move_ins(
+            events, outs, work,
+            filled=lambda i: F.col("s._m_seq").isNotNull() & ~F.coalesce(F.col(f"s.b_{i}"), F.lit(False)),
+            value=lambda i: F.when(F.col(f"s.r_{i}").isNotNull(), F.col(f"s.r_{i}.v")).otherwise(F.col(f"s.t_{i}")))
     raise ApplyError("key changes of rows with unchanged TOAST values chain deeper than supported in one batch",
                      table=work.qualified_name, rounds=max_rounds)
 
