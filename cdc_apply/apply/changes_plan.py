@@ -4,8 +4,10 @@ Each relation version present gets a *slot*; its columns, typed by the type
 map, live in *pooled* output columns ``new_<p>`` (new tuple) and ``old_<p>``
 (key/old tuple) that rows of other slots share: a row belongs to one slot, so
 slot ``k``'s column ``j`` is pooled column ``Pool.columns[k][j]``, and the
-output is as wide as the widest relation (per type), not as all of them
-together. Pooled columns a row's slot does not use are null.
+output is as wide as the widest relation (per type, counting every column its
+versions in the batch had), not as all of them together. A column keeps its
+pooled column across its relation's versions. Pooled columns a row's slot does
+not use are null.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class Slot:
     qualified_name: str
     column_names: tuple[str, ...]
     column_types: tuple[ColumnType, ...]
+    # Per column, its lineage id (stable across the relation's versions); () means by position.
+    lineage: tuple[int, ...] = ()
 
     def struct_type(self) -> pa.StructType:
         return pa.struct([pa.field(f"c{i}", t.arrow_type) for i, t in enumerate(self.column_types)])
@@ -118,20 +122,24 @@ class Pool:
 
 
 def pool_columns(plan: DecodePlan) -> Pool:
-    """Share output columns between slots: the i-th column of a type in any slot is pooled column
-    (type, i). Deterministic in the plan's slot order (the driver and every worker agree)."""
+    """Share output columns between slots. Within a relation, a column keeps one pooled column across
+    all its versions (by lineage, while its type stays), so readers of a table need no per-version
+    branches; across relations, the k-th such column of a type shares pooled column (type, k).
+    Deterministic in the plan's slot order (the driver and every worker agree)."""
     types: list[ColumnType] = []
     by_type: dict[tuple[str, str], list[int]] = {}
+    ordinals: dict[tuple[str, int], dict[tuple[str, str], dict[int, int]]] = {}
     columns = []
     for slot in plan.slots:
-        seen: dict[tuple[str, str], int] = {}
+        per_type = ordinals.setdefault((slot.source, slot.relation_id), {})
+        lineage = slot.lineage or range(len(slot.column_types))
         placed = []
-        for t in slot.column_types:
+        for t, lin in zip(slot.column_types, lineage):
             key = (str(t.arrow_type), t.spark_ddl)
-            i = seen.get(key, 0)
-            seen[key] = i + 1
+            seen = per_type.setdefault(key, {})
+            i = seen.setdefault(lin, len(seen))
             pooled = by_type.setdefault(key, [])
-            if i == len(pooled):
+            while len(pooled) <= i:
                 pooled.append(len(types))
                 types.append(t)
             placed.append(pooled[i])

@@ -152,7 +152,8 @@ def plan_batch(sources: Mapping[str, tuple[SourceState, SchemaHistory, list, int
                     indexes.append(len(slots))
                     slots.append(Slot(source, relation_id, version.seq, version.qualified_name, version.column_names,
                                       tuple(resolve_column_type(c.type_oid, c.type_modifier, history.types,
-                                                                type_options) for c in version.columns)))
+                                                                type_options) for c in version.columns),
+                                      version.lineage))
                     slot_versions.append(version)
                 versions[relation_id] = (tuple(seqs), tuple(indexes))
         users = (txn_users or {}).get(source)

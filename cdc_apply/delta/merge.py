@@ -83,27 +83,49 @@ def project(decoded, work: TableWork):
              F.col("op").alias("_op"),
              F.col("old_kind").alias("_old_kind")]
     not_delete = F.col("op") != F.lit("D")
+    all_slots = {s.slot for s in work.slots}
     for i, column in enumerate(work.columns):
-        new_v, old_v, carried, present = None, None, None, None
+        # Slots reading column i from the same pooled column and type form one branch: a column keeps
+        # its pooled column across relation versions, so a table with many versions in one batch
+        # (renames, columns added and dropped) costs no CASE branch per version and column. Its
+        # position, which the unchanged-TOAST list names, is looked up by slot in a constant array.
+        groups: dict[tuple[int, str], dict[int, int]] = {}   # (pooled, ddl) -> slot -> position
         for sm in work.slots:
-            if i not in sm.mapping:
-                continue
-            j = sm.mapping.index(i)
-            cast = (lambda c: c) if sm.ddls[j] == column.spark_ddl else (lambda c, t=column.spark_ddl: c.cast(t))
-            hit = F.col("slot") == sm.slot
-            nv, ov = cast(F.col(f"new_{sm.pooled[j]}")), cast(F.col(f"old_{sm.pooled[j]}"))
-            toast = F.coalesce(F.array_contains(F.col("toast"), F.lit(j)), F.lit(False))
-            cv = not_delete & ~toast
-            new_v = F.when(hit, nv) if new_v is None else new_v.when(hit, nv)
-            old_v = F.when(hit, ov) if old_v is None else old_v.when(hit, ov)
-            carried = F.when(hit, cv) if carried is None else carried.when(hit, cv)
-            present = F.when(hit, not_delete) if present is None else present.when(hit, not_delete)
+            if i in sm.mapping:
+                j = sm.mapping.index(i)
+                groups.setdefault((sm.pooled[j], sm.ddls[j]), {})[sm.slot] = j
         null = F.lit(None).cast(column.spark_ddl)
-        exprs += [(new_v if new_v is not None else null).alias(f"n_{i}"),
-                  (old_v if old_v is not None else null).alias(f"o_{i}"),
-                  (carried.otherwise(False) if carried is not None else F.lit(False)).alias(f"x_{i}"),
-                  (present.otherwise(False) if present is not None else F.lit(False)).alias(f"p_{i}")]
+        new_v, old_v, carried = null, null, F.lit(False)
+        for (pooled, ddl), positions in reversed(list(groups.items())):
+            def read(c, ddl=ddl):
+                return c if ddl == column.spark_ddl else c.cast(column.spark_ddl)
+            nv, ov = read(F.col(f"new_{pooled}")), read(F.col(f"old_{pooled}"))
+            cv = not_delete & ~F.coalesce(F.array_contains(F.col("toast"), _position(positions)), F.lit(False))
+            if set(positions) == all_slots:
+                new_v, old_v, carried = nv, ov, cv
+            else:
+                hit = F.col("slot").isin(sorted(positions))
+                new_v, old_v, carried = (F.when(hit, nv).otherwise(new_v), F.when(hit, ov).otherwise(old_v),
+                                         F.when(hit, cv).otherwise(carried))
+        holders = {k for positions in groups.values() for k in positions}
+        present = (not_delete if holders == all_slots else
+                   F.col("slot").isin(sorted(holders)) & not_delete if holders else F.lit(False))
+        exprs += [new_v.alias(f"n_{i}"), old_v.alias(f"o_{i}"), carried.alias(f"x_{i}"), present.alias(f"p_{i}")]
     return rows.select(*exprs)
+
+
+def _position(positions: dict[int, int]):
+    """The column's position in each row's relation version: a literal when all agree, else read from a
+    constant array indexed by slot (O(1) per row, however many versions)."""
+    from pyspark.sql import functions as F
+
+    distinct = set(positions.values())
+    if len(distinct) == 1:
+        return F.lit(distinct.pop())
+    table = [-1] * (max(positions) + 1)
+    for slot, j in positions.items():
+        table[slot] = j
+    return F.element_at(F.array(*[F.lit(j) for j in table]), F.col("slot") + 1)
 
 
 def _null_safe_equal(a: Sequence, b: Sequence):

@@ -40,3 +40,16 @@ def test_a_column_shares_only_with_columns_of_exactly_its_type():
 def test_the_layout_depends_only_on_the_plan_so_driver_and_workers_agree():
     slots = (_slot("a", INT4, NUMERIC), _slot("b", NUMERIC, INT4, INT4))
     assert pool_columns(DecodePlan({}, slots)) == pool_columns(DecodePlan({}, slots))
+
+
+def test_a_column_keeps_its_pooled_column_across_versions_when_an_earlier_column_is_dropped():
+    # Version 1: (id int4, a int4, b int4, note text); version 2 dropped a: b moved from position 2 to 1.
+    v1, v2 = _slot("t", INT4, INT4, INT4, TEXT), _slot("t", INT4, INT4, TEXT)
+    v1 = Slot(v1.source, v1.relation_id, 1, v1.qualified_name, v1.column_names, v1.column_types, (0, 1, 2, 3))
+    v2 = Slot(v2.source, v2.relation_id, 2, v2.qualified_name, v2.column_names, v2.column_types, (0, 2, 3))
+    pool = pool_columns(DecodePlan({}, (v1, v2)))
+    assert pool.columns[1][1] == pool.columns[0][2]  # b
+    assert pool.columns[1][2] == pool.columns[0][3]  # note
+    assert len(set(pool.columns[1])) == 3
+    # A dropped column's pooled column stays with it: width counts every int4 column the versions had.
+    assert len(pool.types) == 4
