@@ -12,7 +12,8 @@ per key in commit order:
   same key carried in this batch; if none did, the MERGE keeps the value the
   silver row already has — never a placeholder;
 * a move-in's unchanged TOAST columns come from the old key's row just before
-  the move (earlier in the batch, else silver), resolved before the reduction.
+  the move (earlier in the batch, else silver), resolved before the reduction
+  (:mod:`cdc_apply.delta.merge_moves`).
 
 Tables without a key (REPLICA IDENTITY FULL, or no identity) are matched on
 all values, with exact duplicate counts: see :func:`merge_keyless`.
@@ -54,6 +55,9 @@ class TableWork:
     truncate_after: tuple[int, int] | None   # (commit_lsn, seq) of the last truncate: earlier changes are gone
     meta: tuple[tuple[str, str], ...]        # (silver column, decoded column): commit LSN, commit ts, xid, origin
     has_toast: bool = True
+    # Some update sent an old/key tuple and unchanged TOAST: only such a change can be a key move with
+    # gaps to fill (an update without an old tuple kept its key).
+    toast_moves: bool = True
 
     @property
     def key_index(self) -> tuple[int, ...]:
@@ -173,117 +177,6 @@ def _window(nkeys: int, frame_to_current: bool = True):
 
     w = Window.partitionBy(*[f"k_{p}" for p in range(nkeys)]).orderBy("_commit_lsn", "_seq", "_sub")
     return w.rowsBetween(Window.unboundedPreceding, Window.currentRow) if frame_to_current else w
-
-
-def resolve_moves(events, work: TableWork, target):
-    """Fill a move-in's unchanged TOAST columns from the old key's row just before the move.
-
-    One sequential pass over the table's key events (:mod:`cdc_apply.apply.moves`) says where each
-    gap's value comes from — a row of the batch, or silver's row of the key the chain of moves
-    started from — and one join with silver fetches the latter. A move whose gaps read silver rows
-    of different keys (possible only across relation versions) is resolved round by round instead.
-    """
-    from functools import partial
-
-    from pyspark.sql import functions as F
-
-    from cdc_apply.apply.moves import resolve_move_batches
-
-    n, nk = len(work.columns), len(work.key_index)
-    gaps = [F.col(f"p_{i}") & ~F.col(f"x_{i}") for i in range(n)]
-    any_gap = reduce(lambda a, b: a | b, gaps, F.lit(False))
-    if events.where((F.col("_kind") == "M") & any_gap).limit(1).count() == 0:
-        return events
-    key_ddl = [work.columns[i].spark_ddl for i in work.key_index]
-    ddl = ", ".join(["_m_seq BIGINT", "_mixed BOOLEAN"] + [f"_sk_{p} {t}" for p, t in enumerate(key_ddl)]
-                    + [f"{c}_{i} {t}" for i, col in enumerate(work.columns)
-                       for c, t in (("r", col.spark_ddl), ("f", "BOOLEAN"), ("s", "BOOLEAN"))])
-    inputs = (["_commit_lsn", "_seq", "_sub", "_kind"] + [f"k_{p}" for p in range(nk)]
-              + [f"_src_k_{p}" for p in range(nk)] + [f"{c}_{i}" for i in range(n) for c in ("n", "x", "p")])
-    sources = (events.select(*inputs).repartition(1)
-               .mapInArrow(partial(resolve_move_batches, nk=nk, n=n), ddl).localCheckpoint())
-    if sources.where("_mixed").limit(1).count():
-        return resolve_moves_by_rounds(events, work, target)
-    sources = _with_silver(sources, target, work, "_sk_")
-    return _fill_move_ins(
-        events, sources, work,
-        filled=lambda i: F.coalesce(F.col(f"s.f_{i}"), F.lit(False)) | F.coalesce(F.col(f"s.s_{i}"), F.lit(False)),
-        value=lambda i: F.when(F.col(f"s.f_{i}"), F.col(f"s.r_{i}")).otherwise(F.col(f"s.t_{i}")))
-
-
-def _with_silver(found, target, work: TableWork, key_prefix: str):
-    """``found`` with silver's values ``t_<i>`` of the row whose key is in its ``<key_prefix><p>`` columns
-    (null when silver has none, or was emptied by a truncate of this batch: ``target`` None)."""
-    from pyspark.sql import functions as F
-
-    n, nk = len(work.columns), len(work.key_index)
-    if target is None:
-        return found.select("*", *[F.lit(None).alias(f"t_{i}") for i in range(n)])
-    key_names = [work.columns[i].name for i in work.key_index]
-    tgt = target.select(*[F.col(quote_ident(k)).alias(f"{key_prefix}{p}") for p, k in enumerate(key_names)],
-                        *[F.col(quote_ident(c.name)).alias(f"t_{i}") for i, c in enumerate(work.columns)])
-    return found.join(tgt, [f"{key_prefix}{p}" for p in range(nk)], "left")
-
-
-def _fill_move_ins(events, found, work: TableWork, filled, value):
-    """The events with each move-in's gaps (``p_i and not x_i``) filled where ``filled(i)`` holds for its
-    row of ``found`` (joined on ``_m_seq``, aliased ``s``): ``n_i`` takes ``value(i)``, ``x_i`` is set."""
-    from pyspark.sql import functions as F
-
-    joined = events.alias("e").join(found.alias("s"), (F.col("e._seq") == F.col("s._m_seq"))
-                                    & (F.col("e._kind") == "M"), "left")
-    cols = []
-    for c in events.columns:
-        if c[:2] in ("n_", "x_") and c[2:].isdigit():
-            i = int(c[2:])
-            gap = (F.col("e._kind") == "M") & F.col(f"e.p_{i}") & ~F.col(f"e.x_{i}") & filled(i)
-            if c[0] == "n":
-                cols.append(F.when(gap, value(i)).otherwise(F.col(f"e.{c}")).alias(c))
-            else:
-                cols.append((F.col(f"e.{c}") | gap).alias(c))
-        else:
-            cols.append(F.col(f"e.{c}").alias(c))
-    return joined.select(*cols).localCheckpoint()
-
-
-def resolve_moves_by_rounds(events, work: TableWork, target, max_rounds: int = 16):
-    """Fill a move-in's unchanged TOAST columns from the old key's row just before the move.
-
-    The move-out event sits in the old key's partition at the move's position;
-    the last value carried before it is the one to take, or silver's when the
-    batch carried none (updates that left it unchanged in between do not count).
-    When that last event is itself an unfilled move-in, the move waits for the
-    next round (chains of key changes).
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql import Window
-
-    n, nk = len(work.columns), len(work.key_index)
-    gaps = [F.col(f"p_{i}") & ~F.col(f"x_{i}") for i in range(n)]
-    any_gap = reduce(lambda a, b: a | b, gaps, F.lit(False))
-    # Only an unfilled move-in hides the value: a plain update's unchanged TOAST changes nothing, so
-    # the value before it (earlier in the batch, or silver's) is still the one to take.
-    waits = [gaps[i] & (F.col("_kind") == "M") for i in range(n)]
-    before = _window(nk, frame_to_current=False).rowsBetween(Window.unboundedPreceding, -1)
-    for _ in range(max_rounds):
-        if events.where((F.col("_kind") == "M") & any_gap).limit(1).count() == 0:
-            return events
-        looked = events.select(
-            "_seq", "_kind", "_move", *[f"k_{p}" for p in range(nk)],
-            *[F.last(F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v"))), ignorenulls=True)
-              .over(before).alias(f"r_{i}") for i in range(n)],
-            *[F.last(F.when(F.col(f"x_{i}") | waits[i], waits[i]), ignorenulls=True).over(before).alias(f"b_{i}")
-              for i in range(n)])
-        outs = looked.where((F.col("_kind") == "D") & F.col("_move")).select(
-            F.col("_seq").alias("_m_seq"), *[F.col(f"k_{p}").alias(f"_mk_{p}") for p in range(nk)],
-            *[F.col(f"r_{i}") for i in range(n)], *[F.col(f"b_{i}") for i in range(n)])
-        outs = _with_silver(outs, target, work, "_mk_")
-        events = _fill_move_ins(
-            events, outs, work,
-            filled=lambda i: F.col("s._m_seq").isNotNull() & ~F.coalesce(F.col(f"s.b_{i}"), F.lit(False)),
-            value=lambda i: F.when(F.col(f"s.r_{i}").isNotNull(), F.col(f"s.r_{i}.v")).otherwise(F.col(f"s.t_{i}")))
-    raise ApplyError("key changes of rows with unchanged TOAST values chain deeper than supported in one batch",
-                     table=work.qualified_name, rounds=max_rounds)
 
 
 def collapse(events, work: TableWork, has_toast: bool):

@@ -237,6 +237,8 @@ class ApplyPipeline:
         try:
             counts = (decoded.groupBy("source", "txn", "slot", "op")
                       .agg(F.count(F.lit(1)).alias("n"), F.count("toast").alias("toasted"),
+                           F.count(F.when((F.col("op") == "U") & F.col("old_kind").isNotNull(), F.col("toast")))
+                           .alias("moved_toasted"),
                            F.count("error").alias("errors"), F.max("commit_lsn").alias("last_commit_lsn"),
                            F.collect_list(truncate).alias("truncates")).collect())
         except Exception as exc:  # surface the decoder's own error, not a JVM stack trace

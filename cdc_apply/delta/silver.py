@@ -20,9 +20,10 @@ from cdc_apply.apply.schema import RelationHistory, RelationVersion, SchemaHisto
 from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
 from cdc_apply.config import Config
 from cdc_apply.delta.merge import (
-    TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_rows, collapse, key_events, merge_keyed, merge_keyless, project,
-    resolve_moves,
+    TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_rows, collapse, key_events, merge_keyed,
+    merge_keyless, project,
 )
+from cdc_apply.delta.merge_moves import resolve_moves
 from cdc_apply.delta.tables import (
     TableRef, apply_schema_ops, create_table, quote_ident, set_properties, silver_properties, silver_ref,
     table_properties,
@@ -105,14 +106,15 @@ class SilverTables:
         slot_rel = {k: (s.source, s.relation_id) for k, s in enumerate(plan.decode.slots)}
 
         def entry_for(key):
-            return touched.setdefault(key, {"rows": 0, "toast": 0, "truncate": None, "lsn": 0, "version": -1,
-                                            "ops": set(), "inserts": 0})
+            return touched.setdefault(key, {"rows": 0, "toast": 0, "moved_toast": 0, "truncate": None, "lsn": 0,
+                                            "version": -1, "ops": set(), "inserts": 0})
 
         for r in counts:
             if r.slot is not None and not r.errors and r.op in ("I", "U", "D"):
                 entry = entry_for(slot_rel[r.slot])
                 entry["rows"] += r.n
                 entry["toast"] += r.toasted
+                entry["moved_toast"] += r.moved_toasted
                 entry["ops"].add(r.op)
                 entry["inserts"] += r.n if r.op == "I" else 0
                 entry["lsn"] = max(entry["lsn"], r.last_commit_lsn or 0)
@@ -172,7 +174,8 @@ class SilverTables:
         works = tuple(TableWork(
             source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
             columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
-            meta=tuple((c, d) for c, d, _ in self.metadata()), has_toast=info["toast"] > 0)
+            meta=tuple((c, d) for c, d, _ in self.metadata()), has_toast=info["toast"] > 0,
+            toast_moves=info["moved_toast"] > 0)
             for key, slot_maps in segments)
         return _Planned(works[-1], works, chain, type_of, info["rows"] > 0, info["lsn"], frozenset(info["ops"]),
                         info["inserts"])
@@ -224,7 +227,7 @@ class SilverTables:
         if insert_only and empty:
             return append_rows(session, projected, work)  # new keys into an empty table
         events = key_events(projected, work)
-        if work.has_toast:
+        if work.toast_moves:
             target = None if work.truncate_after is not None else work.ref.read(session)
             events = resolve_moves(events, work, target)
         # Materialised once: MERGE reads its source more than once, and a plain scan plans fast.
