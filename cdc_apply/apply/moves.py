@@ -12,18 +12,19 @@ its current value comes from: a batch row, or silver's row of some key.
 Runs inside Spark's ``mapInArrow`` on one partition but imports no Spark. Input
 columns: ``_commit_lsn, _seq, _sub, _kind`` (I/U/D/M), the key ``k_<p>``, the
 old key of a move-in ``_src_k_<p>``, and per column ``n_<i>`` (value),
-``x_<i>`` (carried), ``p_<i>`` (in the change's relation version).
+``x_<i>`` (carried), ``p_<i>`` (in the change's relation version) for the columns ``i`` some
+move-in leaves a gap in (the others cannot need a value from anywhere).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def resolve_move_sources(table: pa.Table, nk: int, n: int) -> pa.Table:
+def resolve_move_sources(table: pa.Table, nk: int, columns: Sequence[int]) -> pa.Table:
     """One row per move-in with a gap: ``_m_seq``; ``_mixed`` (its gaps come from silver rows of
     different keys: the caller must resolve those otherwise); ``_sk_<p>`` the silver key its
     silver-filled gaps read; per column ``r_<i>`` the value from the batch, ``f_<i>`` filled from
@@ -35,8 +36,8 @@ def resolve_move_sources(table: pa.Table, nk: int, n: int) -> pa.Table:
     movers = [r for r, k in enumerate(kinds) if k == "M"]
     old_keys = [table[f"_src_k_{p}"].to_pylist() for p in range(nk)]
     src = {r: tuple(column[r] for column in old_keys) for r in movers}
-    carried = [table[f"x_{i}"].to_pylist() for i in range(n)]
-    present = [table[f"p_{i}"].to_pylist() for i in range(n)]
+    carried = {i: table[f"x_{i}"].to_pylist() for i in columns}
+    present = {i: table[f"p_{i}"].to_pylist() for i in columns}
     # key -> column -> (True, batch row) | (False, move-in row whose old key's silver row holds it)
     state: dict[tuple, dict[int, tuple[bool, int]]] = {}
     found: list[tuple[int, dict[int, tuple[bool, int]]]] = []
@@ -47,7 +48,7 @@ def resolve_move_sources(table: pa.Table, nk: int, n: int) -> pa.Table:
         if kind == "M":
             before = state.get(src[r], {})
             refs = {}
-            for i in range(n):
+            for i in columns:
                 if carried[i][r]:
                     here[i] = (True, r)
                 elif present[i][r]:
@@ -55,7 +56,7 @@ def resolve_move_sources(table: pa.Table, nk: int, n: int) -> pa.Table:
             if refs:
                 found.append((r, refs))
         else:
-            for i in range(n):
+            for i in columns:
                 if carried[i][r]:
                     here[i] = (True, r)
     rows = [r for r, _ in found]
@@ -69,7 +70,7 @@ def resolve_move_sources(table: pa.Table, nk: int, n: int) -> pa.Table:
     silver_rows = pa.array(silver_of, pa.int64())
     for p in range(nk):
         out[f"_sk_{p}"] = table[f"_src_k_{p}"].take(silver_rows)
-    for i in range(n):
+    for i in columns:
         picks = [refs.get(i) for _, refs in found]
         out[f"r_{i}"] = table[f"n_{i}"].take(pa.array([ref[1] if ref and ref[0] else None for ref in picks],
                                                       pa.int64()))
@@ -78,9 +79,10 @@ def resolve_move_sources(table: pa.Table, nk: int, n: int) -> pa.Table:
     return pa.table({k: (v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v) for k, v in out.items()})
 
 
-def resolve_move_batches(batches: Iterable[pa.RecordBatch], nk: int, n: int) -> Iterator[pa.RecordBatch]:
+def resolve_move_batches(batches: Iterable[pa.RecordBatch], nk: int, columns: Sequence[int]
+                         ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function: every key event of the table in (one partition), sources out."""
     collected = list(batches)
     if not collected:
         return
-    yield from resolve_move_sources(pa.Table.from_batches(collected), nk, n).to_batches()
+    yield from resolve_move_sources(pa.Table.from_batches(collected), nk, columns).to_batches()

@@ -30,51 +30,57 @@ def resolve_moves(events, work: TableWork, target):
     from cdc_apply.apply.moves import resolve_move_batches
 
     n, nk = len(work.columns), len(work.key_index)
-    gaps = [F.col(f"p_{i}") & ~F.col(f"x_{i}") for i in range(n)]
-    any_gap = reduce(lambda a, b: a | b, gaps, F.lit(False))
-    if events.where((F.col("_kind") == "M") & any_gap).limit(1).count() == 0:
+    # Which columns some move-in leaves a gap in: only those travel to the pass and back (a table
+    # with many columns usually has one or two that can be TOASTed).
+    flags = events.where(F.col("_kind") == "M").agg(
+        *[F.max((F.col(f"p_{i}") & ~F.col(f"x_{i}")).cast("int")).alias(f"g_{i}") for i in range(n)]).first()
+    columns = [i for i in range(n) if flags is not None and flags[f"g_{i}"]]
+    if not columns:
         return events
     key_ddl = [work.columns[i].spark_ddl for i in work.key_index]
     ddl = ", ".join(["_m_seq BIGINT", "_mixed BOOLEAN"] + [f"_sk_{p} {t}" for p, t in enumerate(key_ddl)]
-                    + [f"{c}_{i} {t}" for i, col in enumerate(work.columns)
-                       for c, t in (("r", col.spark_ddl), ("f", "BOOLEAN"), ("s", "BOOLEAN"))])
+                    + [f"{c}_{i} {t}" for i in columns
+                       for c, t in (("r", work.columns[i].spark_ddl), ("f", "BOOLEAN"), ("s", "BOOLEAN"))])
     inputs = (["_commit_lsn", "_seq", "_sub", "_kind"] + [f"k_{p}" for p in range(nk)]
-              + [f"_src_k_{p}" for p in range(nk)] + [f"{c}_{i}" for i in range(n) for c in ("n", "x", "p")])
+              + [f"_src_k_{p}" for p in range(nk)] + [f"{c}_{i}" for i in columns for c in ("n", "x", "p")])
     sources = (events.select(*inputs).repartition(1)
-               .mapInArrow(partial(resolve_move_batches, nk=nk, n=n), ddl).localCheckpoint())
+               .mapInArrow(partial(resolve_move_batches, nk=nk, columns=columns), ddl).localCheckpoint())
     if sources.where("_mixed").limit(1).count():
         return resolve_moves_by_rounds(events, work, target)
-    sources = _with_silver(sources, target, work, "_sk_")
+    sources = _with_silver(sources, target, work, "_sk_", columns)
     return _fill_move_ins(
-        events, sources, work,
+        events, sources, work, columns,
         filled=lambda i: F.coalesce(F.col(f"s.f_{i}"), F.lit(False)) | F.coalesce(F.col(f"s.s_{i}"), F.lit(False)),
         value=lambda i: F.when(F.col(f"s.f_{i}"), F.col(f"s.r_{i}")).otherwise(F.col(f"s.t_{i}")))
 
 
-def _with_silver(found, target, work: TableWork, key_prefix: str):
-    """``found`` with silver's values ``t_<i>`` of the row whose key is in its ``<key_prefix><p>`` columns
-    (null when silver has none, or was emptied by a truncate of this batch: ``target`` None)."""
+def _with_silver(found, target, work: TableWork, key_prefix: str, columns):
+    """``found`` with silver's values ``t_<i>`` (``i`` in ``columns``) of the row whose key is in its
+    ``<key_prefix><p>`` columns (null when silver has none, or was emptied by a truncate of this batch:
+    ``target`` None)."""
     from pyspark.sql import functions as F
 
-    n, nk = len(work.columns), len(work.key_index)
+    nk = len(work.key_index)
     if target is None:
-        return found.select("*", *[F.lit(None).alias(f"t_{i}") for i in range(n)])
+        return found.select("*", *[F.lit(None).alias(f"t_{i}") for i in columns])
     key_names = [work.columns[i].name for i in work.key_index]
     tgt = target.select(*[F.col(quote_ident(k)).alias(f"{key_prefix}{p}") for p, k in enumerate(key_names)],
-                        *[F.col(quote_ident(c.name)).alias(f"t_{i}") for i, c in enumerate(work.columns)])
+                        *[F.col(quote_ident(work.columns[i].name)).alias(f"t_{i}") for i in columns])
     return found.join(tgt, [f"{key_prefix}{p}" for p in range(nk)], "left")
 
 
-def _fill_move_ins(events, found, work: TableWork, filled, value):
-    """The events with each move-in's gaps (``p_i and not x_i``) filled where ``filled(i)`` holds for its
-    row of ``found`` (joined on ``_m_seq``, aliased ``s``): ``n_i`` takes ``value(i)``, ``x_i`` is set."""
+def _fill_move_ins(events, found, work: TableWork, columns, filled, value):
+    """The events with each move-in's gaps (``p_i and not x_i``, ``i`` in ``columns``) filled where
+    ``filled(i)`` holds for its row of ``found`` (joined on ``_m_seq``, aliased ``s``): ``n_i`` takes
+    ``value(i)``, ``x_i`` is set."""
     from pyspark.sql import functions as F
 
     joined = events.alias("e").join(found.alias("s"), (F.col("e._seq") == F.col("s._m_seq"))
                                     & (F.col("e._kind") == "M"), "left")
     cols = []
+    wanted = set(columns)
     for c in events.columns:
-        if c[:2] in ("n_", "x_") and c[2:].isdigit():
+        if c[:2] in ("n_", "x_") and c[2:].isdigit() and int(c[2:]) in wanted:
             i = int(c[2:])
             gap = (F.col("e._kind") == "M") & F.col(f"e.p_{i}") & ~F.col(f"e.x_{i}") & filled(i)
             if c[0] == "n":
@@ -117,9 +123,9 @@ def resolve_moves_by_rounds(events, work: TableWork, target, max_rounds: int = 1
         outs = looked.where((F.col("_kind") == "D") & F.col("_move")).select(
             F.col("_seq").alias("_m_seq"), *[F.col(f"k_{p}").alias(f"_mk_{p}") for p in range(nk)],
             *[F.col(f"r_{i}") for i in range(n)], *[F.col(f"b_{i}") for i in range(n)])
-        outs = _with_silver(outs, target, work, "_mk_")
+        outs = _with_silver(outs, target, work, "_mk_", range(n))
         events = _fill_move_ins(
-            events, outs, work,
+            events, outs, work, range(n),
             filled=lambda i: F.col("s._m_seq").isNotNull() & ~F.coalesce(F.col(f"s.b_{i}"), F.lit(False)),
             value=lambda i: F.when(F.col(f"s.r_{i}").isNotNull(), F.col(f"s.r_{i}.v")).otherwise(F.col(f"s.t_{i}")))
     raise ApplyError("key changes of rows with unchanged TOAST values chain deeper than supported in one batch",

@@ -28,7 +28,7 @@ def _move(seq, old, new, doc=None):
 
 
 def _resolved(table):
-    out = resolve_move_sources(table, nk=1, n=2).to_pylist()
+    out = resolve_move_sources(table, nk=1, columns=(0, 1)).to_pylist()
     return {r["_m_seq"]: ("batch", r["r_1"]) if r["f_1"] else ("silver", r["_sk_0"]) if r["s_1"] else None
             for r in out}
 
@@ -65,3 +65,10 @@ def test_a_move_that_carries_its_value_needs_nothing():
 def test_events_are_taken_in_commit_order_whatever_order_they_arrive_in():
     t = _events((5, "U", 1, None, "fresh", True), *_move(10, old=1, new=2))
     assert _resolved(t.take(pa.array([2, 0, 1]))) == {10: ("batch", "fresh")}
+
+
+def test_only_the_columns_with_gaps_travel_and_come_back():
+    t = _events((5, "U", 1, None, "fresh", True), *_move(10, old=1, new=2)).drop_columns(["n_0", "x_0", "p_0"])
+    out = resolve_move_sources(t, nk=1, columns=(1,))
+    assert [n for n in out.column_names if n[:2] in ("r_", "f_", "s_")] == ["r_1", "f_1", "s_1"]
+    assert out.to_pylist()[0]["r_1"] == "fresh"
