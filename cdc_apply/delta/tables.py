@@ -121,18 +121,37 @@ def table_properties(spark, ref: TableRef) -> dict[str, str]:
 
 
 def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], columns: Sequence[SilverColumn]) -> None:
-    """Run schema operations against the table, each guarded by its current schema (so re-runs are no-ops)."""
-    for op in ops:
+    """Run schema operations against the table, each guarded by its current schema (so re-runs are no-ops).
+
+    Consecutive adds go in one ``ADD COLUMNS`` and consecutive drops in one ``DROP COLUMNS``: each
+    ALTER is a Delta commit, and a batch can carry many relation versions of one table.
+    """
+    i = 0
+    while i < len(ops):
+        op = ops[i]
         current = {f.name: f.dataType for f in ref.read(spark).schema.fields}
-        if op.kind == "add":
-            if op.column not in current:
-                spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({quote_ident(op.column)} {op.spark_ddl})")
-        elif op.kind == "rename":
+        if op.kind in ("add", "drop"):
+            end = i
+            while end < len(ops) and ops[end].kind == op.kind:
+                end += 1
+            run, i = ops[i:end], end
+            if op.kind == "add":
+                adds: dict[str, str] = {}
+                for o in run:
+                    if o.column not in current:
+                        adds.setdefault(o.column, o.spark_ddl)
+                if adds:
+                    listed = ", ".join(f"{quote_ident(c)} {t}" for c, t in adds.items())
+                    spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({listed})")
+            else:
+                drops = list(dict.fromkeys(o.column for o in run if o.column in current))
+                if drops:
+                    spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMNS ({', '.join(quote_ident(c) for c in drops)})")
+            continue
+        i += 1
+        if op.kind == "rename":
             if op.column in current and op.new_name not in current:
                 spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {quote_ident(op.column)} TO {quote_ident(op.new_name)}")
-        elif op.kind == "drop":
-            if op.column in current:
-                spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMN {quote_ident(op.column)}")
         elif op.kind == "retype":
             resumed = f"{op.column}__retype" in current
             if resumed or (op.column in current and current[op.column].simpleString().upper() != _simple(op.spark_ddl)):
