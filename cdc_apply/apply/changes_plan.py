@@ -128,18 +128,16 @@ def pool_columns(plan: DecodePlan) -> Pool:
     Deterministic in the plan's slot order (the driver and every worker agree)."""
     types: list[ColumnType] = []
     by_type: dict[tuple[str, str], list[int]] = {}
-    ordinals: dict[tuple[str, int], dict[tuple[str, str], dict[int, int]]] = {}
+    ordinals: dict[tuple, dict[int, int]] = {}   # (source, relation, type) -> lineage -> ordinal
     columns = []
     for slot in plan.slots:
-        per_type = ordinals.setdefault((slot.source, slot.relation_id), {})
-        lineage = slot.lineage or range(len(slot.column_types))
         placed = []
-        for t, lin in zip(slot.column_types, lineage):
+        for t, lin in zip(slot.column_types, slot.lineage or range(len(slot.column_types))):
             key = (str(t.arrow_type), t.spark_ddl)
-            seen = per_type.setdefault(key, {})
+            seen = ordinals.setdefault((slot.source, slot.relation_id, key), {})
             i = seen.setdefault(lin, len(seen))
             pooled = by_type.setdefault(key, [])
-            while len(pooled) <= i:
+            if i == len(pooled):
                 pooled.append(len(types))
                 types.append(t)
             placed.append(pooled[i])

@@ -88,22 +88,24 @@ def project(decoded, work: TableWork):
              F.col("old_kind").alias("_old_kind")]
     not_delete = F.col("op") != F.lit("D")
     all_slots = {s.slot for s in work.slots}
+    # silver column -> its position in each slot's relation version
+    positions_of = [{i: j for j, i in enumerate(sm.mapping) if i is not None} for sm in work.slots]
     for i, column in enumerate(work.columns):
         # Slots reading column i from the same pooled column and type form one branch: a column keeps
         # its pooled column across relation versions, so a table with many versions in one batch
         # (renames, columns added and dropped) costs no CASE branch per version and column. Its
         # position, which the unchanged-TOAST list names, is looked up by slot in a constant array.
         groups: dict[tuple[int, str], dict[int, int]] = {}   # (pooled, ddl) -> slot -> position
-        for sm in work.slots:
-            if i in sm.mapping:
-                j = sm.mapping.index(i)
+        for sm, positions in zip(work.slots, positions_of):
+            j = positions.get(i)
+            if j is not None:
                 groups.setdefault((sm.pooled[j], sm.ddls[j]), {})[sm.slot] = j
         null = F.lit(None).cast(column.spark_ddl)
         new_v, old_v, carried = null, null, F.lit(False)
         for (pooled, ddl), positions in reversed(list(groups.items())):
-            def read(c, ddl=ddl):
-                return c if ddl == column.spark_ddl else c.cast(column.spark_ddl)
-            nv, ov = read(F.col(f"new_{pooled}")), read(F.col(f"old_{pooled}"))
+            nv, ov = F.col(f"new_{pooled}"), F.col(f"old_{pooled}")
+            if ddl != column.spark_ddl:
+                nv, ov = nv.cast(column.spark_ddl), ov.cast(column.spark_ddl)
             cv = not_delete & ~F.coalesce(F.array_contains(F.col("toast"), _position(positions)), F.lit(False))
             if set(positions) == all_slots:
                 new_v, old_v, carried = nv, ov, cv
@@ -172,7 +174,7 @@ def key_events(projected, work: TableWork):
     return plain.unionByName(move_out).unionByName(move_in)
 
 
-def _window(nkeys: int, frame_to_current: bool = True):
+def key_window(nkeys: int, frame_to_current: bool = True):
     from pyspark.sql import Window
 
     w = Window.partitionBy(*[f"k_{p}" for p in range(nkeys)]).orderBy("_commit_lsn", "_seq", "_sub")
@@ -184,8 +186,8 @@ def collapse(events, work: TableWork, has_toast: bool):
     from pyspark.sql import functions as F
 
     n, nk = len(work.columns), len(work.key_index)
-    w = _window(nk)
-    w_all = _window(nk, frame_to_current=False)
+    w = key_window(nk)
+    w_all = key_window(nk, frame_to_current=False)
     cols = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_seq", "_commit_lsn", "_commit_ts", "_xid",
                                                                           "_origin", "_user", "_kind")]
     for i in range(n):

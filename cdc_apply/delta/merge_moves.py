@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import reduce
 
-from cdc_apply.delta.merge import TableWork, _window
+from cdc_apply.delta.merge import TableWork, key_window
 from cdc_apply.delta.tables import quote_ident
 from cdc_apply.errors import ApplyError
 
@@ -110,7 +110,7 @@ def resolve_moves_by_rounds(events, work: TableWork, target, max_rounds: int = 1
     # Only an unfilled move-in hides the value: a plain update's unchanged TOAST changes nothing, so
     # the value before it (earlier in the batch, or silver's) is still the one to take.
     waits = [gaps[i] & (F.col("_kind") == "M") for i in range(n)]
-    before = _window(nk, frame_to_current=False).rowsBetween(Window.unboundedPreceding, -1)
+    before = key_window(nk, frame_to_current=False).rowsBetween(Window.unboundedPreceding, -1)
     for _ in range(max_rounds):
         if events.where((F.col("_kind") == "M") & any_gap).limit(1).count() == 0:
             return events

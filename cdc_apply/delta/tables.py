@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Iterable, Sequence
 
 from cdc_apply.apply.tables import SchemaOp, SilverColumn
@@ -126,16 +127,10 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], columns: Seq
     Consecutive adds go in one ``ADD COLUMNS`` and consecutive drops in one ``DROP COLUMNS``: each
     ALTER is a Delta commit, and a batch can carry many relation versions of one table.
     """
-    i = 0
-    while i < len(ops):
-        op = ops[i]
-        current = {f.name: f.dataType for f in ref.read(spark).schema.fields}
-        if op.kind in ("add", "drop"):
-            end = i
-            while end < len(ops) and ops[end].kind == op.kind:
-                end += 1
-            run, i = ops[i:end], end
-            if op.kind == "add":
+    for kind, run in groupby(ops, key=lambda o: o.kind):
+        if kind in ("add", "drop"):
+            current = {f.name for f in ref.read(spark).schema.fields}
+            if kind == "add":
                 adds: dict[str, str] = {}
                 for o in run:
                     if o.column not in current:
@@ -148,19 +143,25 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], columns: Seq
                 if drops:
                     spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMNS ({', '.join(quote_ident(c) for c in drops)})")
             continue
-        i += 1
-        if op.kind == "rename":
-            if op.column in current and op.new_name not in current:
-                spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {quote_ident(op.column)} TO {quote_ident(op.new_name)}")
-        elif op.kind == "retype":
-            resumed = f"{op.column}__retype" in current
-            if resumed or (op.column in current and current[op.column].simpleString().upper() != _simple(op.spark_ddl)):
-                if op.in_place and not resumed:
-                    spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {quote_ident(op.column)} TYPE {op.spark_ddl}")
-                else:
-                    _rewrite_column(spark, ref, op)
-        else:  # pragma: no cover - the planner makes no other kinds
-            raise ValueError(op.kind)
+        for op in run:
+            _apply_one(spark, ref, op)
+
+
+def _apply_one(spark, ref: TableRef, op: SchemaOp) -> None:
+    """A rename or a retype, guarded by the table's current schema."""
+    current = {f.name: f.dataType for f in ref.read(spark).schema.fields}
+    if op.kind == "rename":
+        if op.column in current and op.new_name not in current:
+            spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {quote_ident(op.column)} TO {quote_ident(op.new_name)}")
+    elif op.kind == "retype":
+        resumed = f"{op.column}__retype" in current
+        if resumed or (op.column in current and current[op.column].simpleString().upper() != _simple(op.spark_ddl)):
+            if op.in_place and not resumed:
+                spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {quote_ident(op.column)} TYPE {op.spark_ddl}")
+            else:
+                _rewrite_column(spark, ref, op)
+    else:  # pragma: no cover - the planner makes no other kinds
+        raise ValueError(op.kind)
 
 
 def _simple(ddl: str) -> str:

@@ -10,9 +10,10 @@ from cdc_apply.pgoutput.types import resolve_column_type
 INT4, INT8, TEXT, NUMERIC = 23, 20, 25, 1700
 
 
-def _slot(name: str, *oids: int) -> Slot:
+def _slot(name: str, *oids: int, lineage: tuple[int, ...] = ()) -> Slot:
     types = tuple(resolve_column_type(oid, -1 if oid != NUMERIC else ((12 << 16) | 2) + 4, {}) for oid in oids)
-    return Slot("src", hash(name) & 0xFFFF, 0, f"public.{name}", tuple(f"c{j}" for j in range(len(oids))), types)
+    return Slot("src", hash(name) & 0xFFFF, 0, f"public.{name}", tuple(f"c{j}" for j in range(len(oids))), types,
+                lineage)
 
 
 def test_fifty_tables_of_the_same_shape_decode_into_one_tables_width_of_columns():
@@ -44,9 +45,8 @@ def test_the_layout_depends_only_on_the_plan_so_driver_and_workers_agree():
 
 def test_a_column_keeps_its_pooled_column_across_versions_when_an_earlier_column_is_dropped():
     # Version 1: (id int4, a int4, b int4, note text); version 2 dropped a: b moved from position 2 to 1.
-    v1, v2 = _slot("t", INT4, INT4, INT4, TEXT), _slot("t", INT4, INT4, TEXT)
-    v1 = Slot(v1.source, v1.relation_id, 1, v1.qualified_name, v1.column_names, v1.column_types, (0, 1, 2, 3))
-    v2 = Slot(v2.source, v2.relation_id, 2, v2.qualified_name, v2.column_names, v2.column_types, (0, 2, 3))
+    v1 = _slot("t", INT4, INT4, INT4, TEXT, lineage=(0, 1, 2, 3))
+    v2 = _slot("t", INT4, INT4, TEXT, lineage=(0, 2, 3))
     pool = pool_columns(DecodePlan({}, (v1, v2)))
     assert pool.columns[1][1] == pool.columns[0][2]  # b
     assert pool.columns[1][2] == pool.columns[0][3]  # note
