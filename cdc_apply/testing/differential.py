@@ -71,7 +71,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     from cdc_apply.delta.bronze import create_bronze_table
     from cdc_apply.delta.pipeline import ApplyPipeline
     from cdc_apply.land.lander import Lander
-    from cdc_apply.testing.compare import compare_with_postgres
+    from cdc_apply.testing.compare import compare_with_postgres, snapshot_postgres
     from cdc_apply.testing.postgres import start_postgres
 
     started = time.monotonic()
@@ -112,8 +112,9 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
             pipeline.run(once=True)
             t2 = time.monotonic()
             results = {}
+            snapshot = snapshot_postgres(conn, SCHEMAS)  # one read of the source for every configuration
             for name in configs:
-                checks = compare_with_postgres(spark, lake, conn, source=name, schemas=SCHEMAS)
+                checks = compare_with_postgres(spark, lake, conn, source=name, schemas=SCHEMAS, snapshot=snapshot)
                 results[name] = checks
                 for check in checks:
                     if not check.equal:
