@@ -59,6 +59,10 @@ class BatchReport:
     lag_seq: int = 0
     lag_seconds: float | None = None
     seconds: float = 0.0
+    # Wall seconds per phase, in order: plan (read bronze, plan on the driver), decode (the decode job
+    # and its counts), tables (schema history, then per table evolve, collapse and MERGE, tables in
+    # parallel), logs (transactions, messages, quarantine), progress.
+    phases: dict[str, float] = field(default_factory=dict)
 
     def line(self) -> str:
         parts = [f"batch {self.batch_id} (v{self.apply_version})", f"{self.messages} msgs",
@@ -69,6 +73,7 @@ class BatchReport:
             detail = f"{name} +{t.inserted}/~{t.updated}/-{t.deleted}"
             if t.truncated:
                 detail += " (truncated)"
+            detail += f" {t.seconds:.1f}s"
             parts.append(detail)
         if self.quarantined:
             parts.append(f"{self.quarantined} quarantined")
@@ -76,8 +81,17 @@ class BatchReport:
         if self.lag_seconds is not None:
             lag += f", {self.lag_seconds:.1f}s behind last commit"
         parts.append(lag)
-        parts.append(f"{self.seconds:.1f}s")
+        spent = f"{self.seconds:.1f}s"
+        if self.phases:
+            spent += " (" + ", ".join(f"{k} {v:.1f}" for k, v in self.phases.items()) + ")"
+        parts.append(spent)
         return " | ".join(parts)
+
+    def mark(self, phase: str, since: float) -> float:
+        """Record the seconds since ``since`` as ``phase``; returns now, the next phase's start."""
+        now = time.monotonic()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - since
+        return now
 
 
 def _now() -> datetime:
@@ -189,13 +203,16 @@ class ApplyPipeline:
         states = {s: replace(b.state, format_state=expansions[s].format_state) if s in expansions else b.state
                   for s, b in plan.sources.items()}
         decoded = self._decode(fresh, plan)
+        mark = report.mark("plan", started)
         try:
-            self._apply(plan, decoded, version, report)
+            self._apply(plan, decoded, version, report, mark)
         finally:
             if decoded is not None:
                 decoded.unpersist()
+        mark = time.monotonic()
         self._fault("progress")
         self._write_progress(plan, states, stats, version, batch_id, report, expansions)
+        report.mark("progress", mark)
         self.version = version
         self.states = {**self.states, **states}
         report.seconds = time.monotonic() - started
@@ -225,11 +242,12 @@ class ApplyPipeline:
         decoded = changes.mapInArrow(partial(decode_batches, plan=plan.decode), output_ddl(plan.decode))
         return decoded.persist()
 
-    def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport) -> None:
+    def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport, mark: float) -> None:
         from pyspark.sql import functions as F
 
         if decoded is None:
             self._write_schema(plan, version)
+            report.mark("logs", mark)
             return
         # One job decodes everything (filling the cache) and returns what the driver needs.
         truncate = F.when((F.col("op") == "T") & F.col("error").isNull(), F.struct(
@@ -244,6 +262,7 @@ class ApplyPipeline:
         except Exception as exc:  # surface the decoder's own error, not a JVM stack trace
             raise _unwrap(exc) from None
         truncates = sorted((t for r in counts for t in r.truncates), key=lambda t: (t.source, t.seq))
+        mark = report.mark("decode", mark)
         self._write_schema(plan, version)
         report.transactions = sum(len(b.committed) for b in plan.sources.values())
         report.aborted = sum(len(b.assembly.aborted) for b in plan.sources.values())
@@ -253,14 +272,19 @@ class ApplyPipeline:
 
         def run(work):
             self._fault(f"table:{work.qualified_name}")
-            return work, self.silver.apply_table(decoded, work, version)
+            began = time.monotonic()
+            stats = self.silver.apply_table(decoded, work, version)
+            stats.seconds = time.monotonic() - began
+            return work, stats
 
         with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:
             several = len(plan.sources) > 1
             for work, stats in pool.map(run, works):
                 report.tables[f"{work.source}:{work.qualified_name}" if several else work.qualified_name] = stats
+        mark = report.mark("tables", mark)
         self._fault("logs")
         self._write_logs(plan, decoded, counts, truncates, version)
+        report.mark("logs", mark)
 
     def _write_schema(self, plan: BatchPlan, version: int) -> None:
         now = _now()

@@ -52,6 +52,7 @@ class TableStats:
     updated: int = 0
     deleted: int = 0
     truncated: bool = False
+    seconds: float = 0.0  # wall time of the table's work (tables run in parallel: they overlap)
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,15 @@ def test_progress_records_the_applied_seq_and_nothing_pending(run):
     assert len(printed.strip().splitlines()) == 3 and "public.basic" in printed
 
 
+def test_each_progress_line_says_where_the_batch_time_went(run):
+    _, pipeline, printed = run
+    for report, line in zip(pipeline.reports, printed.strip().splitlines()):
+        assert list(report.phases) == ["plan", "decode", "tables", "logs", "progress"]
+        assert sum(report.phases.values()) <= report.seconds + 1e-6
+        assert all(t.seconds > 0 for t in report.tables.values())
+        assert f"(plan {report.phases['plan']:.1f}, decode" in line and f"{report.seconds:.1f}s" in line
+
+
 def test_silver_tables_have_change_data_feed_and_name_their_source(run, spark):
     lake, _, _ = run
     props = {r.key: r.value for r in spark.sql(
