@@ -34,3 +34,12 @@ def test_decimals_compare_by_value_and_nested_values_by_content():
 
 def test_skipped_columns_are_left_out_of_the_comparison():
     assert compare_rows("t", [(1, "x")], [(1, "y")], skip=[1]).equal
+
+
+def test_rows_without_columns_count_as_rows():
+    assert compare_rows("t", [(), ()], [(), ()]).equal
+    assert not compare_rows("t", [(), ()], [()]).equal
+
+
+def test_a_plain_column_next_to_a_float_column_is_compared_too():
+    assert not compare_rows("t", [(1, 0.5)], [(2, 0.5)]).equal
