@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/sweep.py [--base 1000000] [--changes 1000000]
         [--sizes 1000,10000,100000,1000000] [--reps 3] [--master local[2]] [--tag local2]
+        [--variants parallel,dv,serial]
 
 The capture is ``bench/apply.py``'s (same tables, same 70/20/10 mix with key moves and unchanged
 TOAST), kept in its own folder (``bench/work/sweep``). The base load is applied once; its lake is
@@ -15,6 +16,8 @@ pays the job's start-up). Every size also runs with deletion vectors on (``dv``:
 switched on in the copy of the base lake), and the largest size once more as ``serial`` (one table at
 a time, every MERGE timed against a plain append of the same collapsed rows: ``merge_vs_append`` at
 scale); Delta's MERGE metrics are kept for the largest size with deletion vectors off and on.
+``--variants`` leaves some of them out. Every size also reports the median seconds of each pipeline
+phase (plan, decode, tables, logs, progress: :class:`cdc_apply.delta.pipeline.BatchReport`).
 
 Results merge into ``bench/results.json`` under ``sweep`` (by ``--tag``). With ``--headline`` the
 largest size's median changes/s becomes ``changes_per_second`` and its MERGE/append ratio
@@ -78,7 +81,7 @@ def _run(spark, root: Path, after_base: Path, bronze: Path, variant: str, dml: l
     if len(batches) != len(dml):
         raise RuntimeError(f"expected {len(dml)} batches, the job ran {len(batches)}")
     out = {"seconds": seconds, "batch_seconds": batches, "dml": dml,
-           "rates": [n / s for n, s in zip(dml, batches)]}
+           "rates": [n / s for n, s in zip(dml, batches)], "phases": [r.phases for r in pipeline.reports]}
     if timer:
         out.update(merge_s=timer.merge_s, append_s=timer.append_s)
         shutil.rmtree(root / "scratch", ignore_errors=True)
@@ -93,7 +96,14 @@ def _steady(runs: list[dict], key: str) -> list[float]:
     return [v for r in runs for v in (r[key][1:] or r[key])]
 
 
-def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline: bool, master: str) -> dict:
+def _phases(runs: list[dict]) -> dict[str, float]:
+    """Median seconds per pipeline phase over the steady batches (where a batch's time goes)."""
+    steady = [p for r in runs for p in (r["phases"][1:] or r["phases"])]
+    return {k: round(statistics.median(p.get(k, 0.0) for p in steady), 2) for k in steady[0]} if steady else {}
+
+
+def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline: bool, master: str,
+        variants: tuple[str, ...] = ("parallel", "dv", "serial")) -> dict:
     from cdc_apply.delta.pipeline import ApplyPipeline
     from cdc_apply.spark import spark_session
 
@@ -120,7 +130,10 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
         write_bronze(spark, bronze, ["changes"], first_seq=ranges["base"][1] + 1, chunk_size=size, limit=k * size)
         plan[size] = (bronze, _dml_counts("changes", size, k * size))
     largest = max(sizes)
-    jobs = [(s, v) for s in sizes for v in ("parallel", "dv")] + [(largest, "serial")]
+    if "parallel" not in variants:
+        raise SystemExit("--variants must include parallel (the figures are its)")
+    jobs = [(s, v) for s in sizes for v in ("parallel", "dv") if v in variants]
+    jobs += [(largest, "serial")] if "serial" in variants else []
     results: dict[tuple[int, str], list[dict]] = {j: [] for j in jobs}
     for rep in range(reps):
         order = jobs[rep % len(jobs):] + jobs[:rep % len(jobs)]
@@ -136,33 +149,38 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
     per_size = {}
     for size in sizes:
         runs = results[(size, "parallel")]
-        dv_runs = results[(size, "dv")]
         per_size[str(size)] = {"batches_per_run": len(runs[0]["dml"]),
                                "changes_per_second": _spread(_steady(runs, "rates"), 0),
                                "batch_seconds": _spread(_steady(runs, "batch_seconds")),
                                "first_batch_seconds": _spread([r["batch_seconds"][0] for r in runs]),
-                               "dv_changes_per_second": _spread(_steady(dv_runs, "rates"), 0),
-                               "dv_batch_seconds": _spread(_steady(dv_runs, "batch_seconds")),
-                               "dv_on_vs_off_time": _spread([a["seconds"] / b["seconds"]
-                                                             for a, b in zip(dv_runs, runs)])}
-    serial = results[(largest, "serial")]
-    dv = results[(largest, "dv")]
+                               "phase_seconds": _phases(runs)}
+        dv_runs = results.get((size, "dv"))
+        if dv_runs:
+            per_size[str(size)].update(
+                dv_changes_per_second=_spread(_steady(dv_runs, "rates"), 0),
+                dv_batch_seconds=_spread(_steady(dv_runs, "batch_seconds")),
+                dv_on_vs_off_time=_spread([a["seconds"] / b["seconds"] for a, b in zip(dv_runs, runs)]))
+    serial = results.get((largest, "serial"), [])
+    dv = results.get((largest, "dv"), [])
     par = results[(largest, "parallel")]
     out_sweep = {
         "master": master, "base": meta["parts"]["base"], "changes": meta["parts"]["changes"],
         "base_load_s": round(base_s, 1), "reps": reps, "sizes": per_size,
         "largest": {
             "size": largest,
-            "merge_vs_append": _spread([r["merge_s"] / r["append_s"] for r in serial]),
-            "merge_s": _spread([r["merge_s"] for r in serial]), "append_s": _spread([r["append_s"] for r in serial]),
-            "serial_changes_per_second": _spread(_steady(serial, "rates"), 0),
-            "delta_metrics": {"dv_off": par[-1]["delta_metrics"], "dv_on": dv[-1]["delta_metrics"]},
+            **({"merge_vs_append": _spread([r["merge_s"] / r["append_s"] for r in serial]),
+                "merge_s": _spread([r["merge_s"] for r in serial]),
+                "append_s": _spread([r["append_s"] for r in serial]),
+                "serial_changes_per_second": _spread(_steady(serial, "rates"), 0)} if serial else {}),
+            "delta_metrics": {"dv_off": par[-1]["delta_metrics"], **({"dv_on": dv[-1]["delta_metrics"]} if dv else {})},
         },
         "cpu_count": os.cpu_count(), "loadavg": os.getloadavg(),
     }
     merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     merged.setdefault("sweep", {})[tag] = out_sweep
     if headline:
+        if not serial:
+            raise SystemExit("--headline needs the serial variant (merge_vs_append)")
         merged["changes_per_second"] = per_size[str(largest)]["changes_per_second"]["median"]
         merged["merge_vs_append"] = out_sweep["largest"]["merge_vs_append"]["median"]
     tmp = RESULTS.with_suffix(".tmp")
@@ -178,11 +196,15 @@ def print_table(s: dict) -> None:
           f"{s['reps']} interleaved repetitions)")
     print(f"  {'changes/batch':>13s} {'changes/s':>22s} {'s/batch':>20s}   deletion vectors on: changes/s, s/batch")
     for size, v in s["sizes"].items():
-        c, b, dc, db = v["changes_per_second"], v["batch_seconds"], v["dv_changes_per_second"], v["dv_batch_seconds"]
+        c, b = v["changes_per_second"], v["batch_seconds"]
+        dv = (f"{v['dv_changes_per_second']['median']:>10,.0f} {v['dv_batch_seconds']['median']:>7.1f}"
+              if "dv_batch_seconds" in v else "(not run)")
         print(f"  {int(size):>13,} {c['median']:>10,.0f} [{c['min']:,.0f}-{c['max']:,.0f}] "
-              f"{b['median']:>7.1f} [{b['min']:.1f}-{b['max']:.1f}]   {dc['median']:>10,.0f} {db['median']:>7.1f}")
+              f"{b['median']:>7.1f} [{b['min']:.1f}-{b['max']:.1f}]   {dv}")
+        print(f"  {'':>13s} phases (s): " + ", ".join(f"{k} {x}" for k, x in v["phase_seconds"].items()))
     g = s["largest"]
-    print(f"  largest: MERGE/append {g['merge_vs_append']}, serial changes/s {g['serial_changes_per_second']}")
+    if "merge_vs_append" in g:
+        print(f"  largest: MERGE/append {g['merge_vs_append']}, serial changes/s {g['serial_changes_per_second']}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -195,10 +217,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default=None, help="key under results.json's sweep (default: the master)")
     parser.add_argument("--headline", action="store_true",
                         help="the largest size's figures become changes_per_second and merge_vs_append")
+    parser.add_argument("--variants", default="parallel,dv,serial",
+                        help="parallel (the defaults), dv (deletion vectors on), serial (one table at a time, "
+                             "MERGE timed against an append)")
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
     tag = args.tag or args.master.replace("[", "").replace("]", "")
-    run(args.base, args.changes, sizes, args.reps, tag, args.headline, args.master)
+    run(args.base, args.changes, sizes, args.reps, tag, args.headline, args.master,
+        tuple(v for v in args.variants.split(",") if v))
 
 
 if __name__ == "__main__":
