@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sweep.py [--base 1000000] [--changes 1000000]
         [--sizes 1000,10000,100000,1000000] [--reps 3] [--master local[2]] [--tag local2]
-        [--variants parallel,dv,serial]
+        [--variants parallel,dv,nocdf,serial] [--conf spark.key=value ...]
 
 The capture is ``bench/apply.py``'s (same tables, same 70/20/10 mix with key moves and unchanged
 TOAST), kept in its own folder (``bench/work/sweep``). The base load is applied once; its lake is
@@ -16,7 +16,8 @@ pays the job's start-up). Every size also runs with deletion vectors on (``dv``:
 switched on in the copy of the base lake), and the largest size once more as ``serial`` (one table at
 a time, every MERGE timed against a plain append of the same collapsed rows: ``merge_vs_append`` at
 scale); Delta's MERGE metrics are kept for the largest size with deletion vectors off and on.
-``--variants`` leaves some of them out. Every size also reports the median seconds of each pipeline
+``--variants`` leaves some of them out or adds ``nocdf`` (Change Data Feed switched off in the copy);
+``--conf`` passes Spark settings to the session. Every size also reports the median seconds of each pipeline
 phase (plan, decode, tables, logs, progress: :class:`cdc_apply.delta.pipeline.BatchReport`).
 
 Results merge into ``bench/results.json`` under ``sweep`` (by ``--tag``). With ``--headline`` the
@@ -64,10 +65,11 @@ def _run(spark, root: Path, after_base: Path, bronze: Path, variant: str, dml: l
     shutil.rmtree(rep_dir, ignore_errors=True)
     shutil.copytree(after_base, rep_dir)
     extra = {"parallel": {}, "serial": {"apply": {"parallelism": 1}},
-             "dv": {"silver": {"deletion_vectors": True}}}[variant]
-    if variant == "dv":
+             "dv": {"silver": {"deletion_vectors": True}}, "nocdf": {"silver": {"change_data_feed": False}}}[variant]
+    switch = {"dv": "'delta.enableDeletionVectors' = 'true'", "nocdf": "'delta.enableChangeDataFeed' = 'false'"}
+    if variant in switch:  # the copy of the base lake was created with the defaults
         for table in sorted((rep_dir / "silver" / "public").iterdir()):
-            spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+            spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ({switch[variant]})")
     pipeline = ApplyPipeline(spark, lake_config(rep_dir, bronze, **extra), out=open(os.devnull, "w"))
     timer = MergeTimer(root / "scratch") if variant == "serial" else None
     started = time.perf_counter()
@@ -103,7 +105,7 @@ def _phases(runs: list[dict]) -> dict[str, float]:
 
 
 def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline: bool, master: str,
-        variants: tuple[str, ...] = ("parallel", "dv", "serial")) -> dict:
+        variants: tuple[str, ...] = ("parallel", "dv", "serial"), conf: dict[str, str] | None = None) -> dict:
     from cdc_apply.delta.pipeline import ApplyPipeline
     from cdc_apply.spark import spark_session
 
@@ -111,7 +113,7 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
     available = meta["parts"]["changes"]["messages"]
     sizes = sorted({min(s, available) for s in sizes})  # "1,000,000" is every change the capture has
     print(f"[bench sweep] capture: {json.dumps(meta['parts'])}", flush=True)
-    spark = spark_session("cdc_apply-bench-sweep", **{"spark.master": master})
+    spark = spark_session("cdc_apply-bench-sweep", **{"spark.master": master, **(conf or {})})
     root = WORK / f"lake_{tag}"
     shutil.rmtree(root, ignore_errors=True)
     base_bronze = root / "bronze_base"
@@ -132,7 +134,7 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
     largest = max(sizes)
     if "parallel" not in variants:
         raise SystemExit("--variants must include parallel (the figures are its)")
-    jobs = [(s, v) for s in sizes for v in ("parallel", "dv") if v in variants]
+    jobs = [(s, v) for s in sizes for v in ("parallel", "dv", "nocdf") if v in variants]
     jobs += [(largest, "serial")] if "serial" in variants else []
     results: dict[tuple[int, str], list[dict]] = {j: [] for j in jobs}
     for rep in range(reps):
@@ -160,11 +162,16 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
                 dv_changes_per_second=_spread(_steady(dv_runs, "rates"), 0),
                 dv_batch_seconds=_spread(_steady(dv_runs, "batch_seconds")),
                 dv_on_vs_off_time=_spread([a["seconds"] / b["seconds"] for a, b in zip(dv_runs, runs)]))
+        nocdf = results.get((size, "nocdf"))
+        if nocdf:
+            per_size[str(size)].update(
+                nocdf_batch_seconds=_spread(_steady(nocdf, "batch_seconds")), nocdf_phase_seconds=_phases(nocdf),
+                cdf_on_vs_off_time=_spread([b["seconds"] / a["seconds"] for a, b in zip(nocdf, runs)]))
     serial = results.get((largest, "serial"), [])
     dv = results.get((largest, "dv"), [])
     par = results[(largest, "parallel")]
     out_sweep = {
-        "master": master, "base": meta["parts"]["base"], "changes": meta["parts"]["changes"],
+        "master": master, "conf": conf or {}, "base": meta["parts"]["base"], "changes": meta["parts"]["changes"],
         "base_load_s": round(base_s, 1), "reps": reps, "sizes": per_size,
         "largest": {
             "size": largest,
@@ -202,6 +209,10 @@ def print_table(s: dict) -> None:
         print(f"  {int(size):>13,} {c['median']:>10,.0f} [{c['min']:,.0f}-{c['max']:,.0f}] "
               f"{b['median']:>7.1f} [{b['min']:.1f}-{b['max']:.1f}]   {dv}")
         print(f"  {'':>13s} phases (s): " + ", ".join(f"{k} {x}" for k, x in v["phase_seconds"].items()))
+        if "nocdf_batch_seconds" in v:
+            print(f"  {'':>13s} Change Data Feed off: {v['nocdf_batch_seconds']['median']:.1f} s/batch "
+                  f"(on/off time {v['cdf_on_vs_off_time']}), phases (s): "
+                  + ", ".join(f"{k} {x}" for k, x in v["nocdf_phase_seconds"].items()))
     g = s["largest"]
     if "merge_vs_append" in g:
         print(f"  largest: MERGE/append {g['merge_vs_append']}, serial changes/s {g['serial_changes_per_second']}")
@@ -218,13 +229,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--headline", action="store_true",
                         help="the largest size's figures become changes_per_second and merge_vs_append")
     parser.add_argument("--variants", default="parallel,dv,serial",
-                        help="parallel (the defaults), dv (deletion vectors on), serial (one table at a time, "
-                             "MERGE timed against an append)")
+                        help="parallel (the defaults), dv (deletion vectors on), nocdf (Change Data Feed off), "
+                             "serial (one table at a time, MERGE timed against an append)")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the benchmark's session (repeatable)")
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
     tag = args.tag or args.master.replace("[", "").replace("]", "")
     run(args.base, args.changes, sizes, args.reps, tag, args.headline, args.master,
-        tuple(v for v in args.variants.split(",") if v))
+        tuple(v for v in args.variants.split(",") if v), dict(c.split("=", 1) for c in args.conf))
 
 
 if __name__ == "__main__":
