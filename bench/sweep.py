@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sweep.py [--base 1000000] [--changes 1000000]
         [--sizes 1000,10000,100000,1000000] [--reps 3] [--master local[2]] [--tag local2]
-        [--variants parallel,dv,nocdf,serial] [--conf spark.key=value ...]
+        [--variants parallel,nodv,dv,nocdf,serial] [--conf spark.key=value ...]
 
 The capture is ``bench/apply.py``'s (same tables, same 70/20/10 mix with key moves and unchanged
 TOAST), kept in its own folder (``bench/work/sweep``). The base load is applied once; its lake is
@@ -10,15 +10,15 @@ the starting point of every run. For each batch size ``B`` a copy of the base br
 ``k * B`` change messages appended in commits of ``B`` messages (``k`` = 3 for sizes below 100,000,
 else as many as the capture holds, at most 3), and the job reads one commit per micro-batch.
 
-Per size and repetition (sizes interleaved, rotating order) the figures are the per-batch seconds
-and change messages (Insert/Update/Delete) per second of the batches after the first (the first
-pays the job's start-up). Every size also runs with deletion vectors on (``dv``: the property
-switched on in the copy of the base lake), and the largest size once more as ``serial`` (one table at
-a time, every MERGE timed against a plain append of the same collapsed rows: ``merge_vs_append`` at
-scale); Delta's MERGE metrics are kept for the largest size with deletion vectors off and on.
-``--variants`` leaves some of them out or adds ``nocdf`` (Change Data Feed switched off in the copy);
-``--conf`` passes Spark settings to the session. Every size also reports the median seconds of each pipeline
-phase (plan, decode, tables, logs, progress: :class:`cdc_apply.delta.pipeline.BatchReport`).
+Per size and repetition (sizes interleaved, rotating order) the figures are the per-batch seconds,
+change messages (Insert/Update/Delete) per second and seconds per pipeline phase (plan, decode,
+tables, logs, progress: :class:`cdc_apply.delta.pipeline.BatchReport`) of the batches after the
+first (the first pays the job's start-up). ``parallel`` is the defaults; ``--variants`` adds, at every
+size, ``dv`` / ``nodv`` (deletion vectors on / off) and ``nocdf`` (Change Data Feed off) — each
+switches the table properties in its copy of the base lake — and ``serial`` at the largest size (one
+table at a time, every MERGE timed against a plain append of the same collapsed rows:
+``merge_vs_append`` at scale). Delta's MERGE metrics are kept for the largest size per variant.
+``--conf`` passes Spark settings to the session.
 
 Results merge into ``bench/results.json`` under ``sweep`` (by ``--tag``). With ``--headline`` the
 largest size's median changes/s becomes ``changes_per_second`` and its MERGE/append ratio
@@ -58,19 +58,26 @@ def _dml_counts(part: str, chunk_size: int, limit: int) -> list[int]:
     return [int(is_dml[s:s + chunk_size].sum()) for s in range(0, len(is_dml), chunk_size)]
 
 
+# Each variant is the defaults with a few settings changed; ``parallel`` is the defaults.
+VARIANTS = {"parallel": {}, "serial": {"apply": {"parallelism": 1}},
+            "dv": {"silver": {"deletion_vectors": True}}, "nodv": {"silver": {"deletion_vectors": False}},
+            "nocdf": {"silver": {"change_data_feed": False}}}
+COMPARED = ("dv", "nodv", "nocdf")  # run at every size and compared with the defaults
+
+
 def _run(spark, root: Path, after_base: Path, bronze: Path, variant: str, dml: list[int]) -> dict:
     from cdc_apply.delta.pipeline import ApplyPipeline
 
     rep_dir = root / f"run_{variant}"
     shutil.rmtree(rep_dir, ignore_errors=True)
     shutil.copytree(after_base, rep_dir)
-    extra = {"parallel": {}, "serial": {"apply": {"parallelism": 1}},
-             "dv": {"silver": {"deletion_vectors": True}}, "nocdf": {"silver": {"change_data_feed": False}}}[variant]
-    switch = {"dv": "'delta.enableDeletionVectors' = 'true'", "nocdf": "'delta.enableChangeDataFeed' = 'false'"}
-    if variant in switch:  # the copy of the base lake was created with the defaults
-        for table in sorted((rep_dir / "silver" / "public").iterdir()):
-            spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ({switch[variant]})")
-    pipeline = ApplyPipeline(spark, lake_config(rep_dir, bronze, **extra), out=open(os.devnull, "w"))
+    config = lake_config(rep_dir, bronze, **VARIANTS[variant])
+    # The copy of the base lake holds tables made with the defaults: give them the variant's properties.
+    props = (f"'delta.enableDeletionVectors' = '{str(config.silver.deletion_vectors).lower()}', "
+             f"'delta.enableChangeDataFeed' = '{str(config.silver.change_data_feed).lower()}'")
+    for table in sorted((rep_dir / "silver" / "public").iterdir()):
+        spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ({props})")
+    pipeline = ApplyPipeline(spark, config, out=open(os.devnull, "w"))
     timer = MergeTimer(root / "scratch") if variant == "serial" else None
     started = time.perf_counter()
     if timer:
@@ -87,7 +94,7 @@ def _run(spark, root: Path, after_base: Path, bronze: Path, variant: str, dml: l
     if timer:
         out.update(merge_s=timer.merge_s, append_s=timer.append_s)
         shutil.rmtree(root / "scratch", ignore_errors=True)
-    if variant in ("dv", "parallel"):
+    if variant != "serial":
         out["delta_metrics"] = {t: delta_metrics(spark, rep_dir / "silver" / "public" / t) for t in ("t0", "t1")}
     shutil.rmtree(rep_dir, ignore_errors=True)
     return out
@@ -105,7 +112,7 @@ def _phases(runs: list[dict]) -> dict[str, float]:
 
 
 def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline: bool, master: str,
-        variants: tuple[str, ...] = ("parallel", "dv", "serial"), conf: dict[str, str] | None = None) -> dict:
+        variants: tuple[str, ...] = ("parallel", "nodv", "serial"), conf: dict[str, str] | None = None) -> dict:
     from cdc_apply.delta.pipeline import ApplyPipeline
     from cdc_apply.spark import spark_session
 
@@ -134,7 +141,7 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
     largest = max(sizes)
     if "parallel" not in variants:
         raise SystemExit("--variants must include parallel (the figures are its)")
-    jobs = [(s, v) for s in sizes for v in ("parallel", "dv", "nocdf") if v in variants]
+    jobs = [(s, v) for s in sizes for v in ("parallel", *COMPARED) if v in variants]
     jobs += [(largest, "serial")] if "serial" in variants else []
     results: dict[tuple[int, str], list[dict]] = {j: [] for j in jobs}
     for rep in range(reps):
@@ -156,20 +163,12 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
                                "batch_seconds": _spread(_steady(runs, "batch_seconds")),
                                "first_batch_seconds": _spread([r["batch_seconds"][0] for r in runs]),
                                "phase_seconds": _phases(runs)}
-        dv_runs = results.get((size, "dv"))
-        if dv_runs:
-            per_size[str(size)].update(
-                dv_changes_per_second=_spread(_steady(dv_runs, "rates"), 0),
-                dv_batch_seconds=_spread(_steady(dv_runs, "batch_seconds")),
-                dv_on_vs_off_time=_spread([a["seconds"] / b["seconds"] for a, b in zip(dv_runs, runs)]))
-        nocdf = results.get((size, "nocdf"))
-        if nocdf:
-            per_size[str(size)].update(
-                nocdf_batch_seconds=_spread(_steady(nocdf, "batch_seconds")), nocdf_phase_seconds=_phases(nocdf),
-                cdf_on_vs_off_time=_spread([b["seconds"] / a["seconds"] for a, b in zip(nocdf, runs)]))
+        per_size[str(size)]["variants"] = {
+            v: {"changes_per_second": _spread(_steady(other, "rates"), 0),
+                "batch_seconds": _spread(_steady(other, "batch_seconds")), "phase_seconds": _phases(other),
+                "time_vs_defaults": _spread([a["seconds"] / b["seconds"] for a, b in zip(other, runs)])}
+            for v in COMPARED if (other := results.get((size, v)))}
     serial = results.get((largest, "serial"), [])
-    dv = results.get((largest, "dv"), [])
-    par = results[(largest, "parallel")]
     out_sweep = {
         "master": master, "conf": conf or {}, "base": meta["parts"]["base"], "changes": meta["parts"]["changes"],
         "base_load_s": round(base_s, 1), "reps": reps, "sizes": per_size,
@@ -179,7 +178,8 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
                 "merge_s": _spread([r["merge_s"] for r in serial]),
                 "append_s": _spread([r["append_s"] for r in serial]),
                 "serial_changes_per_second": _spread(_steady(serial, "rates"), 0)} if serial else {}),
-            "delta_metrics": {"dv_off": par[-1]["delta_metrics"], **({"dv_on": dv[-1]["delta_metrics"]} if dv else {})},
+            "delta_metrics": {v: results[(largest, v)][-1]["delta_metrics"] for v in ("parallel", *COMPARED)
+                              if results.get((largest, v))},
         },
         "cpu_count": os.cpu_count(), "loadavg": os.getloadavg(),
     }
@@ -201,18 +201,16 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
 def print_table(s: dict) -> None:
     print(f"\nbatch-size sweep ({s['master']}, median [min-max] of the batches after the first, "
           f"{s['reps']} interleaved repetitions)")
-    print(f"  {'changes/batch':>13s} {'changes/s':>22s} {'s/batch':>20s}   deletion vectors on: changes/s, s/batch")
+    print(f"  {'changes/batch':>13s} {'changes/s':>22s} {'s/batch':>20s}   phases (s)")
     for size, v in s["sizes"].items():
         c, b = v["changes_per_second"], v["batch_seconds"]
-        dv = (f"{v['dv_changes_per_second']['median']:>10,.0f} {v['dv_batch_seconds']['median']:>7.1f}"
-              if "dv_batch_seconds" in v else "(not run)")
         print(f"  {int(size):>13,} {c['median']:>10,.0f} [{c['min']:,.0f}-{c['max']:,.0f}] "
-              f"{b['median']:>7.1f} [{b['min']:.1f}-{b['max']:.1f}]   {dv}")
-        print(f"  {'':>13s} phases (s): " + ", ".join(f"{k} {x}" for k, x in v["phase_seconds"].items()))
-        if "nocdf_batch_seconds" in v:
-            print(f"  {'':>13s} Change Data Feed off: {v['nocdf_batch_seconds']['median']:.1f} s/batch "
-                  f"(on/off time {v['cdf_on_vs_off_time']}), phases (s): "
-                  + ", ".join(f"{k} {x}" for k, x in v["nocdf_phase_seconds"].items()))
+              f"{b['median']:>7.1f} [{b['min']:.1f}-{b['max']:.1f}]   "
+              + ", ".join(f"{k} {x}" for k, x in v["phase_seconds"].items()))
+        for name, o in v.get("variants", {}).items():
+            print(f"  {name:>13s} {o['changes_per_second']['median']:>10,.0f} {'':>11s} {o['batch_seconds']['median']:>7.1f} "
+                  f"{'':>12s}   time vs defaults {o['time_vs_defaults']['median']}; "
+                  + ", ".join(f"{k} {x}" for k, x in o["phase_seconds"].items()))
     g = s["largest"]
     if "merge_vs_append" in g:
         print(f"  largest: MERGE/append {g['merge_vs_append']}, serial changes/s {g['serial_changes_per_second']}")
@@ -228,8 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default=None, help="key under results.json's sweep (default: the master)")
     parser.add_argument("--headline", action="store_true",
                         help="the largest size's figures become changes_per_second and merge_vs_append")
-    parser.add_argument("--variants", default="parallel,dv,serial",
-                        help="parallel (the defaults), dv (deletion vectors on), nocdf (Change Data Feed off), "
+    parser.add_argument("--variants", default="parallel,nodv,serial",
+                        help="parallel (the defaults), dv / nodv (deletion vectors on / off), nocdf (Change Data Feed off), "
                              "serial (one table at a time, MERGE timed against an append)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the benchmark's session (repeatable)")

@@ -50,7 +50,9 @@ class SilverConfig:
     include_origin: bool = False
     drop_columns: str = "drop"           # "drop" or "keep"
     retype: str = "rewrite"              # "rewrite" or "fail"
-    deletion_vectors: bool = False       # no faster here, 1.11x slower at 1M changes (docs/BENCHMARKS.md)
+    # On: a MERGE marks the rows it deletes or updates instead of copying the rest of their files, so its
+    # cost follows the batch, not the table (docs/BENCHMARKS.md). Readers need Delta's deletionVectors feature.
+    deletion_vectors: bool = True
     change_data_feed: bool = True
 
 
