@@ -102,7 +102,9 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
     settings["spark.jars"] = ",".join(str(j) for j in jars)
-    java_opts = f"-Dlog4j.configurationFile=file:{_LOG4J}"
+    # A JVM outside UTC makes Delta rebuild a table's whole state after every commit to verify its
+    # checksum (allFilesInCrc.verificationMode.forceOnNonUTC): the JVM runs in UTC like the session.
+    java_opts = f"-Dlog4j.configurationFile=file:{_LOG4J} -Duser.timezone=UTC"
     settings["spark.driver.extraJavaOptions"] = java_opts
     settings["spark.executor.extraJavaOptions"] = java_opts
     settings.update({k: str(v) for k, v in conf.items()})

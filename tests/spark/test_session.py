@@ -36,6 +36,10 @@ def test_local_session_uses_utc_and_small_shuffles(spark):
     assert spark.sparkContext.master == "local[2]"
 
 
+def test_the_local_jvm_runs_in_utc_so_delta_commits_skip_the_non_utc_state_rebuild(spark):
+    assert spark.sparkContext._jvm.java.util.TimeZone.getDefault().getID() == "UTC"
+
+
 def test_missing_java_is_a_setup_error_naming_what_to_install(tmp_path):
     with pytest.raises(SetupError, match="install a Java 17"):
         java_version(str(tmp_path / "no-java"))
