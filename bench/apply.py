@@ -484,10 +484,10 @@ def run(reps: int = 5, base: int = 100_000, changes: int = 50_000, large_mb: int
     captured = []
     real_decode = ApplyPipeline._decode
 
-    def capture_decode(self, fresh, plan):
+    def capture_decode(self, fresh, plan, *rest):
         if len(captured) < 64:
             captured.append((fresh, plan))
-        return real_decode(self, fresh, plan)
+        return real_decode(self, fresh, plan, *rest)
 
     scratch = lake / "scratch"
     for rep in range(reps):

@@ -42,6 +42,7 @@ from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
 CONTROL_HEX = ("42", "43", "4F", "52", "59", "53", "45", "63", "41", "62", "50", "4B", "72", "70")
 CHANGE_HEX = ("49", "55", "44", "54", "4D")
+DECODE_MESSAGES_PER_PARTITION = 25_000
 
 
 @dataclass
@@ -202,7 +203,7 @@ class ApplyPipeline:
                           txn_users={s: e.users for s, e in expansions.items()})
         states = {s: replace(b.state, format_state=expansions[s].format_state) if s in expansions else b.state
                   for s, b in plan.sources.items()}
-        decoded = self._decode(fresh, plan)
+        decoded = self._decode(fresh, plan, report.messages)
         mark = report.mark("plan", started)
         try:
             self._apply(plan, decoded, version, report, mark)
@@ -220,7 +221,7 @@ class ApplyPipeline:
         print(report.line(), file=self.out, flush=True)
         return report
 
-    def _decode(self, fresh, plan: BatchPlan):
+    def _decode(self, fresh, plan: BatchPlan, messages: int = 0):
         from pyspark.sql import functions as F
 
         if not plan.has_changes and not any(
@@ -236,9 +237,12 @@ class ApplyPipeline:
             old = (self._messages().where(reread & _first_byte_hex().isin(*CHANGE_HEX))
                    .select("source", "seq", "lsn", "payload"))
             changes = changes.unionByName(old)
-        parallelism = self.spark.sparkContext.defaultParallelism
-        if changes.rdd.getNumPartitions() < parallelism:
-            changes = changes.repartition(parallelism)
+        # Enough partitions that each cached block stays small: a block evicted to disk is read back
+        # whole, and the soak's 450k-message batches (rows as wide as the widest relation) ran the
+        # driver out of heap doing so in two partitions.
+        wanted = max(self.spark.sparkContext.defaultParallelism, -(-messages // DECODE_MESSAGES_PER_PARTITION))
+        if changes.rdd.getNumPartitions() < wanted:
+            changes = changes.repartition(wanted)
         decoded = changes.mapInArrow(partial(decode_batches, plan=plan.decode), output_ddl(plan.decode))
         return decoded.persist()
 
