@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Iterable, Sequence
 
+from cdc_apply.apply.schema_net import net_schema_ops
 from cdc_apply.apply.tables import SchemaOp, SilverColumn
 from cdc_apply.config import Config
 
@@ -124,10 +125,11 @@ def table_properties(spark, ref: TableRef) -> dict[str, str]:
 def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], columns: Sequence[SilverColumn]) -> None:
     """Run schema operations against the table, each guarded by its current schema (so re-runs are no-ops).
 
-    Consecutive adds go in one ``ADD COLUMNS`` and consecutive drops in one ``DROP COLUMNS``: each
-    ALTER is a Delta commit, and a batch can carry many relation versions of one table.
+    The chain is netted first (:func:`cdc_apply.apply.schema_net.net_schema_ops`), then consecutive
+    adds go in one ``ADD COLUMNS`` and consecutive drops in one ``DROP COLUMNS``: each ALTER is a
+    Delta commit, and a batch can carry many relation versions of one table.
     """
-    for kind, run in groupby(ops, key=lambda o: o.kind):
+    for kind, run in groupby(net_schema_ops(ops), key=lambda o: o.kind):
         if kind in ("add", "drop"):
             current = {f.name for f in ref.read(spark).schema.fields}
             if kind == "add":
