@@ -430,6 +430,17 @@ def large_transaction(spark, root: Path, part: str) -> dict:
             "driver_python_peak_rss_mb": round(peaks["driver"] / mb)}
 
 
+def switch_silver_properties(spark, config) -> None:
+    """Give a copied lake's silver tables (made with the defaults) ``config``'s deletion-vector and
+    Change Data Feed properties."""
+    from cdc_apply.delta.tables import set_properties, silver_properties, silver_ref
+
+    props = {k: v for k, v in silver_properties(config).items()
+             if k in ("delta.enableDeletionVectors", "delta.enableChangeDataFeed")}
+    for table in sorted((Path(config.silver.path) / "public").iterdir()):
+        set_properties(spark, silver_ref(config, "public", table.name), props)
+
+
 def compare_deletion_vectors(spark, lake: Path, after_base: Path, bronze: Path, reps: int = 2) -> dict:
     """The same changes with deletion vectors off and on (the default), interleaved, with Delta's metrics.
 
@@ -444,12 +455,10 @@ def compare_deletion_vectors(spark, lake: Path, after_base: Path, bronze: Path, 
             keep = lake / f"dv_{variant}"
             shutil.rmtree(keep, ignore_errors=True)
             shutil.copytree(after_base, keep)
-            for table in sorted((keep / "silver" / "public").iterdir()):
-                spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES "
-                          f"('delta.enableDeletionVectors' = '{str(variant == 'on').lower()}')")
-            extra = {"silver": {"deletion_vectors": variant == "on"}}
+            config = lake_config(keep, bronze, silver={"deletion_vectors": variant == "on"})
+            switch_silver_properties(spark, config)
             started = time.perf_counter()
-            ApplyPipeline(spark, lake_config(keep, bronze, **extra), out=open(os.devnull, "w")).run(once=True)
+            ApplyPipeline(spark, config, out=open(os.devnull, "w")).run(once=True)
             seconds[variant].append(time.perf_counter() - started)
             metrics[variant] = {f"t{i}": delta_metrics(spark, keep / "silver" / "public" / f"t{i}") for i in (0, 1)}
             shutil.rmtree(keep, ignore_errors=True)

@@ -41,7 +41,8 @@ os.environ.setdefault("CDC_APPLY_BENCH_WORK", str(BENCH / "work" / "sweep"))
 sys.path.insert(0, str(BENCH.parent))
 
 from bench.apply import (  # noqa: E402
-    RESULTS, WORK, MergeTimer, _read, _spread, capture, delta_metrics, lake_config, write_bronze,
+    RESULTS, WORK, MergeTimer, _read, _spread, capture, delta_metrics, lake_config, switch_silver_properties,
+    write_bronze,
 )
 
 DML = (ord("I"), ord("U"), ord("D"))
@@ -72,11 +73,7 @@ def _run(spark, root: Path, after_base: Path, bronze: Path, variant: str, dml: l
     shutil.rmtree(rep_dir, ignore_errors=True)
     shutil.copytree(after_base, rep_dir)
     config = lake_config(rep_dir, bronze, **VARIANTS[variant])
-    # The copy of the base lake holds tables made with the defaults: give them the variant's properties.
-    props = (f"'delta.enableDeletionVectors' = '{str(config.silver.deletion_vectors).lower()}', "
-             f"'delta.enableChangeDataFeed' = '{str(config.silver.change_data_feed).lower()}'")
-    for table in sorted((rep_dir / "silver" / "public").iterdir()):
-        spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ({props})")
+    switch_silver_properties(spark, config)
     pipeline = ApplyPipeline(spark, config, out=open(os.devnull, "w"))
     timer = MergeTimer(root / "scratch") if variant == "serial" else None
     started = time.perf_counter()

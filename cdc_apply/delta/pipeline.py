@@ -64,6 +64,7 @@ class BatchReport:
     # and its counts), tables (schema history, then per table evolve, collapse and MERGE, tables in
     # parallel), logs (transactions, messages, quarantine), progress.
     phases: dict[str, float] = field(default_factory=dict)
+    clock: float = field(default_factory=time.monotonic, repr=False)  # end of the last phase marked
 
     def line(self) -> str:
         parts = [f"batch {self.batch_id} (v{self.apply_version})", f"{self.messages} msgs",
@@ -88,11 +89,11 @@ class BatchReport:
         parts.append(spent)
         return " | ".join(parts)
 
-    def mark(self, phase: str, since: float) -> float:
-        """Record the seconds since ``since`` as ``phase``; returns now, the next phase's start."""
+    def mark(self, phase: str) -> None:
+        """Record the seconds since the last mark (or the report's creation) as ``phase``."""
         now = time.monotonic()
-        self.phases[phase] = self.phases.get(phase, 0.0) + now - since
-        return now
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - self.clock
+        self.clock = now
 
 
 def _now() -> datetime:
@@ -169,7 +170,7 @@ class ApplyPipeline:
         stats = {r.source: r for r in df.groupBy("source").agg(
             F.max("seq").alias("last"), F.count(F.lit(1)).alias("n")).collect()}
         version = self.version + 1
-        report = BatchReport(version, batch_id)
+        report = BatchReport(version, batch_id, clock=started)
         if not stats:
             return report
         last = {source: int(row.last) for source, row in stats.items()}
@@ -204,16 +205,15 @@ class ApplyPipeline:
         states = {s: replace(b.state, format_state=expansions[s].format_state) if s in expansions else b.state
                   for s, b in plan.sources.items()}
         decoded = self._decode(fresh, plan, report.messages)
-        mark = report.mark("plan", started)
+        report.mark("plan")
         try:
-            self._apply(plan, decoded, version, report, mark)
+            self._apply(plan, decoded, version, report)
         finally:
             if decoded is not None:
                 decoded.unpersist()
-        mark = time.monotonic()
         self._fault("progress")
         self._write_progress(plan, states, stats, version, batch_id, report, expansions)
-        report.mark("progress", mark)
+        report.mark("progress")
         self.version = version
         self.states = {**self.states, **states}
         report.seconds = time.monotonic() - started
@@ -246,12 +246,12 @@ class ApplyPipeline:
         decoded = changes.mapInArrow(partial(decode_batches, plan=plan.decode), output_ddl(plan.decode))
         return decoded.persist()
 
-    def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport, mark: float) -> None:
+    def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport) -> None:
         from pyspark.sql import functions as F
 
         if decoded is None:
             self._write_schema(plan, version)
-            report.mark("logs", mark)
+            report.mark("logs")
             return
         # One job decodes everything (filling the cache) and returns what the driver needs.
         truncate = F.when((F.col("op") == "T") & F.col("error").isNull(), F.struct(
@@ -266,7 +266,7 @@ class ApplyPipeline:
         except Exception as exc:  # surface the decoder's own error, not a JVM stack trace
             raise _unwrap(exc) from None
         truncates = sorted((t for r in counts for t in r.truncates), key=lambda t: (t.source, t.seq))
-        mark = report.mark("decode", mark)
+        report.mark("decode")
         self._write_schema(plan, version)
         report.transactions = sum(len(b.committed) for b in plan.sources.values())
         report.aborted = sum(len(b.assembly.aborted) for b in plan.sources.values())
@@ -285,10 +285,10 @@ class ApplyPipeline:
             several = len(plan.sources) > 1
             for work, stats in pool.map(run, works):
                 report.tables[f"{work.source}:{work.qualified_name}" if several else work.qualified_name] = stats
-        mark = report.mark("tables", mark)
+        report.mark("tables")
         self._fault("logs")
         self._write_logs(plan, decoded, counts, truncates, version)
-        report.mark("logs", mark)
+        report.mark("logs")
 
     def _write_schema(self, plan: BatchPlan, version: int) -> None:
         now = _now()
