@@ -272,11 +272,25 @@ def excluded_ranges(txn: DecidedTxn, first_change_seq: Mapping[int, int]) -> tup
     of the aborted subtransaction, everything from that change up to the
     Stream Abort is dropped (nested subtransactions started later included).
     ``first_change_seq`` maps a subxid to the seq of its first change in this
-    transaction; a subxid with no change drops nothing.
+    transaction; a subxid with no change drops nothing. The result lies within
+    the transaction's own ranges (stream blocks): blocks of other transactions
+    streamed between the first change and the abort are theirs, and a range
+    spanning them would hide this transaction's later blocks from the plan.
     """
     out = []
     for subxid, abort_seq in txn.sub_aborts:
         first = first_change_seq.get(subxid)
         if first is not None and first < abort_seq:
-            out.append((first, abort_seq))
-    return tuple(sorted(out))
+            out += [(max(a, first), min(b, abort_seq)) for a, b in txn.ranges if a <= abort_seq and b >= first]
+    return merge_ranges(out)
+
+
+def merge_ranges(ranges: Iterable[SeqRange]) -> tuple[SeqRange, ...]:
+    """Sorted, disjoint and non-adjacent seq ranges covering exactly the given ones."""
+    out: list[SeqRange] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return tuple(out)

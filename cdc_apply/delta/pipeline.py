@@ -141,17 +141,20 @@ class ApplyPipeline:
 
     # -- planning helpers ----------------------------------------------------------
     def _first_change_seq(self, source: str, ranges, subxids):
-        """Seq of each subtransaction's first change within ``ranges`` (read from bronze)."""
+        """Seq of each subtransaction's first change within ``ranges`` (read from bronze, one job)."""
         from pyspark.sql import functions as F
 
-        in_ranges = None
-        for a, b in ranges:
-            cond = F.col("seq").between(a, b)
-            in_ranges = cond if in_ranges is None else in_ranges | cond
+        if not ranges or not subxids:
+            return {}
         xid = F.conv(F.hex(F.substring("payload", 2, 4)), 16, 10).cast("long")
-        rows = (self._messages().where((F.col("source") == source) & in_ranges
-                                                   & _first_byte_hex().isin(*CHANGE_HEX))
-                .select(xid.alias("xid"), "seq").where(F.col("xid").isin(list(subxids)))
+        candidates = (self._messages()
+                      .where((F.col("source") == source) & F.col("seq").between(ranges[0][0], ranges[-1][1])
+                             & _first_byte_hex().isin(*CHANGE_HEX))
+                      .select(xid.alias("xid"), "seq").where(F.col("xid").isin(list(subxids))))
+        # Outside a stream block the same bytes are a relation OID, so only rows inside the ranges count;
+        # a join with the (small) range list, not an OR per range, which grows too deep for the optimizer.
+        spans = self.spark.createDataFrame([(int(a), int(b)) for a, b in ranges], "a LONG, b LONG")
+        rows = (candidates.join(F.broadcast(spans), F.col("seq").between(F.col("a"), F.col("b")), "left_semi")
                 .groupBy("xid").agg(F.min("seq").alias("first")).collect())
         return {int(r.xid): int(r.first) for r in rows}
 

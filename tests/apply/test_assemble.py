@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_apply.apply.assemble import assemble_transactions, excluded_ranges
+from cdc_apply.apply.assemble import assemble_transactions, excluded_ranges, merge_ranges
 from cdc_apply.apply.state import SourceState
 from cdc_apply.errors import DecodeError
 from cdc_apply.pgoutput import messages as m
@@ -89,7 +89,7 @@ def test_a_subtransaction_abort_excludes_from_its_first_change_to_the_abort():
     big.commit()
     (txn,) = _assemble(b.rows()).committed
     assert txn.sub_aborts == ((971, 5),)
-    assert excluded_ranges(txn, {971: 3}) == ((3, 5),)
+    assert excluded_ranges(txn, {971: 3}) == ((3, 4),)  # within its own blocks
     assert excluded_ranges(txn, {}) == ()
 
 
@@ -166,3 +166,8 @@ def test_the_carried_state_survives_a_json_round_trip():
     state = _assemble(b.rows()[:-1]).state  # ends inside a block
     assert state.in_stream and state.block_start is not None
     assert SourceState.from_json(state.to_json()) == state
+
+
+def test_merged_ranges_are_sorted_disjoint_and_join_adjacent_ones():
+    assert merge_ranges([(10, 12), (1, 3), (4, 6), (5, 8), (20, 20)]) == ((1, 8), (10, 12), (20, 20))
+    assert merge_ranges([]) == ()

@@ -1,0 +1,73 @@
+"""Planning a batch: seq ranges per transaction, and the bronze lookups planning needs."""
+
+from __future__ import annotations
+
+from cdc_apply.apply.changes import SKIP
+from cdc_apply.apply.plan import plan_batch
+from cdc_apply.apply.schema import SchemaHistory
+from cdc_apply.apply.state import SourceState
+from cdc_apply.testing.stream import StreamBuilder
+
+from test_changes_equivalence import CHANGE, first_change_seq
+
+
+def test_first_changes_of_every_aborted_subtransaction_are_looked_up_once_per_source():
+    b = StreamBuilder(source="src")
+    users = b.relation("public", "users", [("id", "int4", True), ("name", "text", False)])
+    streams = [b.stream(xid=700 + 10 * k) for k in range(3)]
+    for k, big in enumerate(streams):          # interleaved blocks, each with an aborted subtransaction
+        with big.block() as blk:
+            blk.insert(users, {"id": 10 * k, "name": "kept"})
+            blk.sub(big.xid + 1).insert(users, {"id": 10 * k + 1, "name": "aborted"})
+    for big in streams:
+        big.abort(subxid=big.xid + 1)
+        with big.block() as blk:
+            blk.insert(users, {"id": 0, "name": "after"})
+        big.commit()
+    rows = b.rows()
+    calls = []
+    lookup = first_change_seq({"src": rows})
+
+    def counted(source, ranges, subxids):
+        calls.append((source, tuple(ranges), tuple(subxids)))
+        return lookup(source, ranges, subxids)
+
+    controls = sorted((seq, lsn, payload) for _, seq, lsn, payload in rows if payload[0] not in CHANGE)
+    plan = plan_batch({"src": (SourceState(), SchemaHistory(), controls, rows[-1][1])}, counted)
+    assert [c[2] for c in calls] == [(701, 711, 721)]
+    aborted = {seq for _, seq, _, payload in rows if payload[0] in CHANGE and int.from_bytes(payload[1:5], "big")
+               in (701, 711, 721)}
+    sp = plan.decode.sources["src"]
+    txn_of = {seq: sp.range_txn[sp.locate(seq)] if sp.locate(seq) >= 0 else None
+              for _, seq, _, payload in rows if payload[0] in CHANGE}
+    assert {seq for seq, txn in txn_of.items() if txn == SKIP} == aborted
+    assert None not in txn_of.values()
+
+
+def test_an_aborted_subtransaction_drops_its_own_later_blocks_but_not_a_block_of_another_transaction_between():
+    b = StreamBuilder(source="src")
+    users = b.relation("public", "users", [("id", "int4", True), ("name", "text", False)])
+    a, other = b.stream(xid=800), b.stream(xid=900)
+    with a.block() as blk:
+        blk.insert(users, {"id": 1, "name": "kept"})
+        blk.sub(801).insert(users, {"id": 2, "name": "aborted"})
+    with other.block() as blk:                  # inside a's hole, but another transaction's change
+        blk.insert(users, {"id": 3, "name": "other"})
+    with a.block() as blk:                      # the subtransaction's changes streamed again before its abort
+        blk.sub(801).insert(users, {"id": 4, "name": "aborted"})
+    a.abort(subxid=801)
+    a.commit()
+    other.commit()
+    rows = b.rows()
+    controls = sorted((seq, lsn, payload) for _, seq, lsn, payload in rows if payload[0] not in CHANGE)
+    plan = plan_batch({"src": (SourceState(), SchemaHistory(), controls, rows[-1][1])},
+                      first_change_seq({"src": rows}))
+    sp = plan.decode.sources["src"]
+    committed = [t.xid for t in plan.sources["src"].committed]
+    by_id = {}
+    for _, seq, _, payload in rows:
+        if payload[0] == ord("I"):
+            where = sp.locate(seq)
+            txn = sp.range_txn[where] if where >= 0 else None
+            by_id[len(by_id) + 1] = "skip" if txn == SKIP else None if txn is None else committed[txn]
+    assert by_id == {1: 800, 2: "skip", 3: 900, 4: "skip"}
