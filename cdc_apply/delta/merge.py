@@ -78,7 +78,7 @@ def project(decoded, work: TableWork):
     ``p_i`` column i exists in the change's relation version (``p_i and not x_i``: unchanged TOAST)."""
     from pyspark.sql import functions as F
 
-    rows = decoded.where(F.col("slot").isin([s.slot for s in work.slots]))
+    rows = decoded.where(_slot_in(s.slot for s in work.slots))
     if work.truncate_after is not None:
         lsn, seq = work.truncate_after
         rows = rows.where((F.col("commit_lsn") > lsn) | ((F.col("commit_lsn") == lsn) & (F.col("seq") > seq)))
@@ -110,12 +110,12 @@ def project(decoded, work: TableWork):
             if set(positions) == all_slots:
                 new_v, old_v, carried = nv, ov, cv
             else:
-                hit = F.col("slot").isin(sorted(positions))
+                hit = _slot_in(positions)
                 new_v, old_v, carried = (F.when(hit, nv).otherwise(new_v), F.when(hit, ov).otherwise(old_v),
                                          F.when(hit, cv).otherwise(carried))
         holders = {k for positions in groups.values() for k in positions}
         present = (not_delete if holders == all_slots else
-                   F.col("slot").isin(sorted(holders)) & not_delete if holders else F.lit(False))
+                   _slot_in(holders) & not_delete if holders else F.lit(False))
         exprs += [new_v.alias(f"n_{i}"), old_v.alias(f"o_{i}"), carried.alias(f"x_{i}"), present.alias(f"p_{i}")]
     return rows.select(*exprs)
 
@@ -131,10 +131,20 @@ def _position(positions: dict[int, int]):
     table = [-1] * (max(positions) + 1)
     for slot, j in positions.items():
         table[slot] = j
-    return F.element_at(F.array(*[F.lit(j) for j in table]), F.col("slot") + 1)
+    # One SQL expression, not a Column per element: a table with ~125 versions in a batch and ~300
+    # columns otherwise makes ~80,000 Py4J calls just to build its projection.
+    return F.expr(f"element_at(array({', '.join(map(str, table))}), slot + 1)")
 
 
-def _null_safe_equal(a: Sequence, b: Sequence):
+def _slot_in(slots):
+    """``slot IN (...)`` as one expression (``isin`` makes a Py4J call per value)."""
+    from pyspark.sql import functions as F
+
+    listed = ", ".join(str(int(k)) for k in sorted(slots))
+    return F.expr(f"slot IN ({listed})") if listed else F.lit(False)
+
+
+def null_safe_equal(a: Sequence, b: Sequence):
     return reduce(lambda x, y: x & y, [p.eqNullSafe(q) for p, q in zip(a, b)])
 
 
@@ -147,7 +157,7 @@ def key_events(projected, work: TableWork):
     has_old = F.col("_old_kind").isNotNull()
     k_new = [F.col(f"n_{i}") for i in ki]
     k_old = [F.when(has_old, F.col(f"o_{i}")).otherwise(F.col(f"n_{i}")) for i in ki]
-    moved = (F.col("_op") == "U") & ~_null_safe_equal(k_old, k_new)
+    moved = (F.col("_op") == "U") & ~null_safe_equal(k_old, k_new)
     meta = ["_seq", "_commit_lsn", "_commit_ts", "_xid", "_origin", "_user"]
     values = [c for i in range(n) for c in (f"n_{i}", f"x_{i}", f"p_{i}")]
     staged = projected.withColumn("_moved", moved)
@@ -269,10 +279,10 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     else:
         target = work.ref.read(spark).select(*[F.col(quote_ident(c.name)).alias(f"v_{i}")
                                                for i, c in enumerate(work.columns)])
-        cond = _null_safe_equal([target[v] for v in values], [F.col(f"_n.{v}") for v in values])
+        cond = null_safe_equal([target[v] for v in values], [F.col(f"_n.{v}") for v in values])
         present = (target.join(F.broadcast(net.select(*values).alias("_n")), cond, "left_semi")
                    .groupBy(*values).agg(F.count(F.lit(1)).alias("_c")))
-        counted = net.alias("a").join(present.alias("b"), _null_safe_equal(
+        counted = net.alias("a").join(present.alias("b"), null_safe_equal(
             [F.col(f"a.{v}") for v in values], [F.col(f"b.{v}") for v in values]), "left").select(
             *[F.col(f"a.{v}") for v in values], "a._d", *[F.col(f"a.{c}") for c in meta_cols],
             F.coalesce(F.col("b._c"), F.lit(0)).alias("_c"))

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from functools import reduce
 
-from cdc_apply.delta.merge import TableWork, key_window
+from cdc_apply.delta.merge import TableWork, null_safe_equal, key_window
 from cdc_apply.delta.tables import quote_ident
 from cdc_apply.errors import ApplyError
+
+# Up to this many move-ins, their keys and the pass's output are broadcast (a hash join each) instead
+# of shuffling every event of the batch, wide rows included.
+BROADCAST_MOVES = 200_000
 
 
 def resolve_moves(events, work: TableWork, target):
@@ -33,31 +37,43 @@ def resolve_moves(events, work: TableWork, target):
     # Which columns some move-in leaves a gap in: only those travel to the pass and back (a table
     # with many columns usually has one or two that can be TOASTed).
     flags = events.where(F.col("_kind") == "M").agg(
+        F.count(F.lit(1)).alias("_moves"),
         *[F.max((F.col(f"p_{i}") & ~F.col(f"x_{i}")).cast("int")).alias(f"g_{i}") for i in range(n)]).first()
     columns = [i for i in range(n) if flags is not None and flags[f"g_{i}"]]
     if not columns:
         return events
+    small = flags["_moves"] <= BROADCAST_MOVES
     key_ddl = [work.columns[i].spark_ddl for i in work.key_index]
     ddl = ", ".join(["_m_seq BIGINT", "_mixed BOOLEAN"] + [f"_sk_{p} {t}" for p, t in enumerate(key_ddl)]
                     + [f"{c}_{i} {t}" for i in columns
                        for c, t in (("r", work.columns[i].spark_ddl), ("f", "BOOLEAN"), ("s", "BOOLEAN"))])
     inputs = (["_commit_lsn", "_seq", "_sub", "_kind"] + [f"k_{p}" for p in range(nk)]
               + [f"_src_k_{p}" for p in range(nk)] + [f"{c}_{i}" for i in columns for c in ("n", "x", "p")])
-    sources = (events.select(*inputs).repartition(1)
+    # Only the events of keys some move leaves or enters can be on a chain of moves: a batch of
+    # 90,000 events with a few hundred moves hands the one-partition pass a few thousand.
+    related = events.select(*inputs)
+    if small:
+        moved = (events.where(F.col("_move")).select(*[F.col(f"k_{p}").alias(f"_mk_{p}") for p in range(nk)])
+                 .distinct())
+        related = related.join(F.broadcast(moved), null_safe_equal(
+            [F.col(f"k_{p}") for p in range(nk)], [F.col(f"_mk_{p}") for p in range(nk)]), "left_semi")
+    sources = (related.repartition(1)
                .mapInArrow(partial(resolve_move_batches, nk=nk, columns=columns), ddl).localCheckpoint())
     if sources.where("_mixed").limit(1).count():
         return resolve_moves_by_rounds(events, work, target)
-    sources = _with_silver(sources, target, work, "_sk_", columns)
+    sources = _with_silver(sources, target, work, "_sk_", columns, small)
     return _fill_move_ins(
-        events, sources, work, columns,
+        events, F.broadcast(sources) if small else sources, work, columns,
         filled=lambda i: F.coalesce(F.col(f"s.f_{i}"), F.lit(False)) | F.coalesce(F.col(f"s.s_{i}"), F.lit(False)),
-        value=lambda i: F.when(F.col(f"s.f_{i}"), F.col(f"s.r_{i}")).otherwise(F.col(f"s.t_{i}")))
+        value=lambda i: F.when(F.col(f"s.f_{i}"), F.col(f"s.r_{i}")).otherwise(F.col(f"s.t_{i}")),
+        checkpoint=False)
 
 
-def _with_silver(found, target, work: TableWork, key_prefix: str, columns):
+def _with_silver(found, target, work: TableWork, key_prefix: str, columns, small: bool = False):
     """``found`` with silver's values ``t_<i>`` (``i`` in ``columns``) of the row whose key is in its
     ``<key_prefix><p>`` columns (null when silver has none, or was emptied by a truncate of this batch:
-    ``target`` None)."""
+    ``target`` None). ``small``: ``found`` has few rows; silver is filtered by their keys (a hash
+    lookup while scanning) before the join, instead of shuffling the whole table into it."""
     from pyspark.sql import functions as F
 
     nk = len(work.key_index)
@@ -66,13 +82,17 @@ def _with_silver(found, target, work: TableWork, key_prefix: str, columns):
     key_names = [work.columns[i].name for i in work.key_index]
     tgt = target.select(*[F.col(quote_ident(k)).alias(f"{key_prefix}{p}") for p, k in enumerate(key_names)],
                         *[F.col(quote_ident(work.columns[i].name)).alias(f"t_{i}") for i in columns])
-    return found.join(tgt, [f"{key_prefix}{p}" for p in range(nk)], "left")
+    keys = [f"{key_prefix}{p}" for p in range(nk)]
+    if small:
+        tgt = tgt.join(F.broadcast(found.select(*keys).distinct()), keys, "left_semi")
+    return found.join(tgt, keys, "left")
 
 
-def _fill_move_ins(events, found, work: TableWork, columns, filled, value):
+def _fill_move_ins(events, found, work: TableWork, columns, filled, value, checkpoint: bool = True):
     """The events with each move-in's gaps (``p_i and not x_i``, ``i`` in ``columns``) filled where
     ``filled(i)`` holds for its row of ``found`` (joined on ``_m_seq``, aliased ``s``): ``n_i`` takes
-    ``value(i)``, ``x_i`` is set."""
+    ``value(i)``, ``x_i`` is set. ``checkpoint``: materialise the result (rounds build on it); the
+    one-pass path leaves that to the collapse, which materialises its own output."""
     from pyspark.sql import functions as F
 
     joined = events.alias("e").join(found.alias("s"), (F.col("e._seq") == F.col("s._m_seq"))
@@ -89,7 +109,8 @@ def _fill_move_ins(events, found, work: TableWork, columns, filled, value):
                 cols.append((F.col(f"e.{c}") | gap).alias(c))
         else:
             cols.append(F.col(f"e.{c}").alias(c))
-    return joined.select(*cols).localCheckpoint()
+    filled_events = joined.select(*cols)
+    return filled_events.localCheckpoint() if checkpoint else filled_events
 
 
 def resolve_moves_by_rounds(events, work: TableWork, target, max_rounds: int = 16):
