@@ -25,8 +25,8 @@ from cdc_apply.delta.merge import (
 )
 from cdc_apply.delta.merge_moves import resolve_moves
 from cdc_apply.delta.tables import (
-    TableRef, apply_schema_ops, create_table, quote_ident, set_properties, silver_properties, silver_ref,
-    table_properties,
+    USER_METADATA, TableRef, apply_schema_ops, create_table, quote_ident, set_properties, silver_properties,
+    silver_ref, table_properties,
 )
 from cdc_apply.errors import SchemaError
 from cdc_apply.pgoutput import messages as m
@@ -36,7 +36,6 @@ PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
 PROP_RELATION_ID = "cdc_apply.relation_id"
 PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
-USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 def commit_metadata(source: str, relation: str, last_commit_lsn: int) -> str:
@@ -275,7 +274,8 @@ class SilverTables:
             start = next((i for i, v in enumerate(chain) if v.seq == int(reflected)), 0)
         _, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype, start=start)
         if ops:
-            apply_schema_ops(session, ref, ops, work.columns)
+            # Named by where the chain starts and ends: the table's commits say which steps are done.
+            apply_schema_ops(session, ref, ops, work.columns, chain=f"{chain[start].seq}->{chain[-1].seq}")
 
 
 __all__ = ["SilverTables", "TableStats", "SilverColumn", "TableRef"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Iterable, Sequence
@@ -122,31 +123,76 @@ def table_properties(spark, ref: TableRef) -> dict[str, str]:
     return {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {ref.sql}").collect()}
 
 
-def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], columns: Sequence[SilverColumn]) -> None:
-    """Run schema operations against the table, each guarded by its current schema (so re-runs are no-ops).
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], columns: Sequence[SilverColumn],
+                     chain: str | None = None) -> None:
+    """Run schema operations against the table, each guarded by its current schema.
 
     The chain is netted first (:func:`cdc_apply.apply.schema_net.net_schema_ops`), then consecutive
     adds go in one ``ADD COLUMNS`` and consecutive drops in one ``DROP COLUMNS``: each ALTER is a
     Delta commit, and a batch can carry many relation versions of one table.
+
+    ``chain`` names the evolution (e.g. ``"12->40"``, from and to relation version seq). Each step's
+    commit then records it with the step number in ``userMetadata``, and a re-run skips the steps the
+    table's history shows done. Name guards alone cannot: after ``DROP a; RENAME b TO a`` the table
+    has an ``a`` again, and a re-run would drop it (``b``'s data) before finding no ``b`` to rename.
     """
+    # One step per commit: the adds together, the drops together, each rename; a retype rebuilds its
+    # column in several commits, each guarded by the temporary column's name, so it is re-run.
+    steps: list[list[SchemaOp]] = []
     for kind, run in groupby(net_schema_ops(ops), key=lambda o: o.kind):
-        if kind in ("add", "drop"):
-            current = {f.name for f in ref.read(spark).schema.fields}
-            if kind == "add":
-                adds: dict[str, str] = {}
-                for o in run:
-                    if o.column not in current:
-                        adds.setdefault(o.column, o.spark_ddl)
-                if adds:
-                    listed = ", ".join(f"{quote_ident(c)} {t}" for c, t in adds.items())
-                    spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({listed})")
-            else:
-                drops = list(dict.fromkeys(o.column for o in run if o.column in current))
-                if drops:
-                    spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMNS ({', '.join(quote_ident(c) for c in drops)})")
+        steps += [list(run)] if kind in ("add", "drop") else [[o] for o in run]
+    done = _steps_done(spark, ref, chain, len(steps)) if chain is not None else -1
+    for step, run in enumerate(steps):
+        if step < done or (step == done and run[0].kind != "retype"):
             continue
-        for op in run:
-            _apply_one(spark, ref, op)
+        if chain is not None:
+            spark.conf.set(USER_METADATA, json.dumps({"cdc_apply": {"schema_chain": chain, "step": step}},
+                                                     separators=(",", ":")))
+        try:
+            _apply_step(spark, ref, run)
+        finally:
+            if chain is not None:
+                spark.conf.unset(USER_METADATA)
+
+
+def _steps_done(spark, ref: TableRef, chain: str, steps: int) -> int:
+    """The last step of ``chain`` the table's recent history has a commit of (-1: none)."""
+    done = -1
+    # A step commits at most four times (a column rebuilt for a retype); a MERGE, a truncate and a
+    # property commit may follow the last one.
+    for row in spark.sql(f"DESCRIBE HISTORY {ref.sql} LIMIT {4 * steps + 8}").select("userMetadata").collect():
+        try:
+            tag = json.loads(row.userMetadata or "null")
+        except ValueError:
+            continue
+        tag = tag.get("cdc_apply") if isinstance(tag, dict) else None
+        if isinstance(tag, dict) and tag.get("schema_chain") == chain:
+            done = max(done, int(tag.get("step", -1)))
+    return done
+
+
+def _apply_step(spark, ref: TableRef, run: Sequence[SchemaOp]) -> None:
+    kind = run[0].kind
+    if kind in ("add", "drop"):
+        current = {f.name for f in ref.read(spark).schema.fields}
+        if kind == "add":
+            adds: dict[str, str] = {}
+            for o in run:
+                if o.column not in current:
+                    adds.setdefault(o.column, o.spark_ddl)
+            if adds:
+                listed = ", ".join(f"{quote_ident(c)} {t}" for c, t in adds.items())
+                spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({listed})")
+        else:
+            drops = list(dict.fromkeys(o.column for o in run if o.column in current))
+            if drops:
+                spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMNS ({', '.join(quote_ident(c) for c in drops)})")
+        return
+    for op in run:
+        _apply_one(spark, ref, op)
 
 
 def _apply_one(spark, ref: TableRef, op: SchemaOp) -> None:
