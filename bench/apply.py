@@ -40,7 +40,8 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 
-RESULTS = BENCH / "results.json"
+from bench.results import merge_results  # noqa: E402
+
 WORK = Path(os.environ.get("CDC_APPLY_BENCH_WORK", BENCH / "work" / "apply"))
 TABLES = 10
 CHUNK = 50_000          # bronze messages per commit (= per micro-batch)
@@ -172,9 +173,10 @@ def _read(name: str):
 
 
 def write_bronze(spark, path: Path, parts: list[str], first_seq: int = 0, source: str = "bench",
-                 chunk_size: int = CHUNK, limit: int | None = None) -> dict[str, tuple[int, int]]:
+                 chunk_size: int = CHUNK, limit: int | None = None,
+                 commit_sizes: list[int] | None = None) -> dict[str, tuple[int, int]]:
     """Append each part (its first ``limit`` messages) to bronze in commits of ``chunk_size`` messages
-    (one file each): part -> seq range."""
+    (one file each), or of the ``commit_sizes`` given: part -> seq range."""
     import pandas as pd
 
     from cdc_apply.delta.bronze import create_bronze_table
@@ -186,8 +188,10 @@ def write_bronze(spark, path: Path, parts: list[str], first_seq: int = 0, source
         if limit is not None:
             table = table.slice(0, limit)
         first = seq
-        for start in range(0, table.num_rows, chunk_size):
-            chunk = table.slice(start, chunk_size)
+        sizes = commit_sizes or [chunk_size] * -(-table.num_rows // chunk_size)
+        starts = [sum(sizes[:k]) for k in range(len(sizes))]
+        for start, size in zip(starts, sizes):
+            chunk = table.slice(start, size)
             n = chunk.num_rows
             pdf = pd.DataFrame({"source": source, "seq": range(seq, seq + n), "lsn": chunk["lsn"].to_pylist(),
                                 "payload": chunk["payload"].to_pylist(),
@@ -549,11 +553,7 @@ def run(reps: int = 5, base: int = 100_000, changes: int = 50_000, large_mb: int
         },
     }
     if write:
-        merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        merged.update(out)
-        tmp = RESULTS.with_suffix(".tmp")
-        tmp.write_text(json.dumps(merged, indent=2) + "\n")
-        tmp.replace(RESULTS)
+        merge_results(out)
     print_table(out)
     return out
 

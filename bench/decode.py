@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
-import json
 import os
 import platform
 import statistics
@@ -50,14 +49,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 BENCH = Path(__file__).resolve().parent
-RESULTS = BENCH / "results.json"
 PYPGOUTPUT = "pypgoutput==0.0.3"
 
 if __package__:
     from .capture import load_capture
+    from .results import merge_results
 else:  # run as a script
     sys.path.insert(0, str(BENCH.parent))
     from bench.capture import load_capture
+    from bench.results import merge_results
 
 from cdc_apply.pgoutput import messages as m  # noqa: E402
 from cdc_apply.pgoutput.columnar import walk_dml, walk_dml_reference  # noqa: E402
@@ -281,11 +281,7 @@ def run(reps: int = 5, before: bool = True, stage: bool = True, write: bool = Tr
     if stage:
         results["decode_stage_msgs_per_s"] = detail["msgs_per_s"]["stage"]["median"]
     if write:
-        merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        merged.update(results)
-        tmp = RESULTS.with_suffix(".tmp")
-        tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
-        tmp.replace(RESULTS)
+        merge_results(results, sort_keys=True)
     return results
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +9,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import decode  # noqa: E402
+from bench.results import read_results  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results.json"
 
 
 def main() -> int:
@@ -19,11 +18,17 @@ def main() -> int:
     from bench import apply as apply_bench
 
     apply_bench.run(reps=5)
+    from bench import naive
+
+    naive.run(transactions=8, reps=5)
+    from bench import wide
+
+    wide.run(columns=120, reps=5)
     # The sustained figures: the sweep's largest batch replaces apply.py's 50k-change ones. Its own
     # process: its own capture folder and Spark session.
     subprocess.run([sys.executable, str(Path(__file__).with_name("sweep.py")), "--headline", "--reps", "2",
                     "--sizes", "1000,100000,1000000"], check=True)
-    results = json.loads(RESULTS.read_text())
+    results = read_results()
     print("\nbench/results.json:")
     for key in sorted(results):
         value = results[key]

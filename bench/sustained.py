@@ -36,7 +36,8 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 
-RESULTS = BENCH / "results.json"
+from bench.results import merge_results  # noqa: E402
+
 ROWS_PER_TXN = 10
 
 
@@ -183,9 +184,7 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
         pg.destroy()
         shutil.rmtree(root, ignore_errors=True)
     out["cpu_count"], out["loadavg"] = os.cpu_count(), os.getloadavg()
-    merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    merged["sustained"] = out
-    RESULTS.write_text(json.dumps(merged, indent=2) + "\n")
+    merge_results({"sustained": out})
     return out
 
 

@@ -40,8 +40,9 @@ BENCH = Path(__file__).resolve().parent
 os.environ.setdefault("CDC_APPLY_BENCH_WORK", str(BENCH / "work" / "sweep"))
 sys.path.insert(0, str(BENCH.parent))
 
+from bench.results import merge_results, read_results  # noqa: E402
 from bench.apply import (  # noqa: E402
-    RESULTS, WORK, MergeTimer, _read, _spread, capture, delta_metrics, lake_config, switch_silver_properties,
+    WORK, MergeTimer, _read, _spread, capture, delta_metrics, lake_config, switch_silver_properties,
     write_bronze,
 )
 
@@ -180,16 +181,13 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
         },
         "cpu_count": os.cpu_count(), "loadavg": os.getloadavg(),
     }
-    merged = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    merged.setdefault("sweep", {})[tag] = out_sweep
+    update = {"sweep": {**read_results().get("sweep", {}), tag: out_sweep}}
     if headline:
         if not serial:
             raise SystemExit("--headline needs the serial variant (merge_vs_append)")
-        merged["changes_per_second"] = per_size[str(largest)]["changes_per_second"]["median"]
-        merged["merge_vs_append"] = out_sweep["largest"]["merge_vs_append"]["median"]
-    tmp = RESULTS.with_suffix(".tmp")
-    tmp.write_text(json.dumps(merged, indent=2) + "\n")
-    tmp.replace(RESULTS)
+        update["changes_per_second"] = per_size[str(largest)]["changes_per_second"]["median"]
+        update["merge_vs_append"] = out_sweep["largest"]["merge_vs_append"]["median"]
+    merge_results(update)
     print_table(out_sweep)
     shutil.rmtree(root, ignore_errors=True)
     return out_sweep
