@@ -22,10 +22,11 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import partial
-from typing import Callable, TextIO
+from typing import Callable, Iterator, TextIO
 
 from cdc_apply.apply.changes import SKIP, decode_batches, output_ddl
 from cdc_apply.apply.plan import BatchPlan, plan_batch
@@ -43,6 +44,28 @@ from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 CONTROL_HEX = ("42", "43", "4F", "52", "59", "53", "45", "63", "41", "62", "50", "4B", "72", "70")
 CHANGE_HEX = ("49", "55", "44", "54", "4D")
 DECODE_MESSAGES_PER_PARTITION = 25_000
+# Set on the job's session while a batch runs (and restored after): the silver tables' MERGE sources
+# are built from the decoded rows, which belong to it. A wide table's source has a few expressions
+# per column, and Catalyst's constraint propagation grows much faster than that: optimizing one of a
+# 150-column table took ~80 s with it, 3-6 s without (bench/wide.py).
+BATCH_SETTINGS = {"spark.sql.constraintPropagation.enabled": "false"}
+
+
+@contextmanager
+def session_settings(spark, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` on the session for the block's duration; each key's previous value (or its absence)
+    comes back after, so a session shared with other work is left as it was."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 @dataclass
@@ -164,6 +187,11 @@ class ApplyPipeline:
 
     # -- one batch -------------------------------------------------------------------
     def process(self, df, batch_id: int) -> BatchReport:
+        """Apply one micro-batch (``foreachBatch``); returns what it did, also printed as a line."""
+        with session_settings(self.spark, BATCH_SETTINGS):
+            return self._process(df, batch_id)
+
+    def _process(self, df, batch_id: int) -> BatchReport:
         from pyspark.sql import functions as F
 
         started = time.monotonic()

@@ -186,9 +186,7 @@ class SilverTables:
         session = self.spark.newSession()
         # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
-        # The MERGE source of a wide table has a few expressions per column (value, carried, present,
-        # the window per column): Catalyst's constraint propagation grows much faster than that. A
-        # 150-column table spent ~80 s optimizing its collapse with it, ~3-6 s without.
+        # The MERGE itself plans here; its source was built in the job's session (see BATCH_SETTINGS).
         session.conf.set("spark.sql.constraintPropagation.enabled", "false")
         self._ensure_schema(session, planned)
         stats = TableStats(truncated=work.truncate_after is not None)
