@@ -1,7 +1,6 @@
-"""A wide table's MERGE source: what Catalyst's constraint propagation costs, and the window.
+"""A wide table's MERGE source: what Catalyst's constraint propagation costs, measured in one run.
 
     .venv/bin/python bench/wide.py [--columns 120] [--versions 40] [--rows 2000] [--reps 5]
-        [--split-rows 100000]
 
 The differential soak alters one table in 1 % of its transactions; by its sixth checkpoint that
 table has ~300 columns and a batch holds ~125 of its relation versions. Its MERGE source — the
@@ -15,10 +14,6 @@ Here the same plan is built through the job's own functions (``project``, ``key_
 ``--versions`` relation versions (each lacks one column, so positions differ), and timed with the
 setting on and off, interleaved: Python build, optimizer, and the run (``localCheckpoint``). The
 rows are few on purpose: this measures the per-batch planning cost, which does not depend on them.
-
-Then, with the setting off, the collapse of ``--split-rows`` rows (one key in ten has two events,
-the rest one) with the window over every event against the split (single-event keys without the
-window: ``collapse(split=True)``, what a table with 20,000+ events in a batch gets), interleaved.
 Results merge into ``bench/results.json`` under ``wide``.
 """
 
@@ -38,7 +33,7 @@ from bench.results import merge_results  # noqa: E402
 SETTING = "spark.sql.constraintPropagation.enabled"
 
 
-def _work_and_rows(spark, columns: int, versions: int, rows: int, distinct_keys: int | None = None):
+def _work_and_rows(spark, columns: int, versions: int, rows: int):
     from pyspark.sql import functions as F
 
     from cdc_apply.apply.tables import SilverColumn
@@ -50,8 +45,7 @@ def _work_and_rows(spark, columns: int, versions: int, rows: int, distinct_keys:
         F.col("id").alias("xid"), F.lit(None).cast("string").alias("origin"),
         F.lit(None).cast("string").alias("user"), F.lit("U").alias("op"), F.lit("K").alias("old_kind"),
         F.array(F.lit(1)).alias("toast"), (F.col("id") % versions).cast("int").alias("slot"),
-        *[(F.col("id") % (distinct_keys or rows) if p == 0 else F.col("id")).cast("int").alias(f"{side}_{p}")
-          for side in ("new", "old") for p in range(columns)])
+        *[F.col("id").cast("int").alias(f"{side}_{p}") for side in ("new", "old") for p in range(columns)])
     slots = []
     for v in range(versions):
         mapping = tuple(i for i in range(columns) if i != v)
@@ -62,8 +56,7 @@ def _work_and_rows(spark, columns: int, versions: int, rows: int, distinct_keys:
     return work, decoded.cache()
 
 
-def run(columns: int = 120, versions: int = 40, rows: int = 2000, reps: int = 5, split_rows: int = 100_000,
-        write: bool = True) -> dict:
+def run(columns: int = 120, versions: int = 40, rows: int = 2000, reps: int = 5, write: bool = True) -> dict:
     from cdc_apply.delta.merge import collapse, key_events, project
     from cdc_apply.spark import spark_session
 
@@ -85,16 +78,12 @@ def run(columns: int = 120, versions: int = 40, rows: int = 2000, reps: int = 5,
                 times[variant][phase].append(seconds)
             print(f"[bench wide] rep {rep + 1}/{reps} constraint propagation {variant:3s}: build {t1 - t0:.1f} s, "
                   f"optimize {t2 - t1:.1f} s, run {t3 - t2:.1f} s", flush=True)
-    decoded.unpersist()
-    spark.conf.set(SETTING, "false")
-    split = _split_vs_window(spark, columns, versions, split_rows, reps)
     spark.conf.unset(SETTING)
     total = {v: [sum(p) for p in zip(*times[v].values())] for v in times}
     out = {"wide": {
         "columns": columns, "versions": versions, "rows": rows, "reps": reps,
         "seconds": {v: {phase: _spread(s) for phase, s in times[v].items()} for v in times},
         "constraint_propagation_on_vs_off": _spread([a / b for a, b in zip(total["on"], total["off"])]),
-        "collapse": split,
     }}
     if write:
         merge_results(out)
@@ -105,28 +94,7 @@ def run(columns: int = 120, versions: int = 40, rows: int = 2000, reps: int = 5,
         print(f"  constraint propagation {v:3s}: " + ", ".join(
             f"{phase} {w['seconds'][v][phase]['median']:.1f} s" for phase in ("build", "optimize", "run")))
     print(f"  on / off: {w['constraint_propagation_on_vs_off']}")
-    c = w["collapse"]
-    print(f"collapse of {split_rows} rows: window {c['seconds']['window']['median']:.1f} s, split "
-          f"{c['seconds']['split']['median']:.1f} s; split / window {c['split_vs_window']}")
     return out
-
-
-def _split_vs_window(spark, columns: int, versions: int, rows: int, reps: int) -> dict:
-    from cdc_apply.delta.merge import collapse, key_events, project
-
-    work, decoded = _work_and_rows(spark, columns, versions, rows, distinct_keys=rows * 9 // 10)
-    decoded.count()
-    seconds: dict[str, list[float]] = {"window": [], "split": []}
-    for rep in range(reps):
-        for variant in (("window", "split") if rep % 2 == 0 else ("split", "window")):
-            started = time.perf_counter()
-            events = key_events(project(decoded, work), work)
-            collapse(events, work, True, split=variant == "split").localCheckpoint().count()
-            seconds[variant].append(time.perf_counter() - started)
-            print(f"[bench wide] rep {rep + 1}/{reps} collapse {variant:6s}: {seconds[variant][-1]:.1f} s", flush=True)
-    decoded.unpersist()
-    return {"rows": rows, "seconds": {v: _spread(s) for v, s in seconds.items()},
-            "split_vs_window": _spread([a / b for a, b in zip(seconds["split"], seconds["window"])])}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -135,10 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--versions", type=int, default=40)
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--split-rows", type=int, default=100_000)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
-    run(args.columns, args.versions, args.rows, args.reps, args.split_rows, write=not args.no_write)
+    run(args.columns, args.versions, args.rows, args.reps, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -249,8 +249,6 @@ def _split_single_events(events, nk: int):
     from pyspark.sql import functions as F
 
     keys = [f"k_{p}" for p in range(nk)]
-    # Read three times below (count, the single-event keys, the others): computed once.
-    events = events.localCheckpoint()
     several = (events.groupBy(*keys).count().where(F.col("count") > 1)
                .select(*[F.col(k).alias(f"_mk_{p}") for p, k in enumerate(keys)]).localCheckpoint())
     if several.count() > BROADCAST_KEYS:
