@@ -29,11 +29,6 @@ from cdc_apply.apply.tables import SilverColumn
 from cdc_apply.delta.tables import TableRef, quote_ident
 from cdc_apply.errors import ApplyError
 
-# A table with at least this many events in a batch reduces its single-event keys without the window
-# (:func:`collapse`); up to BROADCAST_KEYS keys with several events are broadcast to split them off.
-SPLIT_MIN_EVENTS = 20_000
-BROADCAST_KEYS = 500_000
-
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
@@ -196,23 +191,23 @@ def key_window(nkeys: int, frame_to_current: bool = True):
     return w.rowsBetween(Window.unboundedPreceding, Window.currentRow) if frame_to_current else w
 
 
-def collapse(events, work: TableWork, has_toast: bool, split: bool = False):
-    """One row per key: ``_action`` delete/upsert, values ``v_i``, set flags ``s_i``, ``_complete``.
-
-    ``split``: keys with one event in the batch (most, in CDC) are reduced without the window, which
-    sorts every event row by key — rows as wide as the table, several fields per column. Worth its two
-    small jobs (count the keys with more than one event, broadcast them) on large batches only.
-    """
+def collapse(events, work: TableWork, has_toast: bool):
+    """One row per key: ``_action`` delete/upsert, values ``v_i``, set flags ``s_i``, ``_complete``."""
     from pyspark.sql import functions as F
 
     n, nk = len(work.columns), len(work.key_index)
-    parts = _split_single_events(events, nk) if split else None
-    if parts is None:
-        reduced = _reduce(events, n, nk, has_toast, windowed=True)
-    else:
-        singles, several = parts
-        reduced = _reduce(singles, n, nk, has_toast, windowed=False).unionByName(
-            _reduce(several, n, nk, has_toast, windowed=True))
+    w = key_window(nk)
+    w_all = key_window(nk, frame_to_current=False)
+    cols = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_seq", "_commit_lsn", "_commit_ts", "_xid",
+                                                                          "_origin", "_user", "_kind")]
+    for i in range(n):
+        if has_toast:
+            r = F.last(F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v"))), ignorenulls=True).over(w)
+        else:
+            r = F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v")))
+        cols += [r.alias(f"r_{i}"), F.col(f"p_{i}")]
+    cols.append(F.lead("_seq").over(w_all).alias("_next"))
+    reduced = events.select(*cols).where(F.col("_next").isNull())
     out = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_commit_lsn", "_commit_ts", "_xid", "_origin",
                                                                       "_user")]
     out.append(F.when(F.col("_kind") == "D", F.lit("delete")).otherwise(F.lit("upsert")).alias("_action"))
@@ -222,40 +217,6 @@ def collapse(events, work: TableWork, has_toast: bool, split: bool = False):
     out.append(reduce(lambda a, b: a & b, [F.col(f"r_{i}").isNotNull() | ~F.col(f"p_{i}") for i in range(n)],
                       F.lit(True)).alias("_complete"))
     return reduced.select(*out)
-
-
-def _reduce(events, n: int, nk: int, has_toast: bool, windowed: bool):
-    """Each key's last event, ``r_i`` the last value carried for column i (a struct; null: none).
-    Not ``windowed``: every key has one event, which is its own last."""
-    from pyspark.sql import functions as F
-
-    w = key_window(nk)
-    cols = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_commit_lsn", "_commit_ts", "_xid",
-                                                                      "_origin", "_user", "_kind")]
-    for i in range(n):
-        r = F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v")))
-        if has_toast and windowed:
-            r = F.last(r, ignorenulls=True).over(w)
-        cols += [r.alias(f"r_{i}"), F.col(f"p_{i}")]
-    if not windowed:
-        return events.select(*cols)
-    cols.append(F.lead("_seq").over(key_window(nk, frame_to_current=False)).alias("_next"))
-    return events.select(*cols).where(F.col("_next").isNull()).drop("_next")
-
-
-def _split_single_events(events, nk: int):
-    """``(events of keys with one event, the others)``; None when the latter's keys are too many to
-    broadcast (then the window takes them all)."""
-    from pyspark.sql import functions as F
-
-    keys = [f"k_{p}" for p in range(nk)]
-    several = (events.groupBy(*keys).count().where(F.col("count") > 1)
-               .select(*[F.col(k).alias(f"_mk_{p}") for p, k in enumerate(keys)]).localCheckpoint())
-    if several.count() > BROADCAST_KEYS:
-        return None
-    match = null_safe_equal([F.col(k) for k in keys], [F.col(f"_mk_{p}") for p in range(nk)])
-    return (events.join(F.broadcast(several), match, "left_anti"),
-            events.join(F.broadcast(several), match, "left_semi"))
 
 
 def merge_keyed(spark, collapsed, work: TableWork) -> MergeResult:
