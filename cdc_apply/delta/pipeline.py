@@ -171,7 +171,8 @@ class ApplyPipeline:
             return {}
         xid = F.conv(F.hex(F.substring("payload", 2, 4)), 16, 10).cast("long")
         candidates = (self._messages()
-                      .where((F.col("source") == source) & F.col("seq").between(ranges[0][0], ranges[-1][1])
+                      .where((F.col("source") == source)
+                             & F.col("seq").between(min(a for a, _ in ranges), max(b for _, b in ranges))
                              & _first_byte_hex().isin(*CHANGE_HEX))
                       .select(xid.alias("xid"), "seq").where(F.col("xid").isin(list(subxids))))
         # Outside a stream block the same bytes are a relation OID, so only rows inside the ranges count;
