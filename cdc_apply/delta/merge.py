@@ -29,6 +29,11 @@ from cdc_apply.apply.tables import SilverColumn
 from cdc_apply.delta.tables import TableRef, quote_ident
 from cdc_apply.errors import ApplyError
 
+# The collapse's output is materialised (localCheckpoint) as row blocks, one per partition; a block
+# evicted to disk is read back whole. With the default 4 partitions the soak's ~300-column table
+# (95,000 changes a batch) ran the driver out of heap reading one back in its MERGE.
+CELLS_PER_PARTITION = 2_000_000
+
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
@@ -191,11 +196,17 @@ def key_window(nkeys: int, frame_to_current: bool = True):
     return w.rowsBetween(Window.unboundedPreceding, Window.currentRow) if frame_to_current else w
 
 
-def collapse(events, work: TableWork, has_toast: bool):
-    """One row per key: ``_action`` delete/upsert, values ``v_i``, set flags ``s_i``, ``_complete``."""
+def collapse(events, work: TableWork, has_toast: bool, partitions: int | None = None):
+    """One row per key: ``_action`` delete/upsert, values ``v_i``, set flags ``s_i``, ``_complete``.
+
+    ``partitions``: hash the events by key into this many partitions (the window then needs no other
+    shuffle), so that each partition of the result stays small (see :func:`collapse_partitions`).
+    """
     from pyspark.sql import functions as F
 
     n, nk = len(work.columns), len(work.key_index)
+    if partitions:
+        events = events.repartition(partitions, *[F.col(f"k_{p}") for p in range(nk)])
     w = key_window(nk)
     w_all = key_window(nk, frame_to_current=False)
     cols = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_seq", "_commit_lsn", "_commit_ts", "_xid",
@@ -217,6 +228,13 @@ def collapse(events, work: TableWork, has_toast: bool):
     out.append(reduce(lambda a, b: a & b, [F.col(f"r_{i}").isNotNull() | ~F.col(f"p_{i}") for i in range(n)],
                       F.lit(True)).alias("_complete"))
     return reduced.select(*out)
+
+
+def collapse_partitions(rows: int, columns: int, default: int) -> int | None:
+    """Partitions for a collapse of ``rows`` changes of a table of ``columns`` columns, when more than
+    ``default`` (the shuffle partitions) are needed: about CELLS_PER_PARTITION values each."""
+    wanted = -(-rows * (columns + 8) // CELLS_PER_PARTITION)
+    return wanted if wanted > default else None
 
 
 def merge_keyed(spark, collapsed, work: TableWork) -> MergeResult:

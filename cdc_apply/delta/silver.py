@@ -20,8 +20,8 @@ from cdc_apply.apply.schema import RelationHistory, RelationVersion, SchemaHisto
 from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
 from cdc_apply.config import Config
 from cdc_apply.delta.merge import (
-    TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_rows, collapse, key_events, merge_keyed,
-    merge_keyless, project,
+    TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_rows, collapse, collapse_partitions, key_events,
+    merge_keyed, merge_keyless, project,
 )
 from cdc_apply.delta.merge_moves import resolve_moves
 from cdc_apply.delta.tables import (
@@ -60,10 +60,14 @@ class _Planned:
     segments: tuple[TableWork, ...]   # consecutive relation versions with the same row identity
     chain: tuple[RelationVersion, ...]
     type_of: Callable[[int, int], str]
-    has_rows: bool
+    rows: int    # this batch's committed changes of the table
     last_commit_lsn: int
     ops: frozenset[str]  # change kinds of this table in the batch (I, U, D)
     inserts: int
+
+    @property
+    def has_rows(self) -> bool:
+        return self.rows > 0
 
 
 class SilverTables:
@@ -177,7 +181,7 @@ class SilverTables:
             meta=tuple((c, d) for c, d, _ in self.metadata()), has_toast=info["toast"] > 0,
             toast_moves=info["moved_toast"] > 0)
             for key, slot_maps in segments)
-        return _Planned(works[-1], works, chain, type_of, info["rows"] > 0, info["lsn"], frozenset(info["ops"]),
+        return _Planned(works[-1], works, chain, type_of, info["rows"], info["lsn"], frozenset(info["ops"]),
                         info["inserts"])
 
     # -- applying (one thread per table) -------------------------------------------------
@@ -201,7 +205,7 @@ class SilverTables:
             for step, segment in enumerate(planned.segments):
                 session.conf.set(TXN_APP_ID, app_id)
                 session.conf.set(TXN_VERSION, str(version * 64 + 2 + step))
-                result = self._merge(session, decoded, segment, planned.ops)
+                result = self._merge(session, decoded, segment, planned)
                 self._empty.discard(str(work.ref))
                 stats.inserted += result.inserted if result.inserted >= 0 else planned.inserts
                 stats.updated += result.updated
@@ -218,10 +222,10 @@ class SilverTables:
             self._properties[str(work.ref)] = props
         return stats
 
-    def _merge(self, session, decoded, work: TableWork, ops: frozenset[str]) -> MergeResult:
+    def _merge(self, session, decoded, work: TableWork, planned: _Planned) -> MergeResult:
         projected = project(decoded, work)
         empty = str(work.ref) in self._empty
-        insert_only = ops <= {"I"}
+        insert_only = planned.ops <= {"I"}
         if work.key is None:
             if insert_only:
                 return append_rows(session, projected, work)  # each Insert adds one copy: exactly an append
@@ -233,7 +237,9 @@ class SilverTables:
             target = None if work.truncate_after is not None else work.ref.read(session)
             events = resolve_moves(events, work, target)
         # Materialised once: MERGE reads its source more than once, and a plain scan plans fast.
-        collapsed = collapse(events, work, work.has_toast).localCheckpoint()
+        partitions = collapse_partitions(planned.rows, len(work.columns),
+                                         int(session.conf.get("spark.sql.shuffle.partitions")))
+        collapsed = collapse(events, work, work.has_toast, partitions).localCheckpoint()
         return merge_keyed(session, collapsed, work)
 
     def _ensure_schema(self, session, planned: _Planned) -> None:
