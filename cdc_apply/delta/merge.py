@@ -34,6 +34,13 @@ from cdc_apply.errors import ApplyError
 # (95,000 changes a batch) ran the driver out of heap reading one back in its MERGE.
 CELLS_PER_PARTITION = 2_000_000
 
+# Spark settings for the sessions that build and run the MERGEs: the job's session while a batch runs
+# (restored after; the sources are built from the decoded rows, which belong to it) and each table's.
+# A wide table's source has a few expressions per column, and Catalyst's constraint propagation grows
+# much faster than that: optimizing one of a 150-column table took ~80 s with it, 3-6 s without
+# (bench/wide.py).
+BATCH_SETTINGS = {"spark.sql.constraintPropagation.enabled": "false"}
+
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 

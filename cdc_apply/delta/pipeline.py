@@ -34,6 +34,7 @@ from cdc_apply.apply.schema import SchemaHistory
 from cdc_apply.apply.state import SourceState
 from cdc_apply.config import Config
 from cdc_apply.delta.bookkeeping import Bookkeeping, relation_row
+from cdc_apply.delta.merge import BATCH_SETTINGS
 from cdc_apply.delta.silver import SilverTables, TableStats
 from cdc_apply.delta.formats import EXPANDED_DDL, Expansion, expand_gaussdb, expanded_ref
 from cdc_apply.delta.tables import bronze_ref, create_table
@@ -44,11 +45,6 @@ from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 CONTROL_HEX = ("42", "43", "4F", "52", "59", "53", "45", "63", "41", "62", "50", "4B", "72", "70")
 CHANGE_HEX = ("49", "55", "44", "54", "4D")
 DECODE_MESSAGES_PER_PARTITION = 25_000
-# Set on the job's session while a batch runs (and restored after): the silver tables' MERGE sources
-# are built from the decoded rows, which belong to it. A wide table's source has a few expressions
-# per column, and Catalyst's constraint propagation grows much faster than that: optimizing one of a
-# 150-column table took ~80 s with it, 3-6 s without (bench/wide.py).
-BATCH_SETTINGS = {"spark.sql.constraintPropagation.enabled": "false"}
 
 
 @contextmanager

@@ -20,8 +20,8 @@ from cdc_apply.apply.schema import RelationHistory, RelationVersion, SchemaHisto
 from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
 from cdc_apply.config import Config
 from cdc_apply.delta.merge import (
-    TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_rows, collapse, collapse_partitions, key_events,
-    merge_keyed, merge_keyless, project,
+    BATCH_SETTINGS, TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_rows, collapse,
+    collapse_partitions, key_events, merge_keyed, merge_keyless, project,
 )
 from cdc_apply.delta.merge_moves import resolve_moves
 from cdc_apply.delta.tables import (
@@ -190,8 +190,8 @@ class SilverTables:
         session = self.spark.newSession()
         # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
-        # The MERGE itself plans here; its source was built in the job's session (see BATCH_SETTINGS).
-        session.conf.set("spark.sql.constraintPropagation.enabled", "false")
+        for key, value in BATCH_SETTINGS.items():  # the MERGE itself plans here
+            session.conf.set(key, value)
         self._ensure_schema(session, planned)
         stats = TableStats(truncated=work.truncate_after is not None)
         session.conf.set(USER_METADATA, commit_metadata(work.source, work.qualified_name, planned.last_commit_lsn))
