@@ -4,7 +4,9 @@ PostgreSQL's side is read as the text of each type's output function (what
 pgoutput sends in text mode) and converted with the same type map the job
 uses; silver's side is read from the Delta tables. Dates and timestamps are
 compared as their integers (Python's datetime cannot hold BC or infinity),
-floats bit-exactly (NaN equal to NaN), decimals by value.
+floats bit-exactly (NaN equal to NaN), decimals by value. Tables are compared
+in Arrow (:func:`compare_tables`): Python values only for nested columns and to
+name the rows that differ.
 
 Used by ``make demo``, the differential suite, and by anyone who wants to
 check a pipeline against its source.
@@ -105,39 +107,44 @@ def python_values(array: pa.Array) -> list:
     return (array.cast(storage) if storage != array.type else array).to_pylist()
 
 
+def typed_source_table(table: SourceTable, user_types: Mapping[int, tuple[str, str]],
+                       options: TypeOptions = TypeOptions()) -> pa.Table:
+    """The source table's rows as typed Arrow columns (``c0``, ``c1``, ...), converted like the job does."""
+    types: list[ColumnType] = [resolve_column_type(t, m, user_types, options) for _, t, m in table.columns]
+    columns = list(zip(*table.rows)) if table.rows else [()] * len(types)
+    arrays = [convert_text(t, pa.array([None if v is None else v.encode() for v in col], pa.binary()))
+              for t, col in zip(types, columns)]
+    return _positional(arrays, len(table.rows))
+
+
 def typed_source_rows(table: SourceTable, user_types: Mapping[int, tuple[str, str]],
                       options: TypeOptions = TypeOptions()) -> list[tuple]:
-    types: list[ColumnType] = [resolve_column_type(t, m, user_types, options) for _, t, m in table.columns]
-    if not table.rows:
-        return []
-    columns = list(zip(*table.rows))
-    converted = [python_values(convert_text(t, pa.array([None if v is None else v.encode() for v in col],
-                                                          pa.binary())))
-                 for t, col in zip(types, columns)]
-    return [tuple(r) for r in zip(*converted)]
+    return _python_rows(typed_source_table(table, user_types, options))
+
+
+def silver_table(df, columns: Iterable[str]) -> pa.Table:
+    """A silver DataFrame's ``columns`` as an Arrow table (``c0``, ``c1``, ...)."""
+    names = list(columns)
+    table = df.select(*[f"`{n}`" for n in names]).toArrow() if names else None
+    if table is None:
+        return _positional([], df.count())
+    return _positional([table.column(i).combine_chunks() for i in range(table.num_columns)], table.num_rows)
 
 
 def silver_rows(df, columns: Iterable[str]) -> list[tuple]:
     """Rows of a silver DataFrame's ``columns`` as comparable Python values."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+    return _python_rows(silver_table(df, columns))
 
-    by_name = {f.name: f.dataType for f in df.schema.fields}
-    exprs = []
-    for name in columns:
-        c, t = F.col(f"`{name}`"), by_name[name]
-        if isinstance(t, T.DateType):
-            c = F.unix_date(c)
-        elif isinstance(t, (T.TimestampType, T.TimestampNTZType)):
-            c = F.unix_micros(c.cast("timestamp"))
-        elif isinstance(t, T.ArrayType) and isinstance(t.elementType, T.DateType):
-            c = F.transform(c, F.unix_date)
-        elif isinstance(t, T.ArrayType) and isinstance(t.elementType, (T.TimestampType, T.TimestampNTZType)):
-            c = F.transform(c, lambda x: F.unix_micros(x.cast("timestamp")))
-        exprs.append(c.alias(name))
 
-    # Arrow, not Row objects: collect() builds a Python Row per row, which dominated the soak's comparison.
-    table = df.select(*exprs).toArrow()
+def _positional(arrays: list[pa.Array], rows: int) -> pa.Table:
+    if not arrays:
+        return pa.table({"_": pa.nulls(rows)}).drop_columns(["_"]) if rows else pa.table({})
+    return pa.Table.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
+
+
+def _python_rows(table: pa.Table) -> list[tuple]:
+    if table.num_columns == 0:
+        return [()] * table.num_rows
     return list(zip(*(python_values(table.column(i).combine_chunks()) for i in range(table.num_columns))))
 
 
@@ -182,6 +189,61 @@ def compare_rows(name: str, source: list[tuple], silver: list[tuple], skip: Iter
     return check
 
 
+_SORTABLE = (pa.types.is_integer, pa.types.is_boolean, pa.types.is_string, pa.types.is_large_string,
+             pa.types.is_binary, pa.types.is_large_binary, pa.types.is_decimal, pa.types.is_null)
+_FLOAT_BITS = {pa.float64(): pa.int64(), pa.float32(): pa.int32(), pa.float16(): pa.int16()}
+
+
+def _comparable(array: pa.Array) -> pa.Array:
+    """Dates and timestamps as their integers, floats as their bits (one NaN)."""
+    import pyarrow.compute as pc
+
+    storage = _storage(array.type)
+    if pa.types.is_time(array.type):
+        storage = pa.int64() if pa.types.is_time64(array.type) else pa.int32()
+    if storage != array.type and not pa.types.is_list(storage):
+        array = array.cast(storage)
+    bits = _FLOAT_BITS.get(array.type)
+    if bits is not None:
+        array = pc.if_else(pc.is_nan(array), pa.scalar(float("nan"), array.type), array).view(bits)
+    return array
+
+
+def _comparable_pair(a: pa.Array, b: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Both sides of one column in one sortable Arrow type; what Arrow cannot sort or the two sides
+    type differently (nested values, decimals of other scales) as the text of their normalised value."""
+    a, b = _comparable(a), _comparable(b)
+    if a.type == b.type and any(test(a.type) for test in _SORTABLE):
+        return a, b
+    if all(pa.types.is_string(x.type) or pa.types.is_large_string(x.type) for x in (a, b)):
+        return a.cast(pa.large_string()), b.cast(pa.large_string())
+    return tuple(pa.array([repr(_norm(v)) for v in python_values(x)], pa.string()) for x in (a, b))
+
+
+def compare_tables(name: str, source: pa.Table, silver: pa.Table) -> TableCheck:
+    """:func:`compare_rows` over Arrow tables of the same column order, compared in Arrow: both sides
+    sorted by every column, then compared whole. Rows go to Python only to name the differences."""
+    import pyarrow.compute as pc
+
+    if source.num_columns != silver.num_columns:
+        raise ValueError(f"{name}: {source.num_columns} source columns vs {silver.num_columns} silver columns")
+    if source.num_rows != silver.num_rows:
+        equal = False
+    elif source.num_columns == 0:
+        equal = True
+    else:
+        pairs = [_comparable_pair(source.column(i).combine_chunks(), silver.column(i).combine_chunks())
+                 for i in range(source.num_columns)]
+        names = [f"c{i}" for i in range(len(pairs))]
+        sides = [pa.Table.from_arrays([p[k] for p in pairs], names=names) for k in (0, 1)]
+        keys = [(n, "ascending") for n in names]
+        ordered = [t.take(pc.sort_indices(t, sort_keys=keys, null_placement="at_end")) for t in sides]
+        equal = ordered[0].equals(ordered[1])
+    if equal:
+        return TableCheck(name, True, source.num_rows, silver.num_rows)
+    return compare_rows(name, _python_rows(source), _python_rows(silver))
+
+
 def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[str] | None = None,
                           options: TypeOptions = TypeOptions(),
                           snapshot: list[SourceTable] | None = None) -> list[TableCheck]:
@@ -199,14 +261,16 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
     checks = []
     for table in snapshot if snapshot is not None else snapshot_postgres(conn, schemas):
         user_types = history.types if history else {}
-        want = typed_source_rows(table, user_types, options)
+        want = typed_source_table(table, user_types, options)
         relation = history.relations.get(table.oid) if history else None
         if relation is None:
-            checks.append(compare_rows(table.qualified_name, want, []))
+            checks.append(compare_rows(table.qualified_name, _python_rows(want), []))
             continue
         first = relation.versions[0]
         ref = silver_ref(config, first.namespace, first.name, source)
         names = [c[0] for c in table.columns]
-        got = silver_rows(ref.read(spark), names) if ref.exists(spark) else []
-        checks.append(compare_rows(table.qualified_name, want, got))
+        if ref.exists(spark):
+            checks.append(compare_tables(table.qualified_name, want, silver_table(ref.read(spark), names)))
+        else:
+            checks.append(compare_rows(table.qualified_name, _python_rows(want), []))
     return checks
