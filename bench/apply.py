@@ -558,6 +558,26 @@ def run(reps: int = 5, base: int = 100_000, changes: int = 50_000, large_mb: int
     return out
 
 
+def run_large(large_mb: int = 1024, write: bool = True) -> dict:
+    """Only the large transaction, at ``large_mb`` (the issue's 1 GB): its own capture folder, a
+    token base and change set. Its figures become ``large_txn_python_worker_rss_mb``."""
+    from cdc_apply.spark import spark_session
+
+    meta = capture(1_000, 600, large_mb)
+    print(f"[bench apply] capture: {json.dumps(meta['parts'])}", flush=True)
+    spark = spark_session("cdc_apply-bench-large")
+    large = {part: large_transaction(spark, WORK / "lake" / "large", part) for part in ("large", "large_streamed")}
+    for part, v in large.items():
+        print(f"  {part} ({large_mb} MB): {v}", flush=True)
+    out = {"large_txn_python_worker_rss_mb": max(v["python_worker_peak_rss_mb"] for v in large.values()),
+           "large_transaction": {"mb": large_mb, "messages": {p: meta["parts"][p]["messages"] for p in large},
+                                 "bytes": {p: meta["parts"][p]["bytes"] for p in large}, **large,
+                                 "cpu_count": os.cpu_count()}}
+    if write:
+        merge_results(out)
+    return out
+
+
 def print_table(out: dict) -> None:
     a = out["apply"]
     print("\napply benchmark (median [min-max] of", a["reps"], "interleaved repetitions)")
@@ -579,8 +599,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--changes", type=int, default=50_000)
     parser.add_argument("--large-mb", type=int, default=128)
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--large-only", action="store_true",
+                        help="only the large transaction (capture folder: $CDC_APPLY_BENCH_WORK)")
     args = parser.parse_args(argv)
-    run(args.reps, args.base, args.changes, args.large_mb, write=not args.no_write)
+    if args.large_only:
+        run_large(args.large_mb, write=not args.no_write)
+    else:
+        run(args.reps, args.base, args.changes, args.large_mb, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +13,14 @@ from bench import decode  # noqa: E402
 from bench.results import read_results  # noqa: E402
 
 
-
 def main() -> int:
     decode.run(reps=5)
     from bench import apply as apply_bench
 
     apply_bench.run(reps=5)
+    # The 1 GB transaction (plain and streamed): its own process and capture folder.
+    subprocess.run([sys.executable, str(Path(__file__).with_name("apply.py")), "--large-only", "--large-mb", "1024"],
+                   check=True, env={**os.environ, "CDC_APPLY_BENCH_WORK": str(Path(__file__).with_name("work") / "large")})
     from bench import naive
 
     naive.run(transactions=8, reps=5)
@@ -28,6 +31,8 @@ def main() -> int:
     # process: its own capture folder and Spark session.
     subprocess.run([sys.executable, str(Path(__file__).with_name("sweep.py")), "--headline", "--reps", "2",
                     "--sizes", "1000,100000,1000000"], check=True)
+    # Lander and apply together against PostgreSQL at fixed offered rates.
+    subprocess.run([sys.executable, str(Path(__file__).with_name("sustained.py"))], check=True)
     results = read_results()
     print("\nbench/results.json:")
     for key in sorted(results):

@@ -115,8 +115,8 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
         pg.execute(f"INSERT INTO ev SELECT g, 0, md5(g::text), now() FROM generate_series(1, {preload}) g",
                    dbname="bench")
         pg.execute("CREATE PUBLICATION sus FOR TABLE ev", dbname="bench")
-        # The slot starts after the preload: silver is seeded from PostgreSQL's rows (a snapshot),
-        # as a user would, so the measured windows carry only the offered load.
+        # The slot starts after the preload, so the measured windows carry only the offered load. Silver
+        # starts empty: an update of a preloaded row arrives whole (no TOAST here) and is inserted.
         pg.execute("SELECT pg_create_logical_replication_slot('sus', 'pgoutput', false, true)", dbname="bench")
         raw = {"pipeline": "sustained", "bronze": {"path": str(root / "bronze")},
                "silver": {"path": str(root / "silver")}, "state": {"path": str(root / "state")},
