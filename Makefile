@@ -29,7 +29,7 @@ bench: setup
 
 # The differential soak: >= 100,000 seeded random transactions, silver compared with PostgreSQL at
 # 8 checkpoints. Two configurations span the protocol (1: text, no streaming, no two-phase; 4: parallel
-# streaming, two-phase, binary): ~80 minutes here. All six take several hours on 2 cores:
+# streaming, two-phase, binary): ~55 minutes here. All six take several hours on 2 cores:
 #   make soak SOAK_CONFIGS=v1,v1_binary,v2_stream,v3_twophase,v4_parallel,v4_parallel_binary
 SOAK_SEED ?= 1122
 SOAK_TRANSACTIONS ?= 100000
