@@ -245,7 +245,7 @@ def compare_tables(name: str, source: pa.Table, silver: pa.Table) -> TableCheck:
 
 
 # Silver is read in parts of about this many bytes (as the source's Arrow size): one toArrow of a
-# whole soak table (~100,000 rows of ~300 columns, 1.1 GB) broke spark.driver.maxResultSize.
+# whole soak table (~690,000 rows, ~300 columns, 1.1 GB) broke spark.driver.maxResultSize.
 PART_BYTES = 256 * 2 ** 20
 
 
