@@ -117,18 +117,13 @@ def typed_source_table(table: SourceTable, user_types: Mapping[int, tuple[str, s
     return _positional(arrays, len(table.rows))
 
 
-def typed_source_rows(table: SourceTable, user_types: Mapping[int, tuple[str, str]],
-                      options: TypeOptions = TypeOptions()) -> list[tuple]:
-    return _python_rows(typed_source_table(table, user_types, options))
-
-
 def silver_table(df, columns: Iterable[str]) -> pa.Table:
     """A silver DataFrame's ``columns`` as an Arrow table (``c0``, ``c1``, ...)."""
     names = list(columns)
-    table = df.select(*[f"`{n}`" for n in names]).toArrow() if names else None
-    if table is None:
+    if not names:
         return _positional([], df.count())
-    return _positional([table.column(i).combine_chunks() for i in range(table.num_columns)], table.num_rows)
+    table = df.select(*[f"`{n}`" for n in names]).toArrow()
+    return _positional([column.combine_chunks() for column in table.columns], table.num_rows)
 
 
 def silver_rows(df, columns: Iterable[str]) -> list[tuple]:
@@ -137,8 +132,8 @@ def silver_rows(df, columns: Iterable[str]) -> list[tuple]:
 
 
 def _positional(arrays: list[pa.Array], rows: int) -> pa.Table:
-    if not arrays:
-        return pa.table({"_": pa.nulls(rows)}).drop_columns(["_"]) if rows else pa.table({})
+    if not arrays:  # a table without columns still has its rows
+        return pa.table({"_": pa.nulls(rows)}).drop_columns(["_"])
     return pa.Table.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
 
 
@@ -297,14 +292,13 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
         user_types = history.types if history else {}
         want = typed_source_table(table, user_types, options)
         relation = history.relations.get(table.oid) if history else None
-        if relation is None:
-            checks.append(compare_rows(table.qualified_name, _python_rows(want), []))
-            continue
-        first = relation.versions[0]
-        ref = silver_ref(config, first.namespace, first.name, source)
-        names = [c[0] for c in table.columns]
-        if ref.exists(spark):
+        ref = None
+        if relation is not None:
+            first = relation.versions[0]
+            ref = silver_ref(config, first.namespace, first.name, source)
+        if ref is not None and ref.exists(spark):
+            names = [c[0] for c in table.columns]
             checks.append(compare_silver(table.qualified_name, want, ref.read(spark), names))
-        else:
+        else:  # no silver table: the source table must be empty
             checks.append(compare_rows(table.qualified_name, _python_rows(want), []))
     return checks
