@@ -42,7 +42,7 @@ sys.path.insert(0, str(BENCH.parent))
 
 from bench.results import merge_results  # noqa: E402
 
-WORK = Path(os.environ.get("CDC_APPLY_BENCH_WORK", BENCH / "work" / "apply"))
+WORK = Path(os.environ.get("CDC_APPLY_BENCH_WORK", BENCH / "work" / "apply")).resolve()  # Delta needs absolute paths
 TABLES = 10
 CHUNK = 50_000          # bronze messages per commit (= per micro-batch)
 ROWS_PER_TXN = 60       # rows an update/insert/delete transaction touches
@@ -357,7 +357,10 @@ def _python_workers(jvm: int | None) -> dict[int, int]:
         if jvm is None or ancestor != jvm:
             continue
         try:
-            if b"pyspark" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            # The executable too: a child the JVM forks (Hadoop's shell calls) runs java until it
+            # execs, with the JVM's command line (pyspark's jars) and, for that instant, its RSS.
+            if (b"pyspark" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+                    or "python" not in os.path.basename(os.readlink(f"/proc/{pid}/exe"))):
                 continue
         except OSError:
             continue
