@@ -228,14 +228,16 @@ class SilverTables:
         insert_only = planned.ops <= {"I"}
         if work.key is None:
             if insert_only:
-                return append_rows(session, projected, work)  # each Insert adds one copy: exactly an append
+                return append_rows(session, projected, work, planned.inserts)  # each Insert adds one copy: exactly an append
             return merge_keyless(session, projected, work, target_empty=empty)
         if insert_only and empty:
-            return append_rows(session, projected, work)  # new keys into an empty table
+            return append_rows(session, projected, work, planned.inserts)  # new keys into an empty table
         events = key_events(projected, work)
         if work.toast_moves:
             target = None if work.truncate_after is not None else work.ref.read(session)
-            events = resolve_moves(events, work, target)
+            # The moves pass reads the events several times (which columns have gaps, the chains of
+            # moves, the fill): from a materialised copy, not each time from the batch's decoded rows.
+            events = resolve_moves(events.localCheckpoint(), work, target)
         # Materialised once: MERGE reads its source more than once, and a plain scan plans fast.
         partitions = collapse_partitions(planned.rows, len(work.columns),
                                          int(session.conf.get("spark.sql.shuffle.partitions")))
