@@ -227,11 +227,11 @@ class SilverTables:
         empty = str(work.ref) in self._empty
         insert_only = planned.ops <= {"I"}
         if work.key is None:
-            if insert_only:
-                return append_rows(session, projected, work, planned.inserts)  # each Insert adds one copy: exactly an append
+            if insert_only:  # each Insert adds one copy: exactly an append
+                return append_rows(session, projected, work, planned.inserts)
             return merge_keyless(session, projected, work, target_empty=empty)
-        if insert_only and empty:
-            return append_rows(session, projected, work, planned.inserts)  # new keys into an empty table
+        if insert_only and empty:  # new keys into an empty table
+            return append_rows(session, projected, work, planned.inserts)
         events = key_events(projected, work)
         if work.toast_moves:
             target = None if work.truncate_after is not None else work.ref.read(session)

@@ -48,3 +48,35 @@ def test_a_collapse_spread_over_more_partitions_leaves_every_table_as_with_the_d
     assert len(default) >= 8
     assert wanted and all(p and p > 4 for p in wanted)
     assert spread == default
+
+
+def test_an_append_takes_one_file_per_eight_million_values():
+    assert merge.append_files(0, 6) == 1
+    assert merge.append_files(100_000, 8) == 1                          # a bench table's base load
+    assert merge.append_files(1_000_000, 8) == 2
+    assert merge.append_files(1_000_000, 300) > merge.append_files(1_000_000, 8)
+
+
+@pytest.mark.spark
+def test_an_insert_only_load_into_an_empty_table_writes_files_by_rows_not_by_decode_partition(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    from cdc_apply.apply.tables import SilverColumn
+    from cdc_apply.delta.merge import TXN_APP_ID, TXN_VERSION, TableWork, append_rows
+    from cdc_apply.delta.tables import TableRef
+
+    ref = TableRef(path=str(tmp_path / "t"))
+    work = TableWork(source="s", relation_id=1, qualified_name="public.t", ref=ref,
+                     columns=(SilverColumn("id", "INT", 0), SilverColumn("v", "STRING", 1)), key=("id",),
+                     slots=(), truncate_after=None, meta=(("_lsn", "_commit_lsn"),))
+    # Eight partitions of decoded change rows, as the decode stage hands a batch's rows over.
+    projected = spark.range(0, 4_000, numPartitions=8).select(
+        F.col("id").cast("int").alias("n_0"), F.col("id").cast("string").alias("n_1"),
+        F.lit("I").alias("_op"), F.col("id").alias("_commit_lsn"))
+    session = spark.newSession()
+    session.conf.set(TXN_APP_ID, "test-append")
+    session.conf.set(TXN_VERSION, "1")
+    append_rows(session, projected, work, rows_hint=4_000)
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{ref.path}`").first()
+    assert detail.numFiles == 1
+    assert spark.read.format("delta").load(ref.path).count() == 4_000
