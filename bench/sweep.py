@@ -58,9 +58,8 @@ def _dml_counts(part: str, commits: list[int]) -> list[int]:
 
     table = _read(part).slice(0, sum(commits))
     first = np.frombuffer(pc.binary_slice(table["payload"], 0, 1).combine_chunks().buffers()[2], np.uint8)
-    is_dml = np.isin(first, DML)
-    starts = [sum(commits[:k]) for k in range(len(commits))]
-    return [int(is_dml[a:a + n].sum()) for a, n in zip(starts, commits)]
+    starts = np.cumsum([0, *commits[:-1]])
+    return [int(n) for n in np.add.reduceat(np.isin(first, DML).astype(np.int64), starts)]
 
 
 def _commits(size: int, available: int) -> list[int]:
@@ -88,8 +87,7 @@ def _run(spark, root: Path, after_base: Path, bronze: Path, variant: str, dml: l
     switch_silver_properties(spark, config)
     pipeline = ApplyPipeline(spark, config, out=open(os.devnull, "w"))
     # The MERGEs of the batches after the first, like every other figure here.
-    timer = MergeTimer(root / "scratch", counting=lambda: len(pipeline.reports) > 0 or len(dml) == 1) \
-        if variant == "serial" else None
+    timer = MergeTimer(root / "scratch", counting=lambda: bool(pipeline.reports)) if variant == "serial" else None
     started = time.perf_counter()
     if timer:
         with timer:

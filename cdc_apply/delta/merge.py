@@ -172,7 +172,7 @@ def key_events(projected, work: TableWork):
     from pyspark.sql import functions as F
 
     ki = work.key_index
-    n, nk = len(work.columns), len(work.key_index)
+    n, nk = len(work.columns), len(ki)
     has_old = F.col("_old_kind").isNotNull()
     k_new = [F.col(f"n_{i}") for i in ki]
     k_old = [F.when(has_old, F.col(f"o_{i}")).otherwise(F.col(f"n_{i}")) for i in ki]
@@ -181,8 +181,8 @@ def key_events(projected, work: TableWork):
     key_ddl = [work.columns[i].spark_ddl for i in ki]
 
     def event(kind, sub: int, move: bool, out: bool, keys, sources):
-        return F.struct(F.lit(kind).alias("kind") if isinstance(kind, str) else kind.alias("kind"),
-                        F.lit(sub).alias("sub"), F.lit(move).alias("move"), F.lit(out).alias("out"),
+        return F.struct(kind.alias("kind"), F.lit(sub).alias("sub"), F.lit(move).alias("move"),
+                        F.lit(out).alias("out"),
                         *[k.cast(t).alias(f"k_{p}") for p, (k, t) in enumerate(zip(keys, key_ddl))],
                         *[(F.lit(None) if s is None else s).cast(t).alias(f"s_{p}")
                           for p, (s, t) in enumerate(zip(sources, key_ddl))])
@@ -190,7 +190,7 @@ def key_events(projected, work: TableWork):
     none = [None] * nk
     plain = event(F.col("_op"), 0, False, False,
                   [F.when(F.col("_op") == "D", o).otherwise(k) for o, k in zip(k_old, k_new)], none)
-    pair = F.array(event("D", 0, True, True, k_old, none), event("M", 1, True, False, k_new, k_old))
+    pair = F.array(event(F.lit("D"), 0, True, True, k_old, none), event(F.lit("M"), 1, True, False, k_new, k_old))
     e = F.col("_e")
     out = e["out"]
     exploded = projected.select(*meta, *[c for i in range(n) for c in (f"n_{i}", f"x_{i}", f"p_{i}")],
@@ -362,10 +362,5 @@ def append_rows(spark, projected, work: TableWork, rows_hint: int | None = None)
         # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
         # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
         rows = rows.coalesce(append_files(rows_hint, len(work.columns)))
-    writer = (rows.write.format("delta").mode("append")
-              .option("txnAppId", spark.conf.get(TXN_APP_ID)).option("txnVersion", spark.conf.get(TXN_VERSION)))
-    if work.ref.path:
-        writer.save(work.ref.path)
-    else:
-        writer.saveAsTable(work.ref.name)
+    work.ref.append(rows, spark.conf.get(TXN_APP_ID), int(spark.conf.get(TXN_VERSION)))
     return MergeResult(inserted=-1)  # counted from the batch's own counts by the caller

@@ -34,6 +34,9 @@ def resolve_moves(events, work: TableWork, target):
     from cdc_apply.apply.moves import resolve_move_batches
 
     n, nk = len(work.columns), len(work.key_index)
+    # Read several times below (which columns have gaps, the chains of moves, the fill): from a
+    # materialised copy, not each time from the batch's decoded rows.
+    events = events.localCheckpoint()
     # Which columns some move-in leaves a gap in: only those travel to the pass and back (a table
     # with many columns usually has one or two that can be TOASTed).
     flags = events.where(F.col("_kind") == "M").agg(

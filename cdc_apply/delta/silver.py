@@ -235,9 +235,7 @@ class SilverTables:
         events = key_events(projected, work)
         if work.toast_moves:
             target = None if work.truncate_after is not None else work.ref.read(session)
-            # The moves pass reads the events several times (which columns have gaps, the chains of
-            # moves, the fill): from a materialised copy, not each time from the batch's decoded rows.
-            events = resolve_moves(events.localCheckpoint(), work, target)
+            events = resolve_moves(events, work, target)
         # Materialised once: MERGE reads its source more than once, and a plain scan plans fast.
         partitions = collapse_partitions(planned.rows, len(work.columns),
                                          int(session.conf.get("spark.sql.shuffle.partitions")))
