@@ -53,6 +53,10 @@ class SilverConfig:
     # On: a MERGE marks the rows it deletes or updates instead of copying the rest of their files, so its
     # cost follows the batch, not the table (docs/BENCHMARKS.md). Readers need Delta's deletionVectors feature.
     deletion_vectors: bool = True
+    # ... except in a MERGE whose batch changes at least this share of the table's rows (and at least
+    # REWRITE_MIN_CHANGES rows): it touches nearly every file anyway, and rewriting them is cheaper than
+    # a pass that writes deletion vectors (and leaves readers none to apply). 0: every such MERGE rewrites.
+    rewrite_share: float = 0.5
     change_data_feed: bool = True
 
 
@@ -249,6 +253,8 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         raise ConfigError("set state.path, or both state.schema and state.checkpoint", key="state.path")
     if not silver.metadata_prefix:
         raise ConfigError("must not be empty", key="silver.metadata_prefix")
+    if not silver.rewrite_share >= 0:
+        raise ConfigError("must be 0 or more (0: a large MERGE always rewrites)", key="silver.rewrite_share")
     bronze = BronzeConfig(**{**bronze.__dict__, "path": _resolve(bronze.path, base)})
     silver = SilverConfig(**{**silver.__dict__, "path": _resolve(silver.path, base)})
     state = StateConfig(**{**state.__dict__, "path": _resolve(state.path, base),

@@ -20,8 +20,8 @@ from cdc_apply.apply.schema import RelationHistory, RelationVersion, SchemaHisto
 from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
 from cdc_apply.config import Config
 from cdc_apply.delta.merge import (
-    BATCH_SETTINGS, TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_rows, collapse,
-    collapse_partitions, key_events, merge_keyed, merge_keyless, project,
+    BATCH_SETTINGS, PERSISTENT_DVS, TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_rows,
+    collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
 )
 from cdc_apply.delta.merge_moves import resolve_moves
 from cdc_apply.delta.tables import (
@@ -229,6 +229,7 @@ class SilverTables:
         if work.key is None:
             if insert_only:  # each Insert adds one copy: exactly an append
                 return append_rows(session, projected, work, planned.inserts)
+            self._choose_deletion_vectors(session, work, planned)
             return merge_keyless(session, projected, work, target_empty=empty)
         if insert_only and empty:  # new keys into an empty table
             return append_rows(session, projected, work, planned.inserts)
@@ -240,7 +241,16 @@ class SilverTables:
         partitions = collapse_partitions(planned.rows, len(work.columns),
                                          int(session.conf.get("spark.sql.shuffle.partitions")))
         collapsed = collapse(events, work, work.has_toast, partitions).localCheckpoint()
+        self._choose_deletion_vectors(session, work, planned)
         return merge_keyed(session, collapsed, work)
+
+    def _choose_deletion_vectors(self, session, work: TableWork, planned: _Planned) -> None:
+        def table_rows() -> int:
+            # Answered from the file statistics of the snapshot the MERGE is about to read.
+            return 0 if work.truncate_after is not None else work.ref.read(session).count()
+
+        marks = writes_deletion_vectors(planned.rows, table_rows, self.config.silver.rewrite_share)
+        session.conf.set(PERSISTENT_DVS, str(marks).lower())
 
     def _ensure_schema(self, session, planned: _Planned) -> None:
         work = planned.work

@@ -34,6 +34,7 @@ def test_three_paths_are_enough_and_everything_else_has_a_default(tmp_path):
     ({**MINIMAL, "surprise": {}}, "surprise"),
     ({**MINIMAL, "tables": {"public.t": {"keys": ["id"]}}}, "tables.public.t.keys"),
     ({**MINIMAL, "source": {"proto_version": 7}}, "source.proto_version"),
+    ({**MINIMAL, "silver": {"path": "s", "rewrite_share": -0.5}}, "silver.rewrite_share"),
 ])
 def test_a_bad_setting_is_a_config_error_naming_the_key(raw, key):
     with pytest.raises(ConfigError) as info:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_apply.delta import merge
-from cdc_apply.delta.merge import collapse_partitions
+from cdc_apply.delta.merge import collapse_partitions, writes_deletion_vectors
 
 from test_apply_rules import _build
 
@@ -17,16 +17,25 @@ def test_a_collapse_takes_more_partitions_only_when_its_values_outgrow_the_defau
     assert collapse_partitions(95_000, 600, default=4) > collapse_partitions(95_000, 300, default=4)
 
 
-def _apply_rules_scenario(lake_factory, name: str) -> dict[str, list]:
-    lake = lake_factory(name)
+def _apply_rules_lake(lake_factory, name: str, **extra):
+    """A lake after applying the apply-rules capture (every change kind, key moves, TOAST)."""
+    lake = lake_factory(name, **extra)
     rows, cuts = _build()
     start = 0
     for cut in cuts:
         lake.land(rows[start:cut])
         start = cut
     lake.apply()
+    return lake
+
+
+def _silver_tables(lake):
+    return sorted(p for p in (lake.root / "silver").glob("*/*") if (p / "_delta_log").exists())
+
+
+def _contents(lake) -> dict[str, list]:
     out = {}
-    for table in sorted(p for p in (lake.root / "silver").glob("*/*") if (p / "_delta_log").exists()):
+    for table in _silver_tables(lake):
         df = lake.spark.read.format("delta").load(str(table))
         out[f"{table.parent.name}.{table.name}"] = sorted((tuple(r) for r in df.collect()), key=repr)
     return out
@@ -34,7 +43,7 @@ def _apply_rules_scenario(lake_factory, name: str) -> dict[str, list]:
 
 @pytest.mark.spark
 def test_a_collapse_spread_over_more_partitions_leaves_every_table_as_with_the_default(lake_factory, monkeypatch):
-    default = _apply_rules_scenario(lake_factory, "default_partitions")
+    default = _contents(_apply_rules_lake(lake_factory, "default_partitions"))
     monkeypatch.setattr(merge, "CELLS_PER_PARTITION", 1)
     wanted = []
     real = merge.collapse
@@ -44,7 +53,7 @@ def test_a_collapse_spread_over_more_partitions_leaves_every_table_as_with_the_d
         return real(events, work, has_toast, partitions)
 
     monkeypatch.setattr("cdc_apply.delta.silver.collapse", spy)
-    spread = _apply_rules_scenario(lake_factory, "more_partitions")
+    spread = _contents(_apply_rules_lake(lake_factory, "more_partitions"))
     assert len(default) >= 8
     assert wanted and all(p and p > 4 for p in wanted)
     assert spread == default
@@ -80,3 +89,35 @@ def test_an_insert_only_load_into_an_empty_table_writes_files_by_rows_not_by_dec
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{ref.path}`").first()
     assert detail.numFiles == 1
     assert spark.read.format("delta").load(ref.path).count() == 4_000
+
+
+def _never_counted():
+    raise AssertionError("a small batch must not count the table's rows")
+
+
+def test_a_merge_marks_rows_in_deletion_vectors_unless_its_batch_changes_half_the_table():
+    assert writes_deletion_vectors(9_999, _never_counted, 0.5)
+    assert writes_deletion_vectors(49_999, lambda: 100_000, 0.5)
+    assert not writes_deletion_vectors(50_000, lambda: 100_000, 0.5)
+    assert not writes_deletion_vectors(988_174, lambda: 1_000_000, 0.5)   # the bench's 1M batch
+    assert not writes_deletion_vectors(10_000, lambda: 10**9, 0.0)        # 0: every large MERGE rewrites
+
+
+def _merge_metrics(lake) -> list[dict]:
+    return [row.operationMetrics for table in _silver_tables(lake)
+            for row in lake.spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'").collect()]
+
+
+@pytest.mark.spark
+def test_a_merge_that_rewrites_its_files_leaves_every_table_as_one_that_writes_deletion_vectors(
+        lake_factory, monkeypatch):
+    monkeypatch.setattr(merge, "REWRITE_MIN_CHANGES", 0)
+    marking = _apply_rules_lake(lake_factory, "marks_rows", silver={"rewrite_share": 1e9})
+    rewriting = _apply_rules_lake(lake_factory, "rewrites_files", silver={"rewrite_share": 0})
+    assert len(_contents(marking)) >= 8
+    assert _contents(rewriting) == _contents(marking)
+    added = [int(m.get("numTargetDeletionVectorsAdded", 0)) for m in _merge_metrics(marking)]
+    assert any(added)
+    rewrites = _merge_metrics(rewriting)
+    assert rewrites and not any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in rewrites)
+    assert any(int(m.get("numTargetFilesRemoved", 0)) for m in rewrites)
