@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +30,15 @@ def main() -> int:
     wide.run(columns=120, reps=5)
     # The sustained figures: the sweep's largest batch replaces apply.py's 50k-change ones. Its own
     # process: its own capture folder and Spark session.
-    subprocess.run([sys.executable, str(Path(__file__).with_name("sweep.py")), "--headline", "--reps", "2",
-                    "--sizes", "1000,100000,1000000"], check=True)
+    sweep = [sys.executable, str(Path(__file__).with_name("sweep.py"))]
+    subprocess.run([*sweep, "--headline", "--reps", "5", "--sizes", "1000000", "--variants", "parallel,serial",
+                    "--tag", "local2_1m"], check=True)
+    subprocess.run([*sweep, "--reps", "3", "--sizes", "1000,10000,100000", "--variants", "parallel",
+                    "--tag", "local2_small"], check=True)
+    # The scaling curve's first point: the same 1M batch on one core (two cores: the headline).
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    subprocess.run([*pin, *sweep, "--master", "local[1]", "--reps", "3", "--sizes", "1000000", "--variants",
+                    "parallel", "--tag", "local1_1core_1m" if pin else "local1_1m"], check=True)
     # Lander and apply together against PostgreSQL at fixed offered rates.
     subprocess.run([sys.executable, str(Path(__file__).with_name("sustained.py"))], check=True)
     results = read_results()
