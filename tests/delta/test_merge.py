@@ -121,3 +121,20 @@ def test_a_merge_that_rewrites_its_files_leaves_every_table_as_one_that_writes_d
     rewrites = _merge_metrics(rewriting)
     assert rewrites and not any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in rewrites)
     assert any(int(m.get("numTargetFilesRemoved", 0)) for m in rewrites)
+
+
+@pytest.mark.spark
+def test_move_resolution_by_rounds_leaves_every_table_as_the_one_pass_does(lake_factory, monkeypatch):
+    from cdc_apply.delta import merge_moves
+
+    one_pass = _contents(_apply_rules_lake(lake_factory, "moves_one_pass"))
+    used = []
+
+    def by_rounds(events, work, target):
+        used.append(work.qualified_name)
+        return merge_moves.resolve_moves_by_rounds(events.localCheckpoint(), work, target)
+
+    monkeypatch.setattr("cdc_apply.delta.silver.resolve_moves", by_rounds)
+    rounds = _contents(_apply_rules_lake(lake_factory, "moves_by_rounds"))
+    assert used  # the capture has key changes of rows with unchanged TOAST values
+    assert rounds == one_pass
