@@ -293,7 +293,7 @@ class SilverTables:
         _, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype, start=start)
         if ops:
             # Named by where the chain starts and ends: the table's commits say which steps are done.
-            apply_schema_ops(session, ref, ops, work.columns, chain=f"{chain[start].seq}->{chain[-1].seq}")
+            apply_schema_ops(session, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}")
 
 
 __all__ = ["SilverTables", "TableStats", "SilverColumn", "TableRef"]

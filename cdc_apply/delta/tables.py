@@ -8,7 +8,7 @@ from itertools import groupby
 from typing import Iterable, Sequence
 
 from cdc_apply.apply.schema_net import net_schema_ops
-from cdc_apply.apply.tables import SchemaOp, SilverColumn
+from cdc_apply.apply.tables import SchemaOp
 from cdc_apply.config import Config
 
 
@@ -126,8 +126,7 @@ def table_properties(spark, ref: TableRef) -> dict[str, str]:
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
-def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], columns: Sequence[SilverColumn],
-                     chain: str | None = None) -> None:
+def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str | None = None) -> None:
     """Run schema operations against the table, each guarded by its current schema.
 
     The chain is netted first (:func:`cdc_apply.apply.schema_net.net_schema_ops`), then consecutive
