@@ -202,6 +202,7 @@ class SilverTables:
             work.ref.delta_table(session).delete()
             self._empty.add(str(work.ref))
         if planned.has_rows:
+            self._choose_deletion_vectors(session, work, planned)
             for step, segment in enumerate(planned.segments):
                 session.conf.set(TXN_APP_ID, app_id)
                 session.conf.set(TXN_VERSION, str(version * 64 + 2 + step))
@@ -229,7 +230,6 @@ class SilverTables:
         if work.key is None:
             if insert_only:  # each Insert adds one copy: exactly an append
                 return append_rows(session, projected, work, planned.inserts)
-            self._choose_deletion_vectors(session, work, planned)
             return merge_keyless(session, projected, work, target_empty=empty)
         if insert_only and empty:  # new keys into an empty table
             return append_rows(session, projected, work, planned.inserts)
@@ -241,13 +241,15 @@ class SilverTables:
         partitions = collapse_partitions(planned.rows, len(work.columns),
                                          int(session.conf.get("spark.sql.shuffle.partitions")))
         collapsed = collapse(events, work, work.has_toast, partitions).localCheckpoint()
-        self._choose_deletion_vectors(session, work, planned)
         return merge_keyed(session, collapsed, work)
 
     def _choose_deletion_vectors(self, session, work: TableWork, planned: _Planned) -> None:
+        """Once per table and batch, before its MERGEs: mark rows, or rewrite the files they touch."""
         def table_rows() -> int:
+            if str(work.ref) in self._empty:  # created, or truncated by this batch, and not written since
+                return 0
             # Answered from the file statistics of the snapshot the MERGE is about to read.
-            return 0 if work.truncate_after is not None else work.ref.read(session).count()
+            return work.ref.read(session).count()
 
         marks = writes_deletion_vectors(planned.rows, table_rows, self.config.silver.rewrite_share)
         session.conf.set(PERSISTENT_DVS, str(marks).lower())
