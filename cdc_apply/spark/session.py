@@ -31,6 +31,11 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
+    # A batch compiles a few hundred distinct classes (each table's MERGE phases, Delta's log
+    # queries); Spark's cache keeps 100, so a batch compiled the same classes again and again.
+    # Static: set it when the cluster starts (docs/ARCHITECTURE.md).
+    "spark.sql.codegen.cache.maxEntries": "2000",
+    "spark.sql.codegen.maxFields": "400",  # as the job's batches run (BATCH_SETTINGS), from the start
 }
 
 

@@ -36,6 +36,11 @@ def test_local_session_uses_utc_and_small_shuffles(spark):
     assert spark.sparkContext.master == "local[2]"
 
 
+def test_local_session_keeps_a_batch_worth_of_generated_classes_compiled(spark):
+    # A batch over ten tables compiles a few hundred distinct classes; Spark's default cache holds 100.
+    assert int(spark.sparkContext.getConf().get("spark.sql.codegen.cache.maxEntries")) >= 1000
+
+
 def test_the_local_jvm_runs_in_utc_so_delta_commits_skip_the_non_utc_state_rebuild(spark):
     assert spark.sparkContext._jvm.java.util.TimeZone.getDefault().getID() == "UTC"
 
