@@ -56,3 +56,13 @@ def lake_factory(spark, tmp_path_factory):
         return Lake(spark, tmp_path_factory.mktemp(name), extra)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def rules_run(lake_factory):
+    """The apply-rules capture (``rules_capture``) applied once with the defaults: (lake, pipeline, printed)."""
+    from rules_capture import apply_rules
+
+    lake = lake_factory("rules")
+    pipeline, printed = apply_rules(lake)
+    return lake, pipeline, printed

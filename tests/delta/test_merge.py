@@ -7,7 +7,7 @@ import pytest
 from cdc_apply.delta import merge
 from cdc_apply.delta.merge import collapse_partitions, writes_deletion_vectors
 
-from test_apply_rules import _build
+from rules_capture import apply_rules
 
 
 def test_a_collapse_takes_more_partitions_only_when_its_values_outgrow_the_default():
@@ -17,15 +17,15 @@ def test_a_collapse_takes_more_partitions_only_when_its_values_outgrow_the_defau
     assert collapse_partitions(95_000, 600, default=4) > collapse_partitions(95_000, 300, default=4)
 
 
-def _apply_rules_lake(lake_factory, name: str, **extra):
-    """A lake after applying the apply-rules capture (every change kind, key moves, TOAST)."""
-    lake = lake_factory(name, **extra)
-    rows, cuts = _build()
-    start = 0
-    for cut in cuts:
-        lake.land(rows[start:cut])
-        start = cut
-    lake.apply()
+# The tables of the apply-rules capture each variant below can change: applying only those makes a
+# variant's run cost a few MERGEs instead of nine tables' (the suite's time is mostly such runs).
+KEYED = ("public.basic", "public.toasty", "public.moves", "public.parent")
+
+
+def _variant_lake(lake_factory, name: str, tables: tuple[str, ...], **extra):
+    """The apply-rules capture applied again, to ``tables`` only, with settings of ``extra``."""
+    lake = lake_factory(name, **extra, apply={"tables": list(tables)})
+    apply_rules(lake)
     return lake
 
 
@@ -33,17 +33,19 @@ def _silver_tables(lake):
     return sorted(p for p in (lake.root / "silver").glob("*/*") if (p / "_delta_log").exists())
 
 
-def _contents(lake) -> dict[str, list]:
+def _contents(lake, tables: tuple[str, ...]) -> dict[str, list]:
     out = {}
     for table in _silver_tables(lake):
-        df = lake.spark.read.format("delta").load(str(table))
-        out[f"{table.parent.name}.{table.name}"] = sorted((tuple(r) for r in df.collect()), key=repr)
+        name = f"{table.parent.name}.{table.name}"
+        if name in tables:
+            df = lake.spark.read.format("delta").load(str(table))
+            out[name] = sorted((tuple(r) for r in df.collect()), key=repr)
     return out
 
 
 @pytest.mark.spark
-def test_a_collapse_spread_over_more_partitions_leaves_every_table_as_with_the_default(lake_factory, monkeypatch):
-    default = _contents(_apply_rules_lake(lake_factory, "default_partitions"))
+def test_a_collapse_spread_over_more_partitions_leaves_every_table_as_with_the_default(
+        rules_run, lake_factory, monkeypatch):
     monkeypatch.setattr(merge, "CELLS_PER_PARTITION", 1)
     wanted = []
     real = merge.collapse
@@ -53,10 +55,10 @@ def test_a_collapse_spread_over_more_partitions_leaves_every_table_as_with_the_d
         return real(events, work, has_toast, partitions)
 
     monkeypatch.setattr("cdc_apply.delta.silver.collapse", spy)
-    spread = _contents(_apply_rules_lake(lake_factory, "more_partitions"))
-    assert len(default) >= 8
+    spread = _contents(_variant_lake(lake_factory, "more_partitions", KEYED), KEYED)
+    assert len(spread) == len(KEYED)
     assert wanted and all(p and p > 4 for p in wanted)
-    assert spread == default
+    assert spread == _contents(rules_run[0], KEYED)
 
 
 def test_an_append_takes_one_file_per_eight_million_values():
@@ -110,12 +112,13 @@ def _merge_metrics(lake) -> list[dict]:
 
 @pytest.mark.spark
 def test_a_merge_that_rewrites_its_files_leaves_every_table_as_one_that_writes_deletion_vectors(
-        lake_factory, monkeypatch):
+        rules_run, lake_factory, monkeypatch):
+    tables = (*KEYED, "public.dups")  # dups: the keyless MERGE
+    marking = rules_run[0]  # small batches: the defaults mark rows
     monkeypatch.setattr(merge, "REWRITE_MIN_CHANGES", 0)
-    marking = _apply_rules_lake(lake_factory, "marks_rows", silver={"rewrite_share": 1e9})
-    rewriting = _apply_rules_lake(lake_factory, "rewrites_files", silver={"rewrite_share": 0})
-    assert len(_contents(marking)) >= 8
-    assert _contents(rewriting) == _contents(marking)
+    rewriting = _variant_lake(lake_factory, "rewrites_files", tables, silver={"rewrite_share": 0})
+    assert len(_contents(rewriting, tables)) == len(tables)
+    assert _contents(rewriting, tables) == _contents(marking, tables)
     added = [int(m.get("numTargetDeletionVectorsAdded", 0)) for m in _merge_metrics(marking)]
     assert any(added)
     rewrites = _merge_metrics(rewriting)
@@ -124,10 +127,10 @@ def test_a_merge_that_rewrites_its_files_leaves_every_table_as_one_that_writes_d
 
 
 @pytest.mark.spark
-def test_move_resolution_by_rounds_leaves_every_table_as_the_one_pass_does(lake_factory, monkeypatch):
+def test_move_resolution_by_rounds_leaves_every_table_as_the_one_pass_does(rules_run, lake_factory, monkeypatch):
     from cdc_apply.delta import merge_moves
 
-    one_pass = _contents(_apply_rules_lake(lake_factory, "moves_one_pass"))
+    tables = ("public.moves",)  # the table whose key changes leave unchanged TOAST to fill
     used = []
 
     def by_rounds(events, work, target):
@@ -135,6 +138,6 @@ def test_move_resolution_by_rounds_leaves_every_table_as_the_one_pass_does(lake_
         return merge_moves.resolve_moves_by_rounds(events.localCheckpoint(), work, target)
 
     monkeypatch.setattr("cdc_apply.delta.silver.resolve_moves", by_rounds)
-    rounds = _contents(_apply_rules_lake(lake_factory, "moves_by_rounds"))
-    assert used  # the capture has key changes of rows with unchanged TOAST values
-    assert rounds == one_pass
+    rounds = _contents(_variant_lake(lake_factory, "moves_by_rounds", tables), tables)
+    assert used and set(used) == {"public.moves"}
+    assert rounds == _contents(rules_run[0], tables)
