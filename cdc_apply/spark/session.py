@@ -21,9 +21,8 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.master": "local[2]",
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.default.parallelism": "4",
-    "spark.databricks.delta.snapshotPartitions": "2",
+    # Task counts (shuffle partitions, default parallelism, Delta's state-reconstruction partitions)
+    # are set from the master's cores in spark_session: see _task_counts.
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.enabled": "false",
@@ -37,6 +36,32 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.codegen.cache.maxEntries": "2000",
     "spark.sql.codegen.maxFields": "400",  # as the job's batches run (BATCH_SETTINGS), from the start
 }
+
+
+def local_cores(master: str) -> int | None:
+    """Task slots of a local master (``local``: 1, ``local[N]`` / ``local[N,F]``: N, ``local[*]``: this
+    machine's CPUs); ``None`` for any other master."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if not match:
+        return None
+    slots = match.group(1)
+    if slots is None:
+        return 1
+    return (os.cpu_count() or 1) if slots == "*" else int(slots)
+
+
+def _task_counts(cores: int) -> dict[str, str]:
+    """One task per core for shuffles and the default parallelism, one for Delta's state reconstruction.
+
+    A job that keeps up runs small batches, whose stages are many tiny tasks, and each task pays fixed
+    costs — generating its projections' Java source again (Delta's log readers, its statistics
+    collector, shuffle writers), a hand-off to a Python worker for the decode. With twice as many
+    tasks as cores (the earlier 4 on local[2]) the apply-rules batches took ~20 % longer; a large
+    batch still gets its partitions from its size (the decode's per 25,000 messages, the collapse's
+    per ~2M values), and adaptive execution coalesces the rest (docs/BENCHMARKS.md).
+    """
+    return {"spark.sql.shuffle.partitions": str(cores), "spark.default.parallelism": str(cores),
+            "spark.databricks.delta.snapshotPartitions": "1"}
 
 
 def java_version(java: str | None = None) -> int:
@@ -77,7 +102,7 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
 
     On Databricks (or whenever a session with Delta is already active) the
     active session is returned untouched. Otherwise a local session is built:
-    ``local[2]``, the Delta SQL extension and catalog, small shuffle partitions,
+    ``local[2]``, the Delta SQL extension and catalog, one shuffle partition per core,
     session time zone UTC, and the Delta jars fetched by ``make setup``.
 
     Keyword arguments are Spark settings and override the local defaults; pass
@@ -115,6 +140,9 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
     settings["spark.driver.extraJavaOptions"] = java_opts
     settings["spark.executor.extraJavaOptions"] = java_opts
     settings.update({k: str(v) for k, v in conf.items()})
+    cores = local_cores(settings["spark.master"])
+    if cores is not None:
+        settings = {**_task_counts(cores), **settings}
 
     builder = SparkSession.builder.appName(app_name)
     for key, value in settings.items():

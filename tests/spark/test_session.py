@@ -5,7 +5,7 @@ from chispa import assert_df_equality
 from delta.tables import DeltaTable
 
 from cdc_apply import SetupError, spark_session
-from cdc_apply.spark.session import java_version
+from cdc_apply.spark.session import java_version, local_cores
 
 pytestmark = pytest.mark.spark
 
@@ -30,10 +30,24 @@ def test_spark_session_returns_the_active_delta_session(spark):
     assert spark_session() is spark
 
 
-def test_local_session_uses_utc_and_small_shuffles(spark):
+def test_local_session_uses_utc_and_one_task_per_core(spark):
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
-    assert int(spark.conf.get("spark.sql.shuffle.partitions")) <= 8
     assert spark.sparkContext.master == "local[2]"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert spark.sparkContext.defaultParallelism == 2
+    assert spark.conf.get("spark.databricks.delta.snapshotPartitions") == "1"
+
+
+@pytest.mark.parametrize(("master", "cores"), [("local", 1), ("local[2]", 2), ("local[16]", 16), ("local[4,3]", 4),
+                                               ("spark://host:7077", None), ("yarn", None)])
+def test_the_task_counts_follow_a_local_masters_cores(master, cores):
+    assert local_cores(master) == cores
+
+
+def test_local_star_means_every_cpu_of_the_machine():
+    import os
+
+    assert local_cores("local[*]") == os.cpu_count()
 
 
 def test_local_session_keeps_a_batch_worth_of_generated_classes_compiled(spark):
