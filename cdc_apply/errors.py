@@ -42,6 +42,19 @@ def _show(value: Any) -> str:
     return value if isinstance(value, str) else repr(value)
 
 
+def error_from_text(text: str, cls: type[CdcApplyError] | None = None) -> CdcApplyError:
+    """An error rendered by ``str(err)``, as an error of its class again, rendering the same text.
+
+    Errors travel as text out of Spark's Python workers and in the decoded rows' error column; the
+    class is the one whose summary starts the text (or ``cls``, when the caller knows it).
+    """
+    for candidate in [cls] if cls else CdcApplyError.__subclasses__():
+        prefix = candidate.summary + ": "
+        if text.startswith(prefix):
+            return candidate(text[len(prefix):])
+    return (cls or CdcApplyError)(text)
+
+
 class DecodeError(CdcApplyError):
     """A message or value could not be decoded (truncated, garbled, unknown kind)."""
 

@@ -38,7 +38,7 @@ from cdc_apply.delta.merge import BATCH_SETTINGS
 from cdc_apply.delta.silver import SilverTables, TableStats
 from cdc_apply.delta.formats import EXPANDED_DDL, Expansion, expand_gaussdb, expanded_ref
 from cdc_apply.delta.tables import bronze_ref, create_table
-from cdc_apply.errors import ApplyError, CdcApplyError
+from cdc_apply.errors import ApplyError, CdcApplyError, error_from_text
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
@@ -227,8 +227,10 @@ class ApplyPipeline:
             rows = sorted(controls[source])
             inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows, last[source])
             report.messages += int(row.n)
+        # The decode turns every bad message into an error row, whatever the policy: under "fail" the
+        # batch then stops on the first of them (_first_error), not on whichever task failed first.
         plan = plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
-                          self.config.apply.on_error == "quarantine", table_selected=self.config.table_selected,
+                          quarantine=True, table_selected=self.config.table_selected,
                           txn_users={s: e.users for s, e in expansions.items()})
         states = {s: replace(b.state, format_state=expansions[s].format_state) if s in expansions else b.state
                   for s, b in plan.sources.items()}
@@ -293,6 +295,8 @@ class ApplyPipeline:
                            F.collect_list(truncate).alias("truncates")).collect())
         except Exception as exc:  # surface the decoder's own error, not a JVM stack trace
             raise _unwrap(exc) from None
+        if self.config.apply.on_error == "fail" and any(r.errors for r in counts):
+            raise _first_error(decoded)
         truncates = sorted((t for r in counts for t in r.truncates), key=lambda t: (t.source, t.seq))
         report.mark("decode")
         self._write_schema(plan, version)
@@ -441,6 +445,14 @@ class ApplyPipeline:
         return query
 
 
+def _first_error(decoded) -> CdcApplyError:
+    """Under ``on_error = "fail"``: the error of the batch's first bad message (the lowest seq of the
+    first source that has one). Partitions decode in parallel, so a decoder that raised would report
+    whichever bad message's task failed first; the batch stops here, before anything is written."""
+    first = decoded.where("error IS NOT NULL").orderBy("source", "seq").select("error").first()
+    return error_from_text(first.error)
+
+
 def _unwrap(exc: Exception) -> Exception:
     """The cdc_apply error inside a Spark failure (a Python worker's, or foreachBatch's), as itself."""
     if isinstance(exc, CdcApplyError):
@@ -449,9 +461,7 @@ def _unwrap(exc: Exception) -> Exception:
     for cls in CdcApplyError.__subclasses__():
         marker = f"cdc_apply.errors.{cls.__name__}: "
         if marker in text:
-            line = text.split(marker, 1)[1].splitlines()[0]
-            summary = cls.summary + ": "
-            return cls(line[len(summary):] if line.startswith(summary) else line)
+            return error_from_text(text.split(marker, 1)[1].splitlines()[0], cls)
     return exc
 
 

@@ -40,6 +40,19 @@ def test_fail_stops_with_an_error_naming_source_seq_and_lsn_and_applies_nothing(
     assert not (lake.root / "silver" / "public" / "t").exists()
 
 
+def test_fail_names_the_first_bad_message_however_the_decode_is_partitioned(lake_factory, monkeypatch):
+    from cdc_apply.delta import pipeline
+
+    monkeypatch.setattr(pipeline, "DECODE_MESSAGES_PER_PARTITION", 1)  # a decode task per message
+    lake = lake_factory("fail_partitioned")
+    rows, seq, _ = _stream()
+    lake.land(rows)
+    with pytest.raises(CdcApplyError) as info:
+        lake.apply()
+    assert f"seq={seq}" in str(info.value) and "unknown tuple column kind" in str(info.value)
+    assert not (lake.root / "silver" / "public" / "t").exists()
+
+
 def test_quarantine_records_bad_messages_and_applies_the_rest(lake_factory):
     lake = lake_factory("quarantine", apply={"on_error": "quarantine"})
     rows, seq, _ = _stream()
