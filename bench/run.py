@@ -33,11 +33,11 @@ def main() -> int:
     sweep = [sys.executable, str(Path(__file__).with_name("sweep.py"))]
     subprocess.run([*sweep, "--headline", "--reps", "5", "--sizes", "1000000", "--variants", "parallel,serial",
                     "--tag", "local2_1m"], check=True)
-    subprocess.run([*sweep, "--reps", "3", "--sizes", "1000,10000,100000", "--variants", "parallel",
+    subprocess.run([*sweep, "--reps", "5", "--sizes", "1000,10000,100000", "--variants", "parallel",
                     "--tag", "local2_small"], check=True)
     # The scaling curve's first point: the same 1M batch on one core (two cores: the headline).
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-    subprocess.run([*pin, *sweep, "--master", "local[1]", "--reps", "3", "--sizes", "1000000", "--variants",
+    subprocess.run([*pin, *sweep, "--master", "local[1]", "--reps", "5", "--sizes", "1000000", "--variants",
                     "parallel", "--tag", "local1_1core_1m" if pin else "local1_1m"], check=True)
     # Lander and apply together against PostgreSQL at fixed offered rates.
     subprocess.run([sys.executable, str(Path(__file__).with_name("sustained.py"))], check=True)
