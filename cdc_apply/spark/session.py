@@ -57,9 +57,9 @@ def _task_counts(cores: int) -> dict[str, str]:
     costs — generating its projections' Java source again (Delta's log readers, its statistics
     collector, shuffle writers), a hand-off to a Python worker for the decode. With twice as many
     tasks as cores (the earlier 4 on local[2]) the apply-rules runs took ~30 % longer and the sweep's
-    1,000-change batches ~15 % (docs/BENCHMARKS.md); a large
-    batch still gets its partitions from its size (the decode's per 25,000 messages, the collapse's
-    per ~2M values), and adaptive execution coalesces the rest.
+    1,000-change batches ~15 % (docs/BENCHMARKS.md); a large batch still gets its partitions from its
+    size (the decode's per 25,000 messages, the collapse's per ~2M values), and adaptive execution
+    coalesces the rest.
     """
     return {"spark.sql.shuffle.partitions": str(cores), "spark.default.parallelism": str(cores),
             "spark.databricks.delta.snapshotPartitions": "1"}
