@@ -15,6 +15,7 @@ BIG = "x" * 3000
 
 
 def build_rules():
+    """The capture's bronze rows and where its three micro-batches end."""
     b = StreamBuilder("shop")
     basic = b.relation("public", "basic", [("id", "int4", True), ("name", "text", False)])
     toast = b.relation("public", "toasty", [("id", "int4", True), ("n", "int4", False), ("doc", "text", False)])
@@ -94,7 +95,6 @@ def build_rules():
         tx.update(weird, {"id": 1, "a b,c": "w2", "ünï": 11})
     batches.append(len(b.rows()))
     return b.rows(), batches
-
 
 
 def apply_rules(lake):
