@@ -214,8 +214,18 @@ def lake_config(root: Path, bronze_path: Path, **extra):
 
 
 # -- measuring ------------------------------------------------------------------------------------
+# Delta's own timings of a MERGE (operationMetrics, ms): the whole command, the pass that finds the
+# files a MERGE touches, and the pass that writes them. Their sum is Delta's floor for the MERGE: no
+# change on our side of the call (its source is already materialised) can go under it.
+DELTA_MERGE_TIMES = ("executionTimeMs", "scanTimeMs", "rewriteTimeMs")
+
+
 class MergeTimer:
-    """Wraps ``merge_keyed``: times each MERGE, then appends the same collapsed rows to a scratch table."""
+    """Wraps ``merge_keyed``: times each MERGE, then appends the same collapsed rows to a scratch table.
+
+    Also sums Delta's own timings of the counted MERGEs (``delta_ms``, see DELTA_MERGE_TIMES), read
+    from the table's last commit right after each one (one table at a time: nothing else commits).
+    """
 
     def __init__(self, scratch: Path, counting=lambda: True) -> None:
         self.scratch = scratch
@@ -223,6 +233,7 @@ class MergeTimer:
         self.merge_s = 0.0
         self.append_s = 0.0
         self.rows = 0
+        self.delta_ms = dict.fromkeys(DELTA_MERGE_TIMES, 0)
 
     def __enter__(self):
         from cdc_apply.delta import silver
@@ -243,6 +254,11 @@ class MergeTimer:
         if not self.counting():
             return result
         self.merge_s += time.perf_counter() - started
+        last = work.ref.delta_table(spark).history(1).collect()[0]
+        if last.operation != "MERGE":
+            raise RuntimeError(f"expected {work.qualified_name}'s last commit to be the MERGE, got {last.operation}")
+        for k in DELTA_MERGE_TIMES:
+            self.delta_ms[k] += int(last.operationMetrics.get(k, 0) or 0)
         rows = collapsed.select([F.col(f"`v_{i}`").alias(c.name) for i, c in enumerate(work.columns)]
                                 + [F.col(f"`{src}`").alias(col) for col, src in work.meta])
         started = time.perf_counter()

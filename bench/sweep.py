@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sweep.py [--base 1000000] [--changes 1000000]
         [--sizes 1000,10000,100000,1000000] [--reps 3] [--master local[2]] [--tag local2]
-        [--variants parallel,nodv,dv,nocdf,serial] [--conf spark.key=value ...]
+        [--variants parallel,nodv,dv,nocdf,serial,serial_nocdf] [--conf spark.key=value ...]
 
 The capture is ``bench/apply.py``'s (same tables, same 70/20/10 mix with key moves and unchanged
 TOAST), kept in its own folder (``bench/work/sweep``). The base load is applied once; its lake is
@@ -18,7 +18,8 @@ first (the first pays the job's start-up). ``parallel`` is the defaults; ``--var
 size, ``dv`` / ``nodv`` (deletion vectors on / off) and ``nocdf`` (Change Data Feed off) — each
 switches the table properties in its copy of the base lake — and ``serial`` at the largest size (one
 table at a time, every MERGE timed against a plain append of the same collapsed rows:
-``merge_vs_append`` at scale). Delta's MERGE metrics are kept for the largest size per variant.
+``merge_vs_append`` at scale, with Delta's own timings of each MERGE's passes; ``serial_nocdf`` the
+same with Change Data Feed off). Delta's MERGE metrics are kept for the largest size per variant.
 ``--conf`` passes Spark settings to the session.
 
 Results merge into ``bench/results.json`` under ``sweep`` (by ``--tag``). With ``--headline`` the
@@ -43,7 +44,7 @@ sys.path.insert(0, str(BENCH.parent))
 
 from bench.results import merge_results, read_results  # noqa: E402
 from bench.apply import (  # noqa: E402
-    WORK, MergeTimer, _read, _spread, capture, delta_metrics, lake_config, switch_silver_properties,
+    DELTA_MERGE_TIMES, WORK, MergeTimer, _read, _spread, capture, delta_metrics, lake_config, switch_silver_properties,
     write_bronze,
 )
 
@@ -72,9 +73,11 @@ def _commits(size: int, available: int) -> list[int]:
 
 # Each variant is the defaults with a few settings changed; ``parallel`` is the defaults.
 VARIANTS = {"parallel": {}, "serial": {"apply": {"parallelism": 1}},
+            "serial_nocdf": {"apply": {"parallelism": 1}, "silver": {"change_data_feed": False}},
             "dv": {"silver": {"deletion_vectors": True}}, "nodv": {"silver": {"deletion_vectors": False}},
             "nocdf": {"silver": {"change_data_feed": False}}}
 COMPARED = ("dv", "nodv", "nocdf")  # run at every size and compared with the defaults
+SERIAL = ("serial", "serial_nocdf")  # run at the largest size: MERGEs timed against appends
 
 
 def _run(spark, root: Path, after_base: Path, bronze: Path, variant: str, dml: list[int]) -> dict:
@@ -87,7 +90,7 @@ def _run(spark, root: Path, after_base: Path, bronze: Path, variant: str, dml: l
     switch_silver_properties(spark, config)
     pipeline = ApplyPipeline(spark, config, out=open(os.devnull, "w"))
     # The MERGEs of the batches after the first, like every other figure here.
-    timer = MergeTimer(root / "scratch", counting=lambda: bool(pipeline.reports)) if variant == "serial" else None
+    timer = MergeTimer(root / "scratch", counting=lambda: bool(pipeline.reports)) if variant in SERIAL else None
     started = time.perf_counter()
     if timer:
         with timer:
@@ -101,9 +104,9 @@ def _run(spark, root: Path, after_base: Path, bronze: Path, variant: str, dml: l
     out = {"seconds": seconds, "batch_seconds": batches, "dml": dml,
            "rates": [n / s for n, s in zip(dml, batches)], "phases": [r.phases for r in pipeline.reports]}
     if timer:
-        out.update(merge_s=timer.merge_s, append_s=timer.append_s)
+        out.update(merge_s=timer.merge_s, append_s=timer.append_s, delta_ms=timer.delta_ms)
         shutil.rmtree(root / "scratch", ignore_errors=True)
-    if variant != "serial":
+    if variant not in SERIAL:
         out["delta_metrics"] = {t: delta_metrics(spark, rep_dir / "silver" / "public" / t) for t in ("t0", "t1")}
     shutil.rmtree(rep_dir, ignore_errors=True)
     return out
@@ -118,6 +121,20 @@ def _phases(runs: list[dict]) -> dict[str, float]:
     """Median seconds per pipeline phase over the steady batches (where a batch's time goes)."""
     steady = [p for r in runs for p in (r["phases"][1:] or r["phases"])]
     return {k: round(statistics.median(p.get(k, 0.0) for p in steady), 2) for k in steady[0]} if steady else {}
+
+
+def _merge_figures(serial: list[dict]) -> dict:
+    """MERGE against append for the runs of one serial variant, and Delta's own floor for the MERGE:
+    its scan (finding the touched files) plus rewrite passes, against the same append."""
+    def floor(r):
+        return (r["delta_ms"]["scanTimeMs"] + r["delta_ms"]["rewriteTimeMs"]) / 1000
+
+    return {"merge_vs_append": _spread([r["merge_s"] / r["append_s"] for r in serial]),
+            "merge_s": _spread([r["merge_s"] for r in serial]),
+            "append_s": _spread([r["append_s"] for r in serial]),
+            "delta_scan_rewrite_vs_append": _spread([floor(r) / r["append_s"] for r in serial]),
+            "delta_s": {k: _spread([r["delta_ms"][k] / 1000 for r in serial]) for k in DELTA_MERGE_TIMES},
+            "serial_changes_per_second": _spread(_steady(serial, "rates"), 0)}
 
 
 def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline: bool, master: str,
@@ -151,7 +168,7 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
     if "parallel" not in variants:
         raise SystemExit("--variants must include parallel (the figures are its)")
     jobs = [(s, v) for s in sizes for v in ("parallel", *COMPARED) if v in variants]
-    jobs += [(largest, "serial")] if "serial" in variants else []
+    jobs += [(largest, v) for v in SERIAL if v in variants]
     results: dict[tuple[int, str], list[dict]] = {j: [] for j in jobs}
     for rep in range(reps):
         order = jobs[rep % len(jobs):] + jobs[:rep % len(jobs)]
@@ -162,7 +179,7 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
             print(f"[bench sweep] rep {rep + 1}/{reps} {size:>9,} x{len(dml)} {variant:8s}: "
                   f"batches {', '.join(f'{s:.1f}' for s in r['batch_seconds'])} s, "
                   f"{', '.join(f'{x:,.0f}' for x in r['rates'])} changes/s"
-                  + (f", merge {r['merge_s']:.1f} s vs append {r['append_s']:.1f} s" if variant == "serial" else ""),
+                  + (f", merge {r['merge_s']:.1f} s vs append {r['append_s']:.1f} s" if variant in SERIAL else ""),
                   flush=True)
     per_size = {}
     for size in sizes:
@@ -183,10 +200,8 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
         "base_load_s": round(base_s, 1), "reps": reps, "sizes": per_size,
         "largest": {
             "size": largest,
-            **({"merge_vs_append": _spread([r["merge_s"] / r["append_s"] for r in serial]),
-                "merge_s": _spread([r["merge_s"] for r in serial]),
-                "append_s": _spread([r["append_s"] for r in serial]),
-                "serial_changes_per_second": _spread(_steady(serial, "rates"), 0)} if serial else {}),
+            **(_merge_figures(serial) if serial else {}),
+            **({"no_cdf": _merge_figures(no_cdf)} if (no_cdf := results.get((largest, "serial_nocdf"))) else {}),
             "delta_metrics": {v: results[(largest, v)][-1]["delta_metrics"] for v in ("parallel", *COMPARED)
                               if results.get((largest, v))},
         },
@@ -198,6 +213,9 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
             raise SystemExit("--headline needs the serial variant (merge_vs_append)")
         update["changes_per_second"] = per_size[str(largest)]["changes_per_second"]["median"]
         update["merge_vs_append"] = out_sweep["largest"]["merge_vs_append"]["median"]
+        # Delta's own passes of the same MERGEs against the same appends: how far below merge_vs_append
+        # any change on our side of the MERGE call could take it.
+        update["merge_floor_vs_append"] = out_sweep["largest"]["delta_scan_rewrite_vs_append"]["median"]
     merge_results(update)
     print_table(out_sweep)
     shutil.rmtree(root, ignore_errors=True)
@@ -218,8 +236,10 @@ def print_table(s: dict) -> None:
                   f"{'':>12s}   time vs defaults {o['time_vs_defaults']['median']}; "
                   + ", ".join(f"{k} {x}" for k, x in o["phase_seconds"].items()))
     g = s["largest"]
-    if "merge_vs_append" in g:
-        print(f"  largest: MERGE/append {g['merge_vs_append']}, serial changes/s {g['serial_changes_per_second']}")
+    for name, m in (("", g), (" (Change Data Feed off)", g.get("no_cdf", {}))):
+        if "merge_vs_append" in m:
+            print(f"  largest{name}: MERGE/append {m['merge_vs_append']}, Delta's scan + rewrite passes/append "
+                  f"{m['delta_scan_rewrite_vs_append']}, serial changes/s {m['serial_changes_per_second']}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -234,7 +254,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the largest size's figures become changes_per_second and merge_vs_append")
     parser.add_argument("--variants", default="parallel,nodv,serial",
                         help="parallel (the defaults), dv / nodv (deletion vectors on / off), nocdf (Change Data Feed off), "
-                             "serial (one table at a time, MERGE timed against an append)")
+                             "serial (one table at a time, MERGE timed against an append), serial_nocdf (the same "
+                             "with Change Data Feed off)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the benchmark's session (repeatable)")
     args = parser.parse_args(argv)
