@@ -41,7 +41,8 @@ def main() -> int:
     subprocess.run([*pin, *sweep, "--master", "local[1]", "--reps", "5", "--sizes", "1000000", "--variants",
                     "parallel", "--tag", "local1_1core_1m" if pin else "local1_1m"], check=True)
     # Lander and apply together against PostgreSQL at fixed offered rates.
-    subprocess.run([sys.executable, str(Path(__file__).with_name("sustained.py"))], check=True)
+    subprocess.run([sys.executable, str(Path(__file__).with_name("sustained.py")), "--rates",
+                    "200,1000,4000,8000,16000", "--seconds", "60"], check=True)
     results = read_results()
     print("\nbench/results.json:")
     for key in sorted(results):
