@@ -31,9 +31,8 @@ def main() -> int:
     # The sustained figures: the sweep's largest batch replaces apply.py's 50k-change ones. Its own
     # process: its own capture folder and Spark session.
     sweep = [sys.executable, str(Path(__file__).with_name("sweep.py"))]
-    subprocess.run([*sweep, "--headline", "--reps", "5", "--sizes", "1000000", "--variants",
-                    "parallel,serial,serial_nocdf",
-                    "--tag", "local2_1m"], check=True)
+    subprocess.run([*sweep, "--headline", "--reps", "5", "--sizes", "1000000",
+                    "--variants", "parallel,serial,serial_nocdf", "--tag", "local2_1m"], check=True)
     subprocess.run([*sweep, "--reps", "5", "--sizes", "1000,10000,100000", "--variants", "parallel",
                     "--tag", "local2_small"], check=True)
     # The scaling curve's first point: the same 1M batch on one core (two cores: the headline).

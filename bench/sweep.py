@@ -176,7 +176,7 @@ def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline
             bronze, dml = plan[size]
             r = _run(spark, root, after_base, bronze, variant, dml)
             results[(size, variant)].append(r)
-            print(f"[bench sweep] rep {rep + 1}/{reps} {size:>9,} x{len(dml)} {variant:8s}: "
+            print(f"[bench sweep] rep {rep + 1}/{reps} {size:>9,} x{len(dml)} {variant:12s}: "
                   f"batches {', '.join(f'{s:.1f}' for s in r['batch_seconds'])} s, "
                   f"{', '.join(f'{x:,.0f}' for x in r['rates'])} changes/s"
                   + (f", merge {r['merge_s']:.1f} s vs append {r['append_s']:.1f} s" if variant in SERIAL else ""),
