@@ -85,6 +85,18 @@ class ApplyError(CdcApplyError):
     summary = "cannot apply change"
 
 
+class BronzeError(CdcApplyError):
+    """Bronze rows break the bronze contract ((source, seq) unique, appended in seq order)."""
+
+    summary = "bronze breaks its contract"
+
+
+class StateError(CdcApplyError):
+    """The bookkeeping state and the tables it describes disagree (a state folder lost or restored)."""
+
+    summary = "state does not match the tables"
+
+
 class LandError(CdcApplyError):
     """The lander could not read the replication slot or write bronze."""
 

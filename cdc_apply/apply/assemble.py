@@ -179,7 +179,7 @@ class _Assembler:
             if known is not None and known.blocks:
                 # The walsender restarted this transaction: what was received before is superseded.
                 self.aborted.append(DecidedTxn("streamed", msg.xid, known.blocks[0][0], seq, known.blocks, True))
-            self.streams[msg.xid] = StreamedTxn(msg.xid)
+            self.streams[msg.xid] = StreamedTxn(msg.xid, first_lsn=lsn or None)
         elif known is None:
             raise self.fail(f"Stream Start continues xid {msg.xid}, whose first segment is not in bronze", seq, lsn)
         self.block_start, self.block_xid = seq, msg.xid
@@ -225,10 +225,21 @@ class _Assembler:
 
     # -- schema ------------------------------------------------------------------
     def on_Relation(self, msg: m.Relation, seq: int, lsn: int) -> None:
-        self.schema.append(SchemaEvent(seq, lsn, msg))
+        self.schema.append(SchemaEvent(seq, self._schema_lsn(lsn), msg))
 
     def on_Type(self, msg: m.Type, seq: int, lsn: int) -> None:
-        self.schema.append(SchemaEvent(seq, lsn, msg))
+        self.schema.append(SchemaEvent(seq, self._schema_lsn(lsn), msg))
+
+    def _schema_lsn(self, lsn: int) -> int:
+        """Where a Relation or Type message takes effect. A walsender sends these with LSN 0 (only a
+        callback's last write carries one: WalSndPrepareWrite), so the transaction they came in names
+        it: its final LSN (Begin) or prepare LSN (Begin Prepare), or, streamed, its first LSN."""
+        if lsn:
+            return lsn
+        if self.open is not None:
+            return self.open.begin_lsn
+        stream = self.streams.get(self.block_xid) if self.decoder.in_stream else None
+        return stream.first_lsn or 0 if stream is not None else 0
 
     def finish(self, last_seq: int) -> Assembly:
         state = replace(

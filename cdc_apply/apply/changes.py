@@ -41,6 +41,7 @@ from cdc_apply.apply.changes_vector import (
     PlanArrays,
     as_string,
     first_bytes,
+    is_change,
     is_dml,
     op_strings,
     source_codes,
@@ -112,8 +113,9 @@ class _Decode:
             self.in_stream[at] = in_stream
         skip = located & (self.txn == SKIP)
         self.dml = located & ~skip & is_dml(self.first)
-        # Everything else that is not skipped goes row by row (a null payload always: it fails as before).
-        self.slow = self.null | ~(skip | self.dml)
+        # Everything else that is not skipped goes row by row; so does every row whose type byte is no
+        # change type (null, empty, unknown), even in a skipped range: bad input is never dropped unseen.
+        self.slow = ~(skip | self.dml) | ~is_change(self.first)
 
     def run(self, walk) -> Iterator[pa.RecordBatch]:
         other = Rows()

@@ -23,6 +23,9 @@ from cdc_apply.pgoutput.decoder import decode_message
 from cdc_apply.pgoutput.types import ColumnType
 from cdc_apply.pgoutput.values import convert_binary, convert_text
 
+_CHANGE_KINDS = frozenset((b"I", b"U", b"D", b"T", b"M"))
+_CONTROL_KINDS = frozenset(kind.encode() for kind in m.MESSAGE_NAMES) - _CHANGE_KINDS
+
 
 class Rows:
     """Common-column values accumulated for one output batch."""
@@ -71,10 +74,16 @@ def decode_row(plan: DecodePlan, source, seq: int, lsn: int, payload, out: Rows)
     """
     splan = plan.sources.get(source)
     try:
+        if payload is None:
+            raise DecodeError("null payload (the bronze contract says NOT NULL)")
+        kind = payload[:1]
+        if kind not in _CHANGE_KINDS:
+            if kind in _CONTROL_KINDS:
+                return  # Relation, Type and the control messages are the driver's: nothing to emit
+            decode_message(payload)  # raises: an empty payload or an unknown type byte
         if splan is None:
             raise SchemaError("no plan for this source")
         where = splan.locate(seq)
-        kind = payload[:1]
         if where >= 0 and splan.range_txn[where] == SKIP:
             return
         if kind in (b"I", b"U", b"D"):
@@ -98,12 +107,12 @@ def decode_row(plan: DecodePlan, source, seq: int, lsn: int, payload, out: Rows)
                     xid=message.xid if message.xid is not None else (splan.txn_xid[txn] if txn >= 0 else None),
                     op="M", msg_transactional=message.transactional, msg_lsn=message.lsn,
                     msg_prefix=message.prefix, msg_content=message.content)
-        # Relation, Type and the control messages are the driver's: nothing to emit.
     except CdcApplyError as err:
         err = err.with_context(**context(source, seq, lsn))
         if not plan.quarantine:
             raise err from None
-        out.add(source=source, seq=seq, lsn=lsn, op=payload[:1].decode("latin-1"), error=str(err), payload=payload)
+        op = payload[:1].decode("latin-1") if payload else None
+        out.add(source=source, seq=seq, lsn=lsn, op=op, error=str(err), payload=payload)
 
 
 def typed_struct(spec: Slot, values: Sequence[pa.Array], binary: Sequence[np.ndarray], idx: np.ndarray,

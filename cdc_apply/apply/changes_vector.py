@@ -15,6 +15,8 @@ from cdc_apply.apply.changes_plan import SKIP, DecodePlan, SourcePlan, pool_colu
 
 _IUD = np.zeros(257, dtype=bool)  # indexed by first byte + 1 (-1: empty or null payload)
 _IUD[[ord("I") + 1, ord("U") + 1, ord("D") + 1]] = True
+_CHANGE = _IUD.copy()  # every type byte the decode stage owns: Insert, Update, Delete, Truncate, Message
+_CHANGE[[ord("T") + 1, ord("M") + 1]] = True
 _TS = pa.timestamp("us", tz="UTC")
 
 
@@ -120,6 +122,11 @@ def first_bytes(payloads: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def is_dml(first: np.ndarray) -> np.ndarray:
     return _IUD[first + 1]
+
+
+def is_change(first: np.ndarray) -> np.ndarray:
+    """Whether each type byte is one the decode stage owns (-1, empty or null, is not)."""
+    return _CHANGE[first + 1]
 
 
 def source_codes(column: pa.Array) -> tuple[np.ndarray, list]:

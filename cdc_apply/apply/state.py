@@ -41,6 +41,7 @@ class StreamedTxn:
     sub_aborts: tuple[tuple[int, int], ...] = ()  # (subxid, seq of the Stream Abort)
     origin: str | None = None
     origin_lsn: int | None = None
+    first_lsn: int | None = None  # its first Stream Start's LSN (the transaction's first LSN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,9 @@ class SourceState:
     last_commit_ts: int | None = None
     last_end_lsn: int | None = None
     format_state: str | None = None  # a non-pgoutput source's own carried state (JSON)
+    # Bronze rows with seq <= applied_seq when they were applied: bronze only grows, so more rows there
+    # later means some were appended below the applied seq (None: not counted, e.g. an older state).
+    applied_rows: int | None = None
 
     def pending_ranges(self) -> tuple[SeqRange, ...]:
         """Seq ranges holding changes of transactions not yet decided (open ranges end at ``applied_seq``)."""

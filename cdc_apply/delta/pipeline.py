@@ -38,7 +38,7 @@ from cdc_apply.delta.merge import BATCH_SETTINGS
 from cdc_apply.delta.silver import SilverTables, TableStats
 from cdc_apply.delta.formats import EXPANDED_DDL, Expansion, expand_gaussdb, expanded_ref
 from cdc_apply.delta.tables import bronze_ref, create_table
-from cdc_apply.errors import ApplyError, CdcApplyError, error_from_text
+from cdc_apply.errors import ApplyError, BronzeError, CdcApplyError, error_from_text
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
@@ -125,6 +125,14 @@ def _first_byte_hex():
     return F.hex(F.substring(F.col("payload"), 1, 1))
 
 
+def _is_control():
+    """Control messages go to the driver; every other row — changes, and null, empty or unknown payloads,
+    which the decode stage turns into errors — goes to the decode."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(_first_byte_hex().isin(*CONTROL_HEX), F.lit(False))
+
+
 class ApplyPipeline:
     """Holds the carried state between micro-batches of one apply job."""
 
@@ -196,11 +204,12 @@ class ApplyPipeline:
         if wanted:
             df = df.where(F.col("source").isin(sorted(wanted)))
         stats = {r.source: r for r in df.groupBy("source").agg(
-            F.max("seq").alias("last"), F.count(F.lit(1)).alias("n")).collect()}
+            F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n")).collect()}
         version = self.version + 1
         report = BatchReport(version, batch_id, clock=started)
         if not stats:
             return report
+        self._check_late_rows(stats)
         last = {source: int(row.last) for source, row in stats.items()}
         expansions: dict[str, Expansion] = {}
         for source in stats:
@@ -218,8 +227,9 @@ class ApplyPipeline:
             cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= last[source])
             new_rows = cond if new_rows is None else new_rows | cond
         fresh = self._messages().where(new_rows)
+        landed = self._count_rows(fresh)
         controls: dict[str, list] = {s: [] for s in stats}
-        for r in fresh.where(_first_byte_hex().isin(*CONTROL_HEX)).select("source", "seq", "lsn", "payload").collect():
+        for r in fresh.where(_is_control()).select("source", "seq", "lsn", "payload").collect():
             controls[r.source].append((r.seq, r.lsn, bytes(r.payload)))
         inputs = {}
         for source, row in stats.items():
@@ -232,7 +242,8 @@ class ApplyPipeline:
         plan = plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
                           quarantine=True, table_selected=self.config.table_selected,
                           txn_users={s: e.users for s, e in expansions.items()})
-        states = {s: replace(b.state, format_state=expansions[s].format_state) if s in expansions else b.state
+        states = {s: replace(b.state, format_state=expansions[s].format_state) if s in expansions else
+                  replace(b.state, applied_rows=self._applied_rows(s, b.previous) + landed.get(s, 0))
                   for s, b in plan.sources.items()}
         decoded = self._decode(fresh, plan, report.messages)
         report.mark("plan")
@@ -251,20 +262,70 @@ class ApplyPipeline:
         print(report.line(), file=self.out, flush=True)
         return report
 
+    # -- the bronze contract ------------------------------------------------------------
+    def _check_late_rows(self, stats) -> None:
+        """Rows at or below a source's applied seq in a micro-batch are a replay of bronze (a lost
+        checkpoint: nothing to do) or rows appended late, below what was applied: an error. Bronze
+        only grows, so a replay finds as many rows there as when they were applied, a late append more."""
+        from pyspark.sql import functions as F
+
+        for source, row in stats.items():
+            state = self.states.get(source)
+            if (state is None or row.first is None or int(row.first) > state.applied_seq
+                    or self.config.format_of(source) != "pgoutput"):
+                continue
+            now = self._rows_through(source, state.applied_seq)
+            if state.applied_rows is not None and now > state.applied_rows:
+                late = sorted(int(r.seq) for r in self.bronze.read(self.spark).where(
+                    (F.col("source") == source) & (F.col("seq") <= state.applied_seq)
+                    & (F.col("seq") >= int(row.first))).select("seq").limit(10_000).collect())
+                raise BronzeError(
+                    f"{now - state.applied_rows} row(s) were appended below the applied seq {state.applied_seq} "
+                    "(bronze rows must be appended in seq order; these would never be applied)",
+                    source=source, seq=late[0] if late else int(row.first), applied_rows=state.applied_rows,
+                    bronze_rows=now)
+
+    def _rows_through(self, source: str, seq: int) -> int:
+        from pyspark.sql import functions as F
+
+        return self.bronze.read(self.spark).where((F.col("source") == source) & (F.col("seq") <= seq)).count()
+
+    def _applied_rows(self, source: str, previous: SourceState) -> int:
+        """Bronze rows of ``source`` with seq <= its previous applied seq (counted once for older states)."""
+        if previous.applied_rows is not None:
+            return previous.applied_rows
+        if previous.applied_seq < 0:
+            return 0
+        return self._rows_through(source, previous.applied_seq)
+
+    def _count_rows(self, fresh) -> dict[str, int]:
+        """Rows per source among the batch's new bronze rows; a (source, seq) found twice is an error
+        before anything is applied (a keyless table would take the change twice)."""
+        from pyspark.sql import functions as F
+
+        per_seq = fresh.groupBy("source", "seq").agg(F.count(F.lit(1)).alias("n"))
+        counted = per_seq.groupBy("source").agg(F.sum("n").alias("rows"), F.max("n").alias("most")).collect()
+        for r in counted:
+            if r.most > 1:
+                dup = per_seq.where((F.col("source") == r.source) & (F.col("n") > 1)).orderBy("seq").first()
+                raise BronzeError(f"(source, seq) landed more than once ({dup.n} rows); (source, seq) must be "
+                                  "unique", source=r.source, seq=int(dup.seq))
+        return {r.source: int(r.rows) for r in counted}
+
     def _decode(self, fresh, plan: BatchPlan, messages: int = 0):
         from pyspark.sql import functions as F
 
         if not plan.has_changes and not any(
                 b.state.applied_seq > b.previous.applied_seq for b in plan.sources.values()):
             return None
-        changes = fresh.where(_first_byte_hex().isin(*CHANGE_HEX)).select("source", "seq", "lsn", "payload")
+        changes = fresh.where(~_is_control()).select("source", "seq", "lsn", "payload")
         reread = None
         for source, batch in plan.sources.items():
             for a, b in batch.reread:
                 cond = (F.col("source") == source) & F.col("seq").between(a, b)
                 reread = cond if reread is None else reread | cond
         if reread is not None:
-            old = (self._messages().where(reread & _first_byte_hex().isin(*CHANGE_HEX))
+            old = (self._messages().where(reread & ~_is_control())
                    .select("source", "seq", "lsn", "payload"))
             changes = changes.unionByName(old)
         # Enough partitions that each cached block stays small: a block evicted to disk is read back

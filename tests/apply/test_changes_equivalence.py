@@ -1,8 +1,11 @@
 """The vectorised decode stage equals the row-at-a-time one it replaced (kept here as the oracle).
 
 ``reference_decode_batch`` is ``cdc_apply.apply.changes.decode_batch`` as it was before the
-vectorisation (commit 811df2f), changed in one place only: a DML row the walk rejects is
-quarantined with ``op`` = its payload's first byte (it was '\\x00'), like every other error row.
+vectorisation (commit 811df2f), changed in three places only: a DML row the walk rejects is
+quarantined with ``op`` = its payload's first byte (it was '\\x00'), like every other error row; a
+control message in the change rows is ignored before anything else (the driver owns them; it was
+decoded without its stream context); and a null, empty or unknown payload is an error even inside a
+skipped range (it was dropped there; a null payload raised a TypeError).
 Both must yield the same batches in the same order, and raise the same error (type and text)
 after the same batches. Golden captures here; random streams in ``test_changes_properties``.
 """
@@ -31,6 +34,8 @@ from golden.oracle import options_for
 
 CONTROL = frozenset(b"BCORYSEcAbPKrp")
 CHANGE = frozenset(b"IUDTM")
+CONTROL_KINDS = frozenset(bytes([k]) for k in CONTROL)
+CHANGE_KINDS = frozenset(bytes([k]) for k in CHANGE)
 
 # -- the oracle: the row-at-a-time stage ------------------------------------------------------------
 
@@ -74,10 +79,16 @@ def reference_decode_batch(batch: pa.RecordBatch, plan: DecodePlan, schema: pa.S
         splan = plan.sources.get(source)
         payload = payloads[row].as_py()
         try:
+            if payload is None:
+                raise DecodeError("null payload (the bronze contract says NOT NULL)")
+            kind = payload[:1]
+            if kind in CONTROL_KINDS:
+                continue
+            if kind not in CHANGE_KINDS:
+                decode_message(payload)
             if splan is None:
                 raise SchemaError("no plan for this source")
             where = splan.locate(seq)
-            kind = payload[:1]
             if where >= 0 and splan.range_txn[where] == SKIP:
                 continue
             if kind in (b"I", b"U", b"D"):
@@ -107,8 +118,8 @@ def reference_decode_batch(batch: pa.RecordBatch, plan: DecodePlan, schema: pa.S
             err = err.with_context(**_context(source, seq, lsn))
             if not plan.quarantine:
                 raise err from None
-            other.add(source=source, seq=seq, lsn=lsn, op=payload[:1].decode("latin-1"), error=str(err),
-                      payload=payload)
+            other.add(source=source, seq=seq, lsn=lsn, op=payload[:1].decode("latin-1") if payload else None,
+                      error=str(err), payload=payload)
     if len(other):
         yield _common_batch(other, schema)
     if dml_rows:

@@ -269,7 +269,7 @@ def test_random_streams_decode_the_same(data):
     out = pa.Table.from_batches(got, schema=changes.output_schema(plan.decode))
     event(f"quarantine={quarantine} raised={type(err).__name__ if err else None}")
     event(f"slots={min(len(plan.decode.slots), 3)}")
-    for op in sorted(set(out.column("op").to_pylist())):
+    for op in sorted(set(out.column("op").to_pylist()), key=repr):
         event(f"op {op!r}")
     errors = [e.split(":")[1][:12] for e in out.column("error").drop_null().to_pylist()]
     for e in sorted(set(errors)):

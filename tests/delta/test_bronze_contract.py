@@ -1,0 +1,111 @@
+"""Bronze rows that break the contract are errors naming source and seq (or quarantine rows), never
+skipped: unknown, empty and null payloads, a (source, seq) landed twice, a row appended below the
+applied seq."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_apply.errors import CdcApplyError
+from cdc_apply.testing.stream import StreamBuilder
+
+pytestmark = pytest.mark.spark
+
+
+def _good(source: str = "src", ids=(1, 2)):
+    b = StreamBuilder(source)
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    for i in ids:
+        with b.transaction() as tx:
+            tx.insert(t, {"id": i, "v": f"v{i}"})
+    return b.rows()
+
+
+def _land_nullable(lake, rows) -> None:
+    """Bronze as a user might create it: the same columns, payload nullable."""
+    path = str(lake.root / "bronze")
+    schema = "source STRING, seq BIGINT, lsn BIGINT, payload BINARY, landed_at TIMESTAMP"
+    lake.spark.createDataFrame([(*r, None) for r in rows], schema).coalesce(1) \
+        .write.format("delta").mode("append").save(path)
+
+
+def test_an_unknown_message_type_stops_the_batch_naming_source_seq_and_lsn(lake_factory):
+    lake = lake_factory("unknown_type")
+    rows = _good()
+    last = rows[-1]
+    lake.land(rows + [("src", last[1] + 1, 0x1234, b"Zgarbage")])
+    with pytest.raises(CdcApplyError) as info:
+        lake.apply()
+    text = str(info.value)
+    assert "unknown message type 'Z'" in text and f"seq={last[1] + 1}" in text and "source=src" in text
+    assert not (lake.root / "silver" / "public" / "t").exists()
+
+
+def test_unknown_empty_and_null_payloads_become_quarantine_rows_and_the_rest_applies(lake_factory):
+    lake = lake_factory("bad_payloads", apply={"on_error": "quarantine"})
+    rows = _good()
+    n = rows[-1][1]
+    _land_nullable(lake, rows + [("src", n + 1, 1, b"Zgarbage"), ("src", n + 2, 2, b""), ("src", n + 3, 3, None)])
+    lake.apply()
+    assert sorted(r.id for r in lake.silver("public", "t").collect()) == [1, 2]
+    quarantined = {r.seq: r.error for r in lake.state("quarantine").collect()}
+    assert set(quarantined) == {n + 1, n + 2, n + 3}
+    assert "unknown message type 'Z'" in quarantined[n + 1]
+    assert "empty message" in quarantined[n + 2]
+    assert "null payload" in quarantined[n + 3]
+
+
+def test_an_unknown_message_type_inside_a_rolled_back_transaction_is_still_an_error(lake_factory):
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    big = b.stream()
+    with big.block() as blk:
+        blk.insert(t, {"id": 1, "v": "dropped"})
+    big.abort()
+    rows = b.rows()
+    blocks = [i for i, r in enumerate(rows) if r[3][:1] == b"I"]
+    source, seq, lsn, _ = rows[blocks[0]]
+    rows[blocks[0]] = (source, seq, lsn, b"Q\x00\x01")
+    lake = lake_factory("unknown_in_abort")
+    lake.land(rows)
+    with pytest.raises(CdcApplyError) as info:
+        lake.apply()
+    assert f"seq={seq}" in str(info.value) and "unknown message type 'Q'" in str(info.value)
+
+
+def test_a_source_seq_landed_twice_stops_the_batch_before_anything_is_applied(lake_factory):
+    lake = lake_factory("duplicate_seq")
+    rows = _good(ids=(1, 2))
+    insert = next(r for r in rows if r[3][:1] == b"I")
+    lake.land(rows + [insert])
+    with pytest.raises(CdcApplyError) as info:
+        lake.apply()
+    text = str(info.value)
+    assert "landed more than once" in text and f"seq={insert[1]}" in text and "source=src" in text
+    assert not (lake.root / "silver" / "public" / "t").exists()
+
+
+def test_a_row_appended_later_at_or_below_the_applied_seq_is_an_error(lake_factory):
+    lake = lake_factory("late_row")
+    rows = _good(ids=(1, 2, 3))
+    middle = len(rows) // 2
+    held = rows[middle]  # landed only after everything around it was applied
+    lake.land(rows[:middle] + rows[middle + 1:])
+    lake.apply()
+    lake.land([held])
+    with pytest.raises(CdcApplyError) as info:
+        lake.apply()
+    text = str(info.value)
+    assert "below the applied seq" in text and f"seq={held[1]}" in text and "source=src" in text
+
+
+def test_a_bronze_replay_after_a_lost_checkpoint_applies_nothing_again(lake_factory):
+    import shutil
+
+    lake = lake_factory("replay")
+    lake.land(_good(ids=(1, 2)))
+    lake.apply()
+    shutil.rmtree(lake.root / "state" / "checkpoint")
+    _, printed = lake.apply()
+    assert sorted(r.id for r in lake.silver("public", "t").collect()) == [1, 2]
+    assert "0 txns applied" in printed
