@@ -171,3 +171,17 @@ def test_the_carried_state_survives_a_json_round_trip():
 def test_merged_ranges_are_sorted_disjoint_and_join_adjacent_ones():
     assert merge_ranges([(10, 12), (1, 3), (4, 6), (5, 8), (20, 20)]) == ((1, 8), (10, 12), (20, 20))
     assert merge_ranges([]) == ()
+
+
+@pytest.mark.parametrize("config", ["v1", "v2_stream", "v3_twophase", "v4_parallel_binary_twophase"])
+def test_relation_messages_a_walsender_sent_with_lsn_0_take_their_transactions_lsn(config):
+    from golden.loader import load_capture
+
+    capture = [(msg.seq, msg.lsn, msg.payload) for msg in load_capture("ddl", config)]
+    assert any(p[:1] == b"R" and lsn == 0 for _, lsn, p in capture)  # as PostgreSQL sends them
+    out = assemble_transactions(SourceState(), capture, capture[-1][0], source="src")
+    assert out.schema_events and all(e.lsn > 0 for e in out.schema_events)
+    for event in out.schema_events:
+        txn = next((t for t in out.committed if any(a <= event.seq <= b for a, b in t.ranges)), None)
+        if txn is not None and txn.kind == "plain":
+            assert event.lsn == txn.commit_lsn, event.seq
