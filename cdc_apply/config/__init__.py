@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -221,6 +222,26 @@ def _section(cls, raw: Any, prefix: str):
     return cls(**values)
 
 
+# What Spark's processingTime trigger parses: a number and a unit, optionally after "interval".
+_INTERVAL = re.compile(r"^\s*(interval\s+)?\d+(\.\d+)?\s*(microseconds?|milliseconds?|ms|seconds?|s|minutes?|"
+                       r"min|hours?|h|days?|d|weeks?)\s*$", re.IGNORECASE)
+
+
+def _check_separate(paths: Mapping[str, str | None]) -> None:
+    """Bronze, silver and state each need a location of their own: the same or a nested folder would
+    put one's tables inside another's (a silver namespace named like a state table, say). The
+    checkpoint may live under state.path, its default."""
+    given = [(key, path.rstrip("/") + "/") for key, path in paths.items() if path]
+    for i, (key, path) in enumerate(given):
+        for other, other_path in given[i + 1:]:
+            if {key, other} == {"state.path", "state.checkpoint"}:
+                continue
+            if path.startswith(other_path) or other_path.startswith(path):
+                how = "the same location as" if path == other_path else "nested with"
+                raise ConfigError(f"{key} is {how} {other} ({paths[other]}): give each its own folder",
+                                  key=key)
+
+
 def _resolve(path: str | None, base: Path) -> str | None:
     if path is None or _is_uri(path) or os.path.isabs(path):
         return path
@@ -259,9 +280,14 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
     silver = SilverConfig(**{**silver.__dict__, "path": _resolve(silver.path, base)})
     state = StateConfig(**{**state.__dict__, "path": _resolve(state.path, base),
                            "checkpoint": _resolve(state.checkpoint, base)})
+    _check_separate({"bronze.path": bronze.path, "silver.path": silver.path, "state.path": state.path,
+                     "state.checkpoint": state.checkpoint})
     apply = _section(ApplyConfig, raw.get("apply"), "apply")
     if apply.parallelism < 1:
         raise ConfigError("must be at least 1", key="apply.parallelism")
+    if not _INTERVAL.match(apply.trigger_interval):
+        raise ConfigError(f"expected a number and a unit, e.g. \"10 seconds\" or \"2 minutes\"; got "
+                          f"{apply.trigger_interval!r}", key="apply.trigger_interval")
     tables_raw = raw.get("tables") or {}
     if not isinstance(tables_raw, Mapping):
         raise ConfigError("expected a table of tables", key="tables")
@@ -287,6 +313,10 @@ def load_config(path: str | os.PathLike[str]) -> Config:
             raw = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError("configuration file not found", file=str(file)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (byte {exc.start}): TOML files are UTF-8", file=str(file)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the configuration file: {exc.strerror or exc}", file=str(file)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=str(file)) from None
     try:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,38 @@ def test_the_example_configuration_loads_with_every_option():
     assert config.pipeline == "shop"
     assert config.bronze.path == str((ROOT / "demo-data" / "bronze").resolve())
     assert config.apply.on_error == "fail" and config.source.streaming == "parallel"
+
+
+def test_the_example_loads_with_every_commented_option_enabled():
+    from dataclasses import fields
+
+    import tomllib
+
+    from cdc_apply import config as c
+
+    # A commented line is "# key = value" or "# [section]"; the alternatives to a path replace it.
+    replaced = {"bronze": "path", "silver": "path", "state": "path"}
+    lines, section = [], None
+    example = (ROOT / "conf" / "example.toml").read_text()
+    for line in example.splitlines():
+        enabled = re.sub(r"^# (?=\[|[a-z_]+ = )", "", line)
+        header = re.match(r"^\[([^\]]+)\]", enabled)
+        section = header.group(1).split(".")[0] if header else section
+        key = re.match(r"^([a-z_]+) = ", enabled)
+        if key and section in replaced and key.group(1) == replaced[section] and not line.startswith("#"):
+            continue
+        lines.append(enabled)
+    text = "\n".join(lines)
+    config = parse_config(tomllib.loads(text), ROOT / "conf")
+    assert config.bronze.table == "main.cdc.bronze" and config.silver.table_template
+    assert config.state.schema == "main.cdc" and config.key_for("public.audit") == ("id",)
+    assert config.format_of("gaussdb_src") == "gaussdb" and config.bronze.max_bytes_per_trigger == "1g"
+    # ... and the example names every option of every section.
+    for name, cls in [("bronze", c.BronzeConfig), ("silver", c.SilverConfig), ("state", c.StateConfig),
+                      ("apply", c.ApplyConfig), ("source", c.SourceConfig), ("land", c.LandConfig),
+                      ("gaussdb", c.GaussdbConfig)]:
+        for f in fields(cls):
+            assert re.search(rf"^(# )?{f.name} = ", example, re.M), f"{name}.{f.name} is not in conf/example.toml"
 
 
 def test_three_paths_are_enough_and_everything_else_has_a_default(tmp_path):
@@ -35,6 +68,10 @@ def test_three_paths_are_enough_and_everything_else_has_a_default(tmp_path):
     ({**MINIMAL, "tables": {"public.t": {"keys": ["id"]}}}, "tables.public.t.keys"),
     ({**MINIMAL, "source": {"proto_version": 7}}, "source.proto_version"),
     ({**MINIMAL, "silver": {"path": "s", "rewrite_share": -0.5}}, "silver.rewrite_share"),
+    ({**MINIMAL, "apply": {"trigger_interval": "soon"}}, "apply.trigger_interval"),
+    ({**MINIMAL, "silver": {"path": "b"}}, "bronze.path"),
+    ({**MINIMAL, "state": {"path": "s/_cdc"}}, "silver.path"),
+    ({**MINIMAL, "state": {"path": "b/.."}}, "bronze.path"),
 ])
 def test_a_bad_setting_is_a_config_error_naming_the_key(raw, key):
     with pytest.raises(ConfigError) as info:
@@ -52,3 +89,27 @@ def test_a_missing_file_names_the_file(tmp_path):
     with pytest.raises(ConfigError, match="not found") as info:
         load_config(tmp_path / "nope.toml")
     assert info.value.context["file"].endswith("nope.toml")
+
+
+@pytest.mark.parametrize("interval", ["10 seconds", "1 minute", "500 milliseconds", "interval 2 minutes", "0.5 s"])
+def test_trigger_intervals_spark_understands_are_accepted(interval):
+    assert parse_config({**MINIMAL, "apply": {"trigger_interval": interval}}).apply.trigger_interval == interval
+
+
+def test_the_checkpoint_may_live_under_the_state_folder(tmp_path):
+    config = parse_config({**MINIMAL, "state": {"path": "st", "checkpoint": "st/cp"}}, tmp_path)
+    assert config.checkpoint_location == str(tmp_path / "st" / "cp")
+
+
+def test_a_file_that_is_not_utf8_names_the_file(tmp_path):
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes(b'pipeline = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match="not UTF-8") as info:
+        load_config(bad)
+    assert info.value.context["file"] == str(bad)
+
+
+def test_an_unreadable_file_names_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read") as info:
+        load_config(tmp_path)
+    assert info.value.context["file"] == str(tmp_path)
