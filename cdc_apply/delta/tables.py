@@ -1,4 +1,9 @@
-"""Where tables live (paths or catalog names) and the Delta DDL that creates and evolves them."""
+"""Where tables live (paths or catalog names) and the Delta DDL that creates and evolves them.
+
+Names come from the source database (namespaces, relations, columns) and from bronze (source names),
+so whoever can create a table on a published database chooses them. Every path built from one goes
+through :func:`path_segment` and :func:`check_under_root`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Iterable, Sequence
 from cdc_apply.apply.schema_net import net_schema_ops
 from cdc_apply.apply.tables import SchemaOp
 from cdc_apply.config import Config
+from cdc_apply.errors import PathError
 
 
 def quote_ident(name: str) -> str:
@@ -18,8 +24,32 @@ def quote_ident(name: str) -> str:
 
 
 def path_segment(name: str) -> str:
-    """A namespace or relation name as a path segment: only ``%`` and ``/`` are percent-encoded."""
-    return name.replace("%", "%25").replace("/", "%2F")
+    """A namespace, relation or source name as exactly one path segment.
+
+    ``%`` and ``/`` are percent-encoded (so ordinary names keep the paths existing lakes have), and so is
+    NUL. Hadoop's ``Path`` resolves ``.`` and ``..`` and drops an empty segment, so a name of dots only
+    has every dot encoded (``..`` is ``%2E%2E``) and the empty name becomes a lone ``%`` (every other
+    ``%`` in a segment starts an encoded byte, so no other name maps to it).
+    """
+    if not name:
+        return "%"
+    if not name.strip("."):
+        return "%2E" * len(name)
+    return name.replace("%", "%25").replace("/", "%2F").replace("\x00", "%00")
+
+
+def check_under_root(root: str, path: str, relation: str) -> None:
+    """Raise :class:`PathError` unless ``path`` is ``root`` followed by segments that resolve to themselves."""
+    below = path[len(root) + 1:].split("/") if path.startswith(root + "/") else None
+    if below is None or any(part in ("", ".", "..") or "\x00" in part for part in below):
+        raise PathError("the table would be written outside its root", relation=relation, root=root, path=path)
+
+
+def _child_path(root: str, names: Sequence[str], relation: str) -> str:
+    root = root.rstrip("/")
+    path = "/".join([root, *(path_segment(n) for n in names)])
+    check_under_root(root, path, relation)
+    return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,18 +99,20 @@ def _catalog_name(template: str, namespace: str, name: str, source: str) -> str:
 
 
 def silver_ref(config: Config, namespace: str, name: str, source: str = "") -> TableRef:
-    """``<silver root>/[<source>/]<namespace>/<relation>`` or the catalog name built from the template."""
+    """``<silver root>/[<source>/]<namespace>/<relation>`` or the catalog name built from the template.
+
+    Each name is one :func:`path_segment`; a path that would still leave the silver root is a :class:`PathError`.
+    """
     if config.silver.path is not None:
-        root = config.silver.path.rstrip("/")
-        if config.silver.source_in_path:
-            root = f"{root}/{path_segment(source)}"
-        return TableRef(path=f"{root}/{path_segment(namespace)}/{path_segment(name)}")
+        names = [source, namespace, name] if config.silver.source_in_path else [namespace, name]
+        return TableRef(path=_child_path(config.silver.path, names, f"{namespace}.{name}"))
     return TableRef(name=_catalog_name(config.silver.table_template, namespace, name, source))  # type: ignore[arg-type]
 
 
 def state_ref(config: Config, table: str) -> TableRef:
+    """A bookkeeping table: ``<state location>/<table>`` or ``<state schema>.<table>``."""
     if config.state.path is not None:
-        return TableRef(path=f"{config.state.path.rstrip('/')}/{table}")
+        return TableRef(path=_child_path(config.state.path, [table], table))
     return TableRef(name=f"{config.state.schema}.{quote_ident(table)}")
 
 
