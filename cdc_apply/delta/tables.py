@@ -2,7 +2,8 @@
 
 Names come from the source database (namespaces, relations, columns) and from bronze (source names),
 so whoever can create a table on a published database chooses them. Every path built from one goes
-through :func:`path_segment` and :func:`check_under_root`.
+through :func:`path_segment` and :func:`check_under_root`; every SQL string literal through
+:func:`quote_literal` and every identifier through :func:`quote_ident`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ from cdc_apply.errors import PathError
 def quote_ident(name: str) -> str:
     """A Spark SQL identifier in backticks (backticks inside doubled)."""
     return "`" + name.replace("`", "``") + "`"
+
+
+def quote_literal(text: str) -> str:
+    """A Spark SQL string literal that reads back as ``text``.
+
+    Spark's parser treats a backslash inside a literal as an escape (``spark.sql.parser.escapedStringLiterals``
+    is off by default), so backslashes are doubled before quotes are escaped; every other character,
+    line breaks and NUL included, stands for itself.
+    """
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def path_segment(name: str) -> str:
@@ -124,15 +135,19 @@ def column_list(columns: Iterable[tuple[str, str]]) -> str:
     return ", ".join(f"{quote_ident(name)} {ddl}" for name, ddl in columns)
 
 
+def property_list(properties: dict[str, str]) -> str:
+    return ", ".join(f"{quote_literal(k)} = {quote_literal(str(v))}" for k, v in properties.items())
+
+
 def create_table(spark, ref: TableRef, columns: Sequence[tuple[str, str]], properties: dict[str, str],
-                 comment: str | None = None) -> None:
-    """``CREATE TABLE IF NOT EXISTS`` with the given columns and table properties."""
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
-    text = f"CREATE TABLE IF NOT EXISTS {ref.sql} ({column_list(columns)}) USING delta"
+                 comment: str | None = None, replace: bool = False) -> None:
+    """``CREATE TABLE IF NOT EXISTS`` (or ``REPLACE TABLE``) with the given columns, table properties and comment."""
+    verb = "REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
+    text = f"{verb} {ref.sql} ({column_list(columns)}) USING delta"
     if comment:
-        text += " COMMENT '" + comment.replace("'", "\\'") + "'"
-    if props:
-        text += f" TBLPROPERTIES ({props})"
+        text += f" COMMENT {quote_literal(comment)}"
+    if properties:
+        text += f" TBLPROPERTIES ({property_list(properties)})"
     spark.sql(text)
 
 
@@ -147,8 +162,7 @@ def silver_properties(config: Config) -> dict[str, str]:
 
 
 def set_properties(spark, ref: TableRef, properties: dict[str, str]) -> None:
-    props = ", ".join("'{}' = '{}'".format(k, str(v).replace("'", "\\'")) for k, v in properties.items())
-    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({props})")
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({property_list(properties)})")
 
 
 def table_properties(spark, ref: TableRef) -> dict[str, str]:
