@@ -101,3 +101,9 @@ class LandError(CdcApplyError):
     """The lander could not read the replication slot or write bronze."""
 
     summary = "cannot land changes"
+
+
+class PathError(CdcApplyError):
+    """A table's path would leave the root it belongs under (silver root, state location)."""
+
+    summary = "table path outside its root"

@@ -21,7 +21,7 @@ from typing import Iterable
 from cdc_apply.apply.schema import SchemaHistory
 from cdc_apply.apply.state import SourceState
 from cdc_apply.config import Config
-from cdc_apply.delta.tables import TableRef, create_table, state_ref
+from cdc_apply.delta.tables import TableRef, column_list, create_table, state_ref
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
 from cdc_apply.pgoutput.encoder import encode
@@ -89,8 +89,7 @@ class Bookkeeping:
         """Append rows (tuples in the table's column order); idempotent per apply version."""
         if not rows:
             return
-        ddl = ", ".join(f"`{n}` {t}" for n, t in SCHEMAS[table])
-        self.ref(table).append(spark.createDataFrame(rows, ddl), self.app_id(table), version)
+        self.ref(table).append(spark.createDataFrame(rows, column_list(SCHEMAS[table])), self.app_id(table), version)
 
     def append_df(self, df, table: str, version: int) -> None:
         self.ref(table).append(df.select(*[n for n, _ in SCHEMAS[table]]), self.app_id(table), version)

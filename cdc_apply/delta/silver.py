@@ -25,8 +25,8 @@ from cdc_apply.delta.merge import (
 )
 from cdc_apply.delta.merge_moves import resolve_moves
 from cdc_apply.delta.tables import (
-    USER_METADATA, TableRef, apply_schema_ops, create_table, quote_ident, set_properties, silver_properties,
-    silver_ref, table_properties,
+    USER_METADATA, TableRef, apply_schema_ops, create_table, set_properties, silver_properties, silver_ref,
+    table_properties,
 )
 from cdc_apply.errors import SchemaError
 from cdc_apply.pgoutput import messages as m
@@ -272,19 +272,17 @@ class SilverTables:
             if col in names:
                 raise SchemaError(f"column {col!r} of {work.qualified_name} collides with a metadata column; "
                                   f"set silver.metadata_prefix", table=work.qualified_name)
+        columns = [(c.name, c.spark_ddl) for c in work.columns] + meta
+        comment = f"cdc_apply silver table of {work.source}:{work.qualified_name}"
         if not ref.exists(session):
-            create_table(session, ref, [(c.name, c.spark_ddl) for c in work.columns] + meta,
-                         silver_properties(self.config),
-                         comment=f"cdc_apply silver table of {work.source}:{work.qualified_name}")
+            create_table(session, ref, columns, silver_properties(self.config), comment=comment)
             self._empty.add(str(ref))
             return
         props = table_properties(session, ref)
         if props.get(PROP_RELATION_ID) not in (None, str(work.relation_id)) or props.get(PROP_SOURCE) not in (
                 None, work.source):
             # A new relation under a name that had a silver table: it replaces it, as in PostgreSQL.
-            cols = ", ".join(f"{quote_ident(n)} {t}" for n, t in [(c.name, c.spark_ddl) for c in work.columns] + meta)
-            opts = ", ".join(f"'{k}' = '{v}'" for k, v in silver_properties(self.config).items())
-            session.sql(f"REPLACE TABLE {ref.sql} ({cols}) USING delta TBLPROPERTIES ({opts})")
+            create_table(session, ref, columns, silver_properties(self.config), comment=comment, replace=True)
             self._empty.add(str(ref))
             return
         reflected = props.get(PROP_VERSION_SEQ)

@@ -1,4 +1,10 @@
-"""Where tables live (paths or catalog names) and the Delta DDL that creates and evolves them."""
+"""Where tables live (paths or catalog names) and the Delta DDL that creates and evolves them.
+
+Names come from the source database (namespaces, relations, columns) and from bronze (source names),
+so whoever can create a table on a published database chooses them. Every path built from one goes
+through :func:`path_segment` and :func:`check_under_root`; every SQL string literal through
+:func:`quote_literal` and every identifier through :func:`quote_ident`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from typing import Iterable, Sequence
 from cdc_apply.apply.schema_net import net_schema_ops
 from cdc_apply.apply.tables import SchemaOp
 from cdc_apply.config import Config
+from cdc_apply.errors import PathError
 
 
 def quote_ident(name: str) -> str:
@@ -17,9 +24,43 @@ def quote_ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def quote_literal(text: str) -> str:
+    """A Spark SQL string literal that reads back as ``text``.
+
+    Spark's parser treats a backslash inside a literal as an escape (``spark.sql.parser.escapedStringLiterals``
+    is off by default), so backslashes are doubled before quotes are escaped; every other character,
+    line breaks and NUL included, stands for itself.
+    """
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def path_segment(name: str) -> str:
-    """A namespace or relation name as a path segment: only ``%`` and ``/`` are percent-encoded."""
-    return name.replace("%", "%25").replace("/", "%2F")
+    """A namespace, relation or source name as exactly one path segment.
+
+    ``%`` and ``/`` are percent-encoded (so ordinary names keep the paths existing lakes have), and so is
+    NUL. Hadoop's ``Path`` resolves ``.`` and ``..`` and drops an empty segment, so a name of dots only
+    has every dot encoded (``..`` is ``%2E%2E``) and the empty name becomes a lone ``%`` (every other
+    ``%`` in a segment starts an encoded byte, so no other name maps to it).
+    """
+    if not name:
+        return "%"
+    if not name.strip("."):
+        return "%2E" * len(name)
+    return name.replace("%", "%25").replace("/", "%2F").replace("\x00", "%00")
+
+
+def check_under_root(root: str, path: str, relation: str) -> None:
+    """Raise :class:`PathError` unless ``path`` is ``root`` followed by segments that resolve to themselves."""
+    below = path[len(root) + 1:].split("/") if path.startswith(root + "/") else None
+    if below is None or any(part in ("", ".", "..") or "\x00" in part for part in below):
+        raise PathError("the table would be written outside its root", relation=relation, root=root, path=path)
+
+
+def _child_path(root: str, names: Sequence[str], relation: str) -> str:
+    root = root.rstrip("/")
+    path = "/".join([root, *(path_segment(n) for n in names)])
+    check_under_root(root, path, relation)
+    return path
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,18 +110,20 @@ def _catalog_name(template: str, namespace: str, name: str, source: str) -> str:
 
 
 def silver_ref(config: Config, namespace: str, name: str, source: str = "") -> TableRef:
-    """``<silver root>/[<source>/]<namespace>/<relation>`` or the catalog name built from the template."""
+    """``<silver root>/[<source>/]<namespace>/<relation>`` or the catalog name built from the template.
+
+    Each name is one :func:`path_segment`; a path that would still leave the silver root is a :class:`PathError`.
+    """
     if config.silver.path is not None:
-        root = config.silver.path.rstrip("/")
-        if config.silver.source_in_path:
-            root = f"{root}/{path_segment(source)}"
-        return TableRef(path=f"{root}/{path_segment(namespace)}/{path_segment(name)}")
+        names = [source, namespace, name] if config.silver.source_in_path else [namespace, name]
+        return TableRef(path=_child_path(config.silver.path, names, f"{namespace}.{name}"))
     return TableRef(name=_catalog_name(config.silver.table_template, namespace, name, source))  # type: ignore[arg-type]
 
 
 def state_ref(config: Config, table: str) -> TableRef:
+    """A bookkeeping table: ``<state location>/<table>`` or ``<state schema>.<table>``."""
     if config.state.path is not None:
-        return TableRef(path=f"{config.state.path.rstrip('/')}/{table}")
+        return TableRef(path=_child_path(config.state.path, [table], table))
     return TableRef(name=f"{config.state.schema}.{quote_ident(table)}")
 
 
@@ -92,15 +135,19 @@ def column_list(columns: Iterable[tuple[str, str]]) -> str:
     return ", ".join(f"{quote_ident(name)} {ddl}" for name, ddl in columns)
 
 
+def property_list(properties: dict[str, str]) -> str:
+    return ", ".join(f"{quote_literal(k)} = {quote_literal(str(v))}" for k, v in properties.items())
+
+
 def create_table(spark, ref: TableRef, columns: Sequence[tuple[str, str]], properties: dict[str, str],
-                 comment: str | None = None) -> None:
-    """``CREATE TABLE IF NOT EXISTS`` with the given columns and table properties."""
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
-    text = f"CREATE TABLE IF NOT EXISTS {ref.sql} ({column_list(columns)}) USING delta"
+                 comment: str | None = None, replace: bool = False) -> None:
+    """``CREATE TABLE IF NOT EXISTS`` (or ``REPLACE TABLE``) with the given columns, table properties and comment."""
+    verb = "REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
+    text = f"{verb} {ref.sql} ({column_list(columns)}) USING delta"
     if comment:
-        text += " COMMENT '" + comment.replace("'", "\\'") + "'"
-    if props:
-        text += f" TBLPROPERTIES ({props})"
+        text += f" COMMENT {quote_literal(comment)}"
+    if properties:
+        text += f" TBLPROPERTIES ({property_list(properties)})"
     spark.sql(text)
 
 
@@ -115,8 +162,7 @@ def silver_properties(config: Config) -> dict[str, str]:
 
 
 def set_properties(spark, ref: TableRef, properties: dict[str, str]) -> None:
-    props = ", ".join("'{}' = '{}'".format(k, str(v).replace("'", "\\'")) for k, v in properties.items())
-    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({props})")
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({property_list(properties)})")
 
 
 def table_properties(spark, ref: TableRef) -> dict[str, str]:

@@ -9,7 +9,8 @@ A payload is what the server sends as one message, with or without
                 | record { 'P' record } ( 'F' | 'P' Uint32 0 )
     record     := Uint32 length, Uint64 LSN, Byte kind, body  (length counts LSN, kind and body,
                                                                not itself and not the separator)
-    Begin  'B' := Uint64 CSN, Uint64 first_lsn, ['T' Uint32 n, n bytes timestamp], ['N' Uint32 n, n bytes user]
+    Begin  'B' := Uint64 CSN, Uint64 first_lsn, ['X' Uint64 xid], ['T' Uint32 n, n bytes timestamp],
+                  then in either order ['O' Uint32 origin id] and ['N' Uint32 n, n bytes user]
     Commit 'C' := ['X' Uint64 xid], ['T' Uint32 n, n bytes timestamp]
     Insert 'I' | Update 'U' | Delete 'D'
                := Uint16 n, n bytes schema, Uint16 n, n bytes table, ['N' tuple], ['O' tuple]
@@ -92,19 +93,33 @@ def read_tuple(r: Reader) -> GTuple:
 
 
 def _begin(r: Reader, lsn: int) -> Begin:
-    """Begin: Uint64 CSN, Uint64 first_lsn, optional 'T' timestamp, optional 'N' user name."""
+    """Begin: Uint64 CSN, Uint64 first_lsn, optional 'X' xid, 'T' timestamp, then 'O' origin id and 'N' user name.
+
+    openGauss writes 'X', 'T', 'O' (``ParallelOutputBegin``); GaussDB's page lists 'T', 'N'. Where a
+    server sending both 'O' and 'N' puts them is written down nowhere, so after 'T' they are read in
+    either order, each at most once.
+    """
     csn = r.u64()
     first_lsn = r.u64()
-    commit_ts = user = None
+    xid = commit_ts = user = origin_id = None
+    if _peek(r) == "X":
+        r.pos += 1
+        xid = r.u64()
     if _peek(r) == "T":
         r.pos += 1
         commit_ts = _timestamp(r)
-    if _peek(r) == "N":
-        r.pos += 1
-        user = _text(r, r.u32(), "user name")
+    for _ in range(2):
+        tag = _peek(r)
+        if tag == "O" and origin_id is None:
+            r.pos += 1
+            origin_id = r.u32()
+        elif tag == "N" and user is None:
+            r.pos += 1
+            user = _text(r, r.u32(), "user name")
     if r.remaining():
-        raise r.fail(f"unexpected byte {_peek(r)!r} after the Begin fields (optional parts are 'T', then 'N')")
-    return Begin(lsn, csn, first_lsn, commit_ts, user)
+        raise r.fail(f"unexpected byte {_peek(r)!r} after the Begin fields "
+                     "(optional parts are 'X', 'T', then 'O' and 'N' once each)")
+    return Begin(lsn, csn, first_lsn, commit_ts, user, xid, origin_id)
 
 
 def _commit(r: Reader, lsn: int) -> Commit:

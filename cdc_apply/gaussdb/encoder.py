@@ -53,8 +53,12 @@ def encode_body(record: Record) -> bytes:
     parts = [head]
     if isinstance(record, Begin):
         parts += (UINT64.pack(record.csn), UINT64.pack(record.first_lsn))
+        if record.xid is not None:
+            parts += (b"X", UINT64.pack(record.xid))
         if record.commit_ts is not None:
             parts += (b"T", _long(record.commit_ts))
+        if record.origin_id is not None:  # openGauss's place for it: right after 'T'
+            parts += (b"O", UINT32.pack(record.origin_id))
         if record.user_name is not None:
             parts += (b"N", _long(record.user_name))
     elif isinstance(record, Commit):

@@ -23,13 +23,19 @@ GTuple = tuple[Column, ...]
 
 @dataclass(frozen=True, slots=True)
 class Begin:
-    """``B``: a transaction starts. ``lsn`` is its first LSN (the record header's LSN)."""
+    """``B``: a transaction starts. ``lsn`` is its first LSN (the record header's LSN).
+
+    The optional parts travel as ``'X'``, ``'T'``, then ``'O'`` and ``'N'``; openGauss writes
+    ``X``/``T``/``O``, GaussDB's page lists ``T``/``N``.
+    """
 
     lsn: int
     csn: int
     first_lsn: int
     commit_ts: str | None = None  # optional part 'T' (include-timestamp)
     user_name: str | None = None  # optional part 'N' (include-user)
+    xid: int | None = None  # optional part 'X' (include-xids), the 64-bit top-level xid
+    origin_id: int | None = None  # optional part 'O' (include-originid), a replication origin id; 0 = local
     KIND = "B"
 
 

@@ -47,8 +47,9 @@ def render_record(record: Record) -> dict[str, Any]:
         return out
     out["lsn"] = format_lsn(record.lsn)
     if isinstance(record, Begin):
-        out.update(csn=record.csn, first_lsn=format_lsn(record.first_lsn), commit_ts=_ts(record.commit_ts),
-                   commit_ts_text=record.commit_ts, user_name=record.user_name)
+        out.update(csn=record.csn, first_lsn=format_lsn(record.first_lsn), xid=record.xid,
+                   commit_ts=_ts(record.commit_ts), commit_ts_text=record.commit_ts, origin_id=record.origin_id,
+                   user_name=record.user_name)
     elif isinstance(record, Commit):
         out.update(xid=record.xid, commit_ts=_ts(record.commit_ts), commit_ts_text=record.commit_ts)
     else:

@@ -7,12 +7,14 @@ order and keeps state across calls: table descriptions and relation ids
 A GaussDB transaction can span payloads (a batch is cut at 1 MB, and without
 ``sending-batch`` every record is a payload), and a pgoutput Begin must carry
 its Commit's LSN. So a transaction's records are buffered until its ``C`` and
-then emitted whole, in one call's result: Begin, the ``gaussdb.user`` logical
-message (when the Begin carried a user name), Relation messages where a
-table's description changed, the changes, Commit. Everything about the
-transaction that pgoutput cannot carry — 64-bit xid, CSN, user name, whether
-it was excluded — is in :attr:`TranscodeResult.transactions`; heartbeats,
-which are no pgoutput message, are in :attr:`TranscodeResult.heartbeats`.
+then emitted whole, in one call's result: Begin, an Origin (when the Begin
+named a replication origin other than 0, the local one), the ``gaussdb.user``
+logical message (when the Begin carried a user name), Relation messages where
+a table's description changed, the changes, Commit. Everything about the
+transaction that pgoutput cannot carry — 64-bit xid, CSN, user name, origin
+id, whether it was excluded — is in :attr:`TranscodeResult.transactions`;
+heartbeats, which are no pgoutput message, are in
+:attr:`TranscodeResult.heartbeats`.
 
 Positions and times (``docs/GAUSSDB.md`` has the table):
 
@@ -23,7 +25,12 @@ Positions and times (``docs/GAUSSDB.md`` has the table):
   record's LSN — for ``output-order=1`` (CSN order).
 * commit_ts: the ``C``'s ``T``, else the ``B``'s ``T``, as microseconds since
   2000-01-01 UTC; 0 when neither was sent (``include-timestamp=0``).
-* xid: the ``C``'s ``X`` truncated to 32 bits (pgoutput's width); 0 without ``X``.
+* xid: the ``C``'s ``X``, else the ``B``'s ``X`` (openGauss sends both; they must
+  agree), truncated to 32 bits (pgoutput's width); 0 without any ``X``.
+* origin: the ``B``'s ``O``. openGauss sends the origin's id, not its name nor
+  its commit LSN, so the Origin message names it by the id in decimal with
+  commit LSN 0; id 0 (``InvalidRepOriginId``: a local transaction) sends none,
+  as PostgreSQL does.
 
 A call either succeeds or raises and leaves the transcoder as it was.
 Transactions whose Begin names a user in ``exclude_users`` are dropped whole.
@@ -66,9 +73,10 @@ class TransactionInfo:
     first_lsn: int
     commit_lsn: int  # as in Begin.final_lsn / Commit.commit_lsn
     end_lsn: int
-    xid: int | None  # the 64-bit xid from 'X'
+    xid: int | None  # the 64-bit xid from 'X' (the Commit's, else the Begin's)
     commit_ts: int | None  # microseconds since 2000-01-01 UTC; None when no 'T' was sent
     user_name: str | None
+    origin_id: int | None  # the Begin's 'O'; None when not sent
     excluded: bool
     changes: int  # DML records (0 for an empty or excluded transaction)
     begin_index: int | None  # None when excluded
@@ -184,14 +192,18 @@ class GaussdbTranscoder:
             ts = parse_timestamp(text) if text is not None else None
         except ValueError as exc:
             raise DecodeError(f"commit timestamp: {exc}", lsn=m.format_lsn(rec.lsn)) from None
+        xid = _transaction_xid(begin, rec)
         commit_lsn = rec.lsn if self.commit_position == "lsn" else begin.csn
-        info = dict(csn=begin.csn, first_lsn=begin.first_lsn, commit_lsn=commit_lsn, end_lsn=rec.lsn, xid=rec.xid,
-                    commit_ts=ts, user_name=begin.user_name, excluded=txn.excluded, changes=len(txn.records))
+        info = dict(csn=begin.csn, first_lsn=begin.first_lsn, commit_lsn=commit_lsn, end_lsn=rec.lsn, xid=xid,
+                    commit_ts=ts, user_name=begin.user_name, origin_id=begin.origin_id, excluded=txn.excluded,
+                    changes=len(txn.records))
         if txn.excluded:
             return TransactionInfo(**info, begin_index=None, commit_index=None)  # type: ignore[arg-type]
         begin_index = len(out)
         pg_ts = ts if ts is not None else 0
-        out.append(OutMessage(m.Begin(commit_lsn, pg_ts, (rec.xid or 0) & 0xFFFFFFFF), begin.lsn))
+        out.append(OutMessage(m.Begin(commit_lsn, pg_ts, (xid or 0) & 0xFFFFFFFF), begin.lsn))
+        if begin.origin_id:
+            out.append(OutMessage(m.Origin(0, str(begin.origin_id)), begin.lsn))
         if self.user_messages and begin.user_name is not None:
             content = begin.user_name.encode("utf-8")
             out.append(OutMessage(m.Message(None, True, begin.lsn, USER_MESSAGE_PREFIX, content), begin.lsn))
@@ -229,3 +241,11 @@ class GaussdbTranscoder:
             begin, *records = decode_gaussdb_payload(bytes.fromhex(data["open"]["records"]))
             self.open = _Open(begin, data["open"]["excluded"], records)  # type: ignore[arg-type]
         return self
+
+
+def _transaction_xid(begin: Begin, commit: Commit) -> int | None:
+    """The xid both ends name (openGauss writes it in Begin and Commit); a mismatch means a garbled stream."""
+    if begin.xid is not None and commit.xid is not None and begin.xid != commit.xid:
+        raise DecodeError(f"the Commit's xid {commit.xid} differs from the Begin's xid {begin.xid}",
+                          lsn=m.format_lsn(commit.lsn), csn=begin.csn)
+    return commit.xid if commit.xid is not None else begin.xid

@@ -36,7 +36,8 @@ columns = st.tuples(short_names, u32, values)
 tuples = st.lists(columns, max_size=6).map(tuple)
 maybe_tuple = st.one_of(st.none(), tuples)
 
-begins = st.builds(Begin, u64, u64, u64, maybe_ts, st.one_of(st.none(), text))
+begins = st.builds(Begin, u64, u64, u64, maybe_ts, st.one_of(st.none(), text), st.one_of(st.none(), u64),
+                   st.one_of(st.none(), st.integers(0, 2**32 - 1)))
 commits = st.builds(Commit, u64, st.one_of(st.none(), u64), maybe_ts)
 inserts = st.builds(Insert, u64, short_names, short_names, maybe_tuple)
 updates = st.builds(Update, u64, short_names, short_names, maybe_tuple, maybe_tuple)

@@ -56,6 +56,7 @@ class Workload:
     records: list  # GaussDB records in stream order
     expected: dict  # "schema.table" -> list of row dicts (the simulated database's final state)
     users: list  # user name per transaction, in commit order
+    xids: list = field(default_factory=list)  # 64-bit xid per transaction, in commit order
 
     def payloads(self, rng: random.Random) -> list[bytes]:
         """The records cut into payloads at random."""
@@ -79,6 +80,7 @@ def build(seed: int, transactions: int = 25) -> Workload:
         t.rel = b.relation(t.schema, t.name, t.cols, replica_identity=t.identity)
     records: list = []
     users: list = []
+    xids: list = []
     lsn, csn, xid, ts = 0x9000000, 1000, 5_000_000_000, BASE_TIMESTAMP
     next_id = 0
     for n in range(transactions):
@@ -93,7 +95,9 @@ def build(seed: int, transactions: int = 25) -> Workload:
         lsn += 0x40
         first = lsn
         tstext = format_timestamp(ts, rng.choice([0, 8 * 3600, -5 * 3600 - 30 * 60]))
-        records.append(Begin(first, csn, first, rng.choice([tstext, None]), user))
+        xids.append(xid)
+        # openGauss writes the xid in Begin and Commit (include-xids); GaussDB's page in Commit only.
+        records.append(Begin(first, csn, first, rng.choice([tstext, None]), user, xid=xid if n % 3 != 2 else None))
         with b.transaction(xid=xid & 0xFFFFFFFF) as tx:
             for _ in range(rng.choice([0, 1, 2, 3, 5])):
                 t = rng.choice(tables)
@@ -131,9 +135,9 @@ def build(seed: int, transactions: int = 25) -> Workload:
                         tx.delete(t.rel, key={k: old[k] for k in t.key})
                         records.append(Delete(lsn, t.schema, t.name, t.gtuple(old, only=t.key)))
         lsn += 0x30
-        records.append(Commit(lsn, xid, rng.choice([tstext, None])))
+        records.append(Commit(lsn, xid if n % 3 != 1 else None, rng.choice([tstext, None])))
     expected = {f"{t.schema}.{t.name}": [{c: r.get(c) for c, _, _ in t.cols} for r in t.rows] for t in tables}
-    return Workload(b, records, expected, users)
+    return Workload(b, records, expected, users, xids)
 
 
 def _value(rng: random.Random, column: str, n: int, t: _Table):

@@ -61,6 +61,7 @@ def test_same_tables_from_pgoutput_and_gaussdb(seed, split_seed, configured):
         assert sort_rows(direct.rows(name)) == sort_rows(rows), name
         assert sort_rows(transcoded.rows(name)) == sort_rows(rows), name
     assert [t.user_name for t in txns] == workload.users
+    assert [t.xid for t in txns] == workload.xids
     assert [t.commit_lsn for t in txns] == sorted(t.commit_lsn for t in txns)
 
     assembly = assemble_transactions(SourceState(), [(seq, 0, p) for seq, p in enumerate(payloads)],

@@ -51,7 +51,8 @@ def _random_record(rng: random.Random):
     ts = rng.choice([None, format_timestamp(rng.randint(-10**15, 10**15), rng.choice([0, 28800, -12600]))])
     kind = rng.randrange(5)
     if kind == 0:
-        return Begin(lsn, rng.getrandbits(64), lsn, ts, rng.choice([None, "alice", "", "björk"]))
+        return Begin(lsn, rng.getrandbits(64), lsn, ts, rng.choice([None, "alice", "", "björk"]),
+                     rng.choice([None, rng.getrandbits(64)]), rng.choice([None, 0, rng.getrandbits(32)]))
     if kind == 1:
         return Commit(lsn, rng.choice([None, rng.getrandbits(64)]), ts)
     schema, table = rng.choice(["public", "s", ""]), rng.choice(["t", "orders", "ü"])

@@ -43,7 +43,8 @@ def record_of(spec: dict):
         return Heartbeat(parse_lsn(spec["sent_position"]), parse_lsn(spec["flush_position"]), spec["timestamp"])
     lsn = parse_lsn(spec["lsn"])
     if kind == "Begin":
-        return Begin(lsn, spec["csn"], parse_lsn(spec["first_lsn"]), spec["commit_ts"], spec["user_name"])
+        return Begin(lsn, spec["csn"], parse_lsn(spec["first_lsn"]), spec["commit_ts"], spec["user_name"],
+                     spec.get("xid"), spec.get("origin_id"))
     if kind == "Commit":
         return Commit(lsn, spec["xid"], spec["commit_ts"])
     if kind == "Insert":
@@ -83,6 +84,8 @@ def test_golden_vector_renders_as_json(name):
 def test_golden_vectors_cover_every_kind_optional_part_and_framing():
     names = set(VECTORS)
     assert {"begin_minimal", "begin_with_timestamp", "begin_with_user", "begin_with_timestamp_and_user",
+            "begin_with_xid", "begin_with_xid_timestamp_and_origin", "begin_with_every_part",
+            "batch_opengauss_default_transaction",
             "commit_minimal", "commit_with_xid", "commit_with_timestamp", "commit_with_xid_and_timestamp",
             "insert", "update_new_then_old", "update_new_only", "delete_old", "delete_without_tuple",
             "insert_without_tuple", "heartbeat", "batch_begin_insert_commit", "batch_ended_by_zero_length",
@@ -110,9 +113,35 @@ def test_render_of_an_update_names_everything():
     }
     [begin] = decode_gaussdb_payload(payload_of(VECTORS["begin_with_timestamp_and_user"]))
     assert render_record(begin) == {
-        "type": "Begin", "lsn": "0/1000028", "csn": 300, "first_lsn": "0/1000028",
-        "commit_ts": "2024-05-20T02:00:00.500000Z", "commit_ts_text": "2024-05-20 10:00:00.5+08", "user_name": "alice",
+        "type": "Begin", "lsn": "0/1000028", "csn": 300, "first_lsn": "0/1000028", "xid": None,
+        "commit_ts": "2024-05-20T02:00:00.500000Z", "commit_ts_text": "2024-05-20 10:00:00.5+08", "origin_id": None,
+        "user_name": "alice",
     }
+    [begin] = decode_gaussdb_payload(payload_of(VECTORS["begin_with_every_part"]))
+    assert (render_record(begin)["xid"], render_record(begin)["origin_id"]) == (4294967301, 7)
+
+
+def test_an_opengauss_begin_reads_its_xid_timestamp_and_origin_in_the_order_parallel_output_begin_writes():
+    # ParallelOutputBegin: length, LSN, 'B', CSN, first_lsn, then 'X' xid, 'T' timestamp, 'O' origin id,
+    # the length counting everything after itself.
+    ts = b"2024-05-20 10:00:00.5+08"
+    body = (bytes.fromhex("0000000001000028") + b"B" + (300).to_bytes(8, "big") + bytes.fromhex("0000000001000028")
+            + b"X" + (2**32 + 5).to_bytes(8, "big") + b"T" + len(ts).to_bytes(4, "big") + ts
+            + b"O" + (7).to_bytes(4, "big"))
+    payload = len(body).to_bytes(4, "big") + body + b"F"
+    assert len(body) == 25 + 9 + 29 + 5
+    expected = Begin(0x1000028, 300, 0x1000028, ts.decode(), None, xid=2**32 + 5, origin_id=7)
+    assert decode_gaussdb_payload(payload) == [expected]
+    assert encode_gaussdb([expected], batch=False) == payload
+
+
+def test_a_user_name_before_the_origin_decodes_as_after_it():
+    # Where a server sending both puts GaussDB's 'N' relative to openGauss's 'O' is written down nowhere.
+    after = payload_of(VECTORS["begin_with_every_part"])
+    origin, user = bytes.fromhex("4f00000007"), bytes.fromhex("4e00000005616c696365")
+    before = after.replace(origin + user, user + origin)
+    assert before != after
+    assert decode_gaussdb_payload(before) == decode_gaussdb_payload(after)
 
 
 @pytest.mark.parametrize("name", sorted(ERRORS))

@@ -7,6 +7,8 @@ from dataclasses import replace
 import pytest
 
 import cdc_apply.gaussdb.tables as tables_module
+from cdc_apply.apply.assemble import assemble_transactions
+from cdc_apply.apply.state import SourceState
 from cdc_apply.errors import ConfigError, DecodeError, SchemaError
 from cdc_apply.gaussdb import (
     USER_MESSAGE_PREFIX,
@@ -37,9 +39,9 @@ def key(id_):
     return (("id", 23, id_),)
 
 
-def txn(first, *changes, user=None, xid=None, ts=TS, csn=None):
+def txn(first, *changes, user=None, xid=None, ts=TS, csn=None, begin_xid=None, origin_id=None):
     commit_lsn = first + 0x100
-    return [Begin(first, csn if csn is not None else first // 16, first, ts, user), *changes,
+    return [Begin(first, csn if csn is not None else first // 16, first, ts, user, begin_xid, origin_id), *changes,
             Commit(commit_lsn, xid, ts)]
 
 
@@ -248,6 +250,53 @@ def test_state_round_trips_through_json_mid_transaction():
         assert head.pgoutput() + tail.pgoutput() == whole.pgoutput(), cut
         unindexed = lambda txns: [replace(x, begin_index=None, commit_index=None) for x in txns]  # noqa: E731
         assert unindexed(head.transactions + tail.transactions) == unindexed(whole.transactions), cut
+
+
+def test_an_opengauss_transaction_with_default_options_carries_its_xid_to_pgoutput():
+    # include-xids is on by default: openGauss writes the xid in Begin ('X' after first_lsn) and in Commit.
+    t = GaussdbTranscoder()
+    result = t.transcode(txn(0x1000, Insert(0x1010, "public", "t", row("1", "a")), xid=2**32 + 5, begin_xid=2**32 + 5))
+    assert names(result) == ["Begin", "Relation", "Insert", "Commit"]
+    assert result.pgoutput()[0].xid == 5 and result.transactions[0].xid == 2**32 + 5
+
+
+def test_the_begin_xid_serves_when_the_commit_has_none():
+    result = GaussdbTranscoder().transcode(txn(0x1000, begin_xid=2**32 + 9))
+    assert result.pgoutput()[0].xid == 9 and result.transactions[0].xid == 2**32 + 9
+
+
+def test_a_begin_and_a_commit_naming_different_xids_are_a_decode_error():
+    t = GaussdbTranscoder()
+    with pytest.raises(DecodeError, match="differs from the Begin's xid 7") as info:
+        t.transcode(txn(0x1000, Insert(0x1010, "public", "t", row("1", "a")), xid=8, begin_xid=7))
+    assert info.value.context["lsn"] == "0/1100" and not t.pending
+
+
+def test_a_replication_origin_becomes_an_origin_message_after_begin():
+    t = GaussdbTranscoder(user_messages=True)
+    result = t.transcode(txn(0x1000, Insert(0x1010, "public", "t", row("1", "a")), user="alice", origin_id=7))
+    assert names(result) == ["Begin", "Origin", "Message", "Relation", "Insert", "Commit"]
+    assert result.pgoutput()[1] == m.Origin(0, "7")  # openGauss sends the id: no name, no origin commit LSN
+    assert result.transactions[0].origin_id == 7
+    payloads = [(seq, 0, encode(msg)) for seq, msg in enumerate(result.pgoutput())]
+    (decided,) = assemble_transactions(SourceState(), payloads, len(payloads) - 1, source="gauss").committed
+    assert (decided.origin, decided.origin_lsn) == ("7", 0)
+
+
+def test_the_local_origin_0_sends_no_origin_message():
+    result = GaussdbTranscoder().transcode(txn(0x1000, Insert(0x1010, "public", "t", row("1", "a")), origin_id=0))
+    assert names(result) == ["Begin", "Relation", "Insert", "Commit"]
+    assert result.transactions[0].origin_id == 0
+
+
+def test_an_open_transaction_keeps_its_xid_and_origin_through_the_carried_state():
+    records = txn(0x1000, Insert(0x1010, "public", "t", row("1", "a")), xid=2**32 + 5, begin_xid=2**32 + 5,
+                  origin_id=3)
+    t = GaussdbTranscoder()
+    t.transcode(records[:2])
+    resumed = GaussdbTranscoder.from_state_json(t.state_json())
+    assert resumed.open.begin == records[0]
+    assert resumed.transcode(records[2:]).pgoutput() == GaussdbTranscoder().transcode(records).pgoutput()
 
 
 def test_configuration_is_checked():
