@@ -53,7 +53,8 @@ def _land(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from cdc_apply.cli.apply_cmd import run_status
 
-    return run_status(args.config, as_json=args.json)
+    return run_status(args.config, as_json=args.json, quarantine_hours=args.quarantine_hours,
+                      max_lag_seconds=args.max_lag_seconds)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,9 +74,18 @@ def build_parser() -> argparse.ArgumentParser:
     land.add_argument("--once", action="store_true", help="stop when the slot has nothing more to send")
     land.set_defaults(run=_land)
 
-    status = sub.add_parser("status", help="show per-source progress, pending transactions and lag")
+    status = sub.add_parser(
+        "status", help="show per-source progress, pending transactions and lag",
+        description="Per source: applied seq/LSN, pending transactions, lag against bronze now, quarantined "
+                    "messages and the last failure. Exit code: 0 every source ok, 4 a source's last batch "
+                    "failed, 3 messages were quarantined within --quarantine-hours, 5 lag above "
+                    "--max-lag-seconds (the worst source decides), 2 status itself failed.")
     status.add_argument("--config", required=True, metavar="FILE")
     status.add_argument("--json", action="store_true", help="one JSON object per source")
+    status.add_argument("--quarantine-hours", type=float, default=24.0, metavar="H",
+                        help="quarantined messages this recent make the exit code 3 (default 24)")
+    status.add_argument("--max-lag-seconds", type=float, default=None, metavar="S",
+                        help="exit code 5 when a source's lag is above this (default: never)")
     status.set_defaults(run=_status)
 
     demo = sub.add_parser("demo", help="run the end-to-end demo on an embedded default")

@@ -7,9 +7,10 @@ transactions       one row per applied transaction, with per-table counts and tr
 messages           logical decoding messages ('M'), transactional and not
 quarantine         messages that could not be decoded or applied (on_error = "quarantine")
 progress           per source and apply version: applied-through seq and commit LSN, carried state, lag
+failures           one row per failed batch attempt: the source (NULL: every source), version, error
 =================  ==========================================================
 
-Every write is an append tagged with Delta's ``txnAppId``/``txnVersion``
+Every write but a failure's is an append tagged with Delta's ``txnAppId``/``txnVersion``
 (the apply version), so a re-run batch writes nothing twice.
 """
 
@@ -65,6 +66,9 @@ SCHEMAS: dict[str, list[tuple[str, str]]] = {
         ("oldest_needed_seq", "BIGINT"), ("lag_seq", "BIGINT"), ("lag_seconds", "DOUBLE"),
         ("updated_at", "TIMESTAMP"),
     ],
+    "failures": [
+        ("source", "STRING"), ("apply_version", "BIGINT"), ("error", "STRING"), ("failed_at", "TIMESTAMP"),
+    ],
 }
 
 
@@ -90,6 +94,14 @@ class Bookkeeping:
         if not rows:
             return
         self.ref(table).append(spark.createDataFrame(rows, column_list(SCHEMAS[table])), self.app_id(table), version)
+
+    def record_failure(self, spark, sources, version: int, error: str) -> None:
+        """A failed batch attempt, for ``cdc-apply status`` (an attempt may fail many times: no txn guard)."""
+        from datetime import datetime, timezone
+
+        now = datetime.now(timezone.utc)
+        rows = [(source, version, error, now) for source in sources]
+        self.ref("failures").append(spark.createDataFrame(rows, column_list(SCHEMAS["failures"])), None, version)
 
     def append_df(self, df, table: str, version: int) -> None:
         self.ref(table).append(df.select(*[n for n, _ in SCHEMAS[table]]), self.app_id(table), version)

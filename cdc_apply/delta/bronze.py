@@ -47,15 +47,23 @@ def create_bronze_table(spark, path: str) -> None:
      .property("delta.appendOnly", "true").execute())
 
 
-def check_bronze_schema(schema, where: str) -> None:
+def check_bronze(spark, ref, key: str) -> None:
+    """Raise :class:`ConfigError` naming ``key`` unless ``ref`` is a Delta table with the bronze columns."""
+    if not ref.exists(spark):
+        raise ConfigError("no bronze Delta table there: land into it first (cdc-apply land) or fix the setting",
+                          key=key, table=str(ref))
+    check_bronze_schema(ref.read(spark).schema, str(ref), key)
+
+
+def check_bronze_schema(schema, where: str, key: str = "bronze") -> None:
     """Raise :class:`ConfigError` unless ``schema`` has the bronze contract's columns and types."""
     present = {f.name: f.dataType.simpleString() for f in schema.fields}
     for name, kind in REQUIRED_COLUMNS.items():
         if name not in present:
-            raise ConfigError(f"bronze table has no column {name!r}", key="bronze", table=where)
+            raise ConfigError(f"bronze table has no column {name!r} (the bronze contract: source STRING, seq "
+                              "BIGINT, lsn BIGINT, payload BINARY)", key=key, table=where)
         if present[name] != kind:
-            raise ConfigError(f"bronze column {name!r} is {present[name]}, expected {kind}",
-                              key="bronze", table=where)
+            raise ConfigError(f"bronze column {name!r} is {present[name]}, expected {kind}", key=key, table=where)
 
 
 def read_bronze_messages(path: str, source: str | None = None, from_seq: int = 0,

@@ -34,6 +34,7 @@ from cdc_apply.apply.schema import SchemaHistory
 from cdc_apply.apply.state import SourceState
 from cdc_apply.config import Config
 from cdc_apply.delta.bookkeeping import Bookkeeping, relation_row
+from cdc_apply.delta.bronze import check_bronze
 from cdc_apply.delta.merge import BATCH_SETTINGS
 from cdc_apply.delta.silver import SilverTables, TableStats
 from cdc_apply.delta.formats import EXPANDED_DDL, Expansion, expand_gaussdb, expanded_ref
@@ -141,13 +142,14 @@ class ApplyPipeline:
         self.spark = spark
         self.config = config
         self.out = out
+        self.bronze = bronze_ref(config)
+        check_bronze(spark, self.bronze, "bronze.path" if config.bronze.path else "bronze.table")
         self.books = Bookkeeping(config)
         self.books.create_all(spark)
         self.version, self.states = self.books.load_progress(spark)
         self.histories: dict[str, SchemaHistory] = self.books.load_history(spark)
         self.type_options = TypeOptions(numeric=config.apply.numeric)
         self.silver = SilverTables(spark, config)
-        self.bronze = bronze_ref(config)
         self.gaussdb_sources = sorted(s for s, f in config.formats.items() if f == "gaussdb")
         if self.gaussdb_sources:
             create_table(spark, expanded_ref(config), EXPANDED_DDL, {"delta.appendOnly": "true"},
@@ -194,7 +196,19 @@ class ApplyPipeline:
     def process(self, df, batch_id: int) -> BatchReport:
         """Apply one micro-batch (``foreachBatch``); returns what it did, also printed as a line."""
         with session_settings(self.spark, BATCH_SETTINGS):
-            return self._process(df, batch_id)
+            try:
+                return self._process(df, batch_id)
+            except Exception as exc:
+                self._record_failure(_unwrap(exc))
+                raise
+
+    def _record_failure(self, error: Exception) -> None:
+        """Leave the failed attempt where ``cdc-apply status`` finds it; never hide the error itself."""
+        source = error.context.get("source") if isinstance(error, CdcApplyError) else None
+        try:
+            self.books.record_failure(self.spark, [source], self.version + 1, str(error).splitlines()[0][:4000])
+        except Exception as inner:  # noqa: BLE001 - the batch's own error is the one to raise
+            print(f"cdc_apply: could not record the failure ({inner})", file=self.out, flush=True)
 
     def _process(self, df, batch_id: int) -> BatchReport:
         from pyspark.sql import functions as F

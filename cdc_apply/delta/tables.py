@@ -95,9 +95,11 @@ class TableRef:
         reader = spark.read.format("delta")
         return reader.load(self.path) if self.path else spark.read.table(self.name)
 
-    def append(self, df, app_id: str, version: int) -> None:
-        writer = (df.write.format("delta").mode("append").option("txnAppId", app_id)
-                  .option("txnVersion", str(version)))
+    def append(self, df, app_id: str | None, version: int) -> None:
+        """Append ``df``; with an ``app_id``, once per ``version`` (Delta's idempotent writes)."""
+        writer = df.write.format("delta").mode("append")
+        if app_id is not None:
+            writer = writer.option("txnAppId", app_id).option("txnVersion", str(version))
         if self.path:
             writer.save(self.path)
         else:
