@@ -26,9 +26,9 @@ from cdc_apply.delta.merge import (
 from cdc_apply.delta.merge_moves import resolve_moves
 from cdc_apply.delta.tables import (
     USER_METADATA, TableRef, apply_schema_ops, create_table, set_properties, silver_properties, silver_ref,
-    table_properties,
+    recorded_txn_version, table_properties,
 )
-from cdc_apply.errors import SchemaError
+from cdc_apply.errors import SchemaError, StateError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
@@ -36,6 +36,8 @@ PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
 PROP_RELATION_ID = "cdc_apply.relation_id"
 PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
+# A silver write's txnVersion is apply version * STEPS_PER_VERSION + its step within the batch.
+STEPS_PER_VERSION = 64
 
 
 def commit_metadata(source: str, relation: str, last_commit_lsn: int) -> str:
@@ -81,6 +83,7 @@ class SilverTables:
         # What this process knows a silver table to look like: table -> (source, relation id, version seq).
         # Saves reading each table's properties and schema every batch.
         self._known: dict[str, tuple[str, int, int]] = {}
+        self._checked: set[str] = set()  # tables whose recorded apply version was checked (_check_not_ahead)
         # Tables this process created or emptied and has not written since: a MERGE into them is an append.
         self._empty: set[str] = set()
         # The properties this process last set on each table (set again only when they change).
@@ -192,20 +195,21 @@ class SilverTables:
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         for key, value in BATCH_SETTINGS.items():  # the MERGE itself plans here
             session.conf.set(key, value)
+        app_id = f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
+        self._check_not_ahead(session, work, app_id, version)
         self._ensure_schema(session, planned)
         stats = TableStats(truncated=work.truncate_after is not None)
         session.conf.set(USER_METADATA, commit_metadata(work.source, work.qualified_name, planned.last_commit_lsn))
-        app_id = f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
         if work.truncate_after is not None:
             session.conf.set(TXN_APP_ID, app_id)
-            session.conf.set(TXN_VERSION, str(version * 64 + 1))
+            session.conf.set(TXN_VERSION, str(version * STEPS_PER_VERSION + 1))
             work.ref.delta_table(session).delete()
             self._empty.add(str(work.ref))
         if planned.has_rows:
             self._choose_deletion_vectors(session, work, planned)
             for step, segment in enumerate(planned.segments):
                 session.conf.set(TXN_APP_ID, app_id)
-                session.conf.set(TXN_VERSION, str(version * 64 + 2 + step))
+                session.conf.set(TXN_VERSION, str(version * STEPS_PER_VERSION + 2 + step))
                 result = self._merge(session, decoded, segment, planned)
                 self._empty.discard(str(work.ref))
                 stats.inserted += result.inserted if result.inserted >= 0 else planned.inserts
@@ -222,6 +226,24 @@ class SilverTables:
             set_properties(session, work.ref, props)
             self._properties[str(work.ref)] = props
         return stats
+
+    def _check_not_ahead(self, session, work: TableWork, app_id: str, version: int) -> None:
+        """Once per table and process: silver must not hold writes of a later apply version than this
+        batch's. It does when the state was lost or restored from an older copy — apply versions then
+        start again below what Delta has seen, and Delta would skip every write as done while progress
+        moves on."""
+        if str(work.ref) in self._checked:
+            return
+        recorded = recorded_txn_version(session, work.ref, app_id) if work.ref.exists(session) else None
+        if recorded is not None and recorded // STEPS_PER_VERSION > version:
+            state = self.config.state.path or self.config.state.schema
+            raise StateError(
+                f"silver table {work.ref} holds writes of apply version {recorded // STEPS_PER_VERSION} of pipeline "
+                f"{self.config.pipeline!r}, but the state at {state} is about to apply version {version}: the state "
+                "was lost or restored from an older copy, and applying now would skip writes. Restore the state "
+                "folder, or remove the silver tables together with the state to rebuild them from bronze",
+                table=work.qualified_name, source=work.source)
+        self._checked.add(str(work.ref))
 
     def _merge(self, session, decoded, work: TableWork, planned: _Planned) -> MergeResult:
         projected = project(decoded, work)

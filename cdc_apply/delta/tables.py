@@ -279,3 +279,17 @@ def _rewrite_column(spark, ref: TableRef, op: SchemaOp) -> None:
         spark.sql(f"UPDATE {ref.sql} SET {quote_ident(temp)} = CAST({quote_ident(op.column)} AS {op.spark_ddl})")
         spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMN {quote_ident(op.column)}")
     spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {quote_ident(temp)} TO {quote_ident(op.column)}")
+
+
+def recorded_txn_version(spark, ref: TableRef, app_id: str) -> int | None:
+    """The newest ``txnVersion`` Delta recorded for ``app_id`` in the table (None: none, or no JVM to ask,
+    as under Spark Connect). Rebuilds the table's state once: call it once per table, not per write."""
+    try:
+        location = ref.path or spark.sql(f"DESCRIBE DETAIL {ref.sql}").first().location
+        log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+    except Exception:  # noqa: BLE001 - no JVM access, or a catalog that does not describe its tables
+        return None
+    defaults = (getattr(log, f"update$default${i}")() for i in (1, 2, 3))
+    found = log.update(*defaults).transactions().get(app_id)
+    return int(found.get()) if found.isDefined() else None
+
