@@ -39,7 +39,7 @@ from cdc_apply.delta.merge import BATCH_SETTINGS
 from cdc_apply.delta.silver import SilverTables, TableStats
 from cdc_apply.delta.formats import EXPANDED_DDL, Expansion, expand_gaussdb, expanded_ref
 from cdc_apply.delta.tables import bronze_ref, create_table
-from cdc_apply.errors import ApplyError, BronzeError, CdcApplyError, error_from_text
+from cdc_apply.errors import ApplyError, BronzeError, CdcApplyError, StateError, error_from_text
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
@@ -511,12 +511,15 @@ class ApplyPipeline:
                   .queryName(f"cdc_apply_{self.config.pipeline}"))
         writer = writer.trigger(availableNow=True) if once else writer.trigger(
             processingTime=self.config.apply.trigger_interval)
-        query = writer.start()
+        try:
+            query = writer.start()
+        except Exception as exc:
+            raise _unwrap(exc, self.config) from None
         if await_termination:
             try:
                 query.awaitTermination()
             except Exception as exc:  # StreamingQueryException wraps our own error: surface that one
-                raise _unwrap(exc) from None
+                raise _unwrap(exc, self.config) from None
         return query
 
 
@@ -528,8 +531,16 @@ def _first_error(decoded) -> CdcApplyError:
     return error_from_text(first.error)
 
 
-def _unwrap(exc: Exception) -> Exception:
-    """The cdc_apply error inside a Spark failure (a Python worker's, or foreachBatch's), as itself."""
+# Spark and Delta failures that mean another job writes the same tables or checkpoint.
+_CONCURRENT_MARKERS = ("CONCURRENT_STREAM_LOG_UPDATE", "CONCURRENT_QUERY", "is already active",
+                       "ConcurrentAppendException", "ConcurrentDeleteReadException",
+                       "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
+                       "MetadataChangedException", "ProtocolChangedException", "DELTA_CONCURRENT_")
+
+
+def _unwrap(exc: Exception, config: Config | None = None) -> Exception:
+    """The cdc_apply error inside a Spark failure (a Python worker's, or foreachBatch's), as itself; a
+    failure that means another job runs on the same checkpoint or tables, as a :class:`StateError`."""
     if isinstance(exc, CdcApplyError):
         return exc
     text = str(exc)
@@ -537,6 +548,11 @@ def _unwrap(exc: Exception) -> Exception:
         marker = f"cdc_apply.errors.{cls.__name__}: "
         if marker in text:
             return error_from_text(text.split(marker, 1)[1].splitlines()[0], cls)
+    if config is not None and any(marker in text for marker in _CONCURRENT_MARKERS):
+        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+        return StateError(f"another job is applying pipeline {config.pipeline!r} (its checkpoint or tables changed "
+                          f"under this one: {first[:300]}); run one apply job per pipeline, then restart this one "
+                          "— a batch cut short is re-run whole", checkpoint=config.checkpoint_location)
     return exc
 
 

@@ -28,7 +28,7 @@ from cdc_apply.delta.tables import (
     USER_METADATA, TableRef, apply_schema_ops, create_table, set_properties, silver_properties, silver_ref,
     recorded_txn_version, table_properties,
 )
-from cdc_apply.errors import SchemaError, StateError
+from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError, StateError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
@@ -189,6 +189,22 @@ class SilverTables:
 
     # -- applying (one thread per table) -------------------------------------------------
     def apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
+        """The batch's changes to one silver table: schema, truncate, MERGE(s), properties. A Spark
+        failure becomes an :class:`ApplyError` naming the table (usually one changed outside cdc_apply)."""
+        try:
+            return self._apply_table(decoded, work, version)
+        except CdcApplyError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a JVM error: name the table, keep the cause
+            if any(marker in str(exc) for marker in ("Concurrent", "CONCURRENT")):
+                raise  # another writer: the pipeline names it
+            first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise ApplyError(f"silver table {work.ref} could not take the batch ({first[:400]}); if it was changed "
+                             "outside cdc_apply (columns dropped or retyped, properties or protocol changed), "
+                             "restore it or remove it and rebuild it from bronze",
+                             table=work.qualified_name, source=work.source) from exc
+
+    def _apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
         planned = self._planned[(work.source, work.relation_id)]
         session = self.spark.newSession()
         # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
