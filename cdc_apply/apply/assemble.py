@@ -61,11 +61,33 @@ class SchemaEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class QuarantinedTxn:
+    """A transaction a bad control message made unappliable: its changes go to quarantine whole."""
+
+    begin_seq: int
+    decide_seq: int
+    ranges: tuple[SeqRange, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class BadControl:
+    """A control message that could not be decoded or broke the framing (``on_error = "quarantine"``)."""
+
+    seq: int
+    lsn: int
+    payload: bytes
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class Assembly:
     committed: tuple[DecidedTxn, ...]
     aborted: tuple[DecidedTxn, ...]
     schema_events: tuple[SchemaEvent, ...]
     state: SourceState
+    quarantined: tuple[QuarantinedTxn, ...] = ()
+    bad_controls: tuple[BadControl, ...] = ()
 
     def skip_ranges(self) -> tuple[SeqRange, ...]:
         """Ranges whose change rows must not be applied now: aborted, or still pending."""
@@ -74,9 +96,16 @@ class Assembly:
         return tuple(sorted(out))
 
 
+# Stream messages whose loss leaves the stream framing unknown: even under quarantine they stop the source.
+_STREAM_KINDS = frozenset((b"S", b"E", b"c", b"A", b"p"))
+
+
 class _Assembler:
-    def __init__(self, state: SourceState, source: str | None) -> None:
+    def __init__(self, state: SourceState, source: str | None, quarantine: bool = False) -> None:
         self.source = source
+        self.quarantine = quarantine
+        self.quarantined: list[QuarantinedTxn] = []
+        self.bad: list[BadControl] = []
         self.open: OpenTxn | None = state.open_txn
         self.streams: dict[int, StreamedTxn] = {s.xid: s for s in state.streams}
         self.prepared: dict[str, PreparedTxn] = {p.gid: p for p in state.prepared}
@@ -95,10 +124,51 @@ class _Assembler:
         try:
             msg = self.decoder.decode(payload)
         except CdcApplyError as err:
-            raise err.with_context(source=self.source, seq=seq, lsn=m.format_lsn(lsn)) from None
+            err = err.with_context(source=self.source, seq=seq, lsn=m.format_lsn(lsn))
+            self._bad(seq, lsn, payload, err, None)
+            return
         handler = getattr(self, "on_" + type(msg).__name__, None)
         if handler is not None:
-            handler(msg, seq, lsn)
+            try:
+                handler(msg, seq, lsn)
+            except CdcApplyError as err:  # a framing error: raised before the handler changed anything
+                self._bad(seq, lsn, payload, err, msg)
+
+    def _bad(self, seq: int, lsn: int, payload: bytes, err: CdcApplyError, msg) -> None:
+        """A control message that cannot be decoded or breaks the framing. Under fail: the error. Under
+        quarantine: the message goes to quarantine and so does the whole transaction it belongs to (the
+        open one, or the one a garbled Begin starts) — never a part of one. A bad stream message stops
+        the source even then: which blocks belong to which transaction is no longer known."""
+        kind = payload[:1] if payload else b""
+        if not self.quarantine or kind in _STREAM_KINDS or self.decoder.in_stream:
+            raise err from None
+        self.bad.append(BadControl(seq, lsn, payload, str(err)))
+        reason = f"its transaction holds a bad control message at seq {seq}: {err}"
+        closes = {b"C": "plain", b"P": "prepared"}
+        if self.open is not None:
+            if closes.get(kind) == self.open.kind:
+                self._quarantine_open(seq, reason)
+                return
+            if kind in (b"B", b"b"):  # a Begin while one is open: the open one lost its end
+                self._quarantine_open(seq - 1, reason)
+            else:
+                self.open = replace(self.open, quarantined=self.open.quarantined or reason)
+                return
+        if kind in (b"B", b"b"):
+            if msg is not None:
+                self.feed_decoded(msg, seq, lsn)
+            else:
+                kind_name = "plain" if kind == b"B" else "prepared"
+                self.open = OpenTxn(kind_name, 0, seq, 0, 0, quarantined=reason)
+        # Anything else outside a transaction is quarantined alone.
+
+    def feed_decoded(self, msg, seq: int, lsn: int) -> None:
+        getattr(self, "on_" + type(msg).__name__)(msg, seq, lsn)
+
+    def _quarantine_open(self, end_seq: int, reason: str) -> None:
+        txn, self.open = self.open, None
+        self.quarantined.append(QuarantinedTxn(txn.begin_seq, end_seq, ((txn.begin_seq, end_seq),),
+                                               txn.quarantined or reason))
 
     # -- plain and two-phase transactions -------------------------------------
     def on_Begin(self, msg: m.Begin, seq: int, lsn: int) -> None:
@@ -125,28 +195,40 @@ class _Assembler:
             raise self.fail("Origin outside a transaction", seq, lsn)
 
     def on_Commit(self, msg: m.Commit, seq: int, lsn: int) -> None:
-        txn = self._close("plain", seq, lsn)
-        if msg.commit_lsn != txn.begin_lsn:
+        self._check_close("plain", seq, lsn)
+        if self.open.quarantined:
+            self._quarantine_open(seq, self.open.quarantined)
+            return
+        if msg.commit_lsn != self.open.begin_lsn:
             raise self.fail(f"Commit LSN {m.format_lsn(msg.commit_lsn)} differs from the Begin's final LSN "
-                            f"{m.format_lsn(txn.begin_lsn)}", seq, lsn, xid=txn.xid)
+                            f"{m.format_lsn(self.open.begin_lsn)}", seq, lsn, xid=self.open.xid)
+        txn = self._close("plain", seq, lsn)
         self.committed.append(DecidedTxn("plain", txn.xid, txn.begin_seq, seq, ((txn.begin_seq, seq),), False,
                                          msg.commit_lsn, msg.end_lsn, msg.commit_ts,
                                          origin=txn.origin, origin_lsn=txn.origin_lsn))
 
     def on_Prepare(self, msg: m.Prepare, seq: int, lsn: int) -> None:
-        txn = self._close("prepared", seq, lsn)
-        if msg.gid != txn.gid or msg.xid != txn.xid:
+        self._check_close("prepared", seq, lsn)
+        txn = self.open
+        if not txn.quarantined and (msg.gid != txn.gid or msg.xid != txn.xid):
             raise self.fail(f"Prepare of gid {msg.gid!r} closes Begin Prepare of gid {txn.gid!r}", seq, lsn)
+        if msg.gid in self.prepared:
+            raise self.fail(f"gid {msg.gid!r} prepared twice", seq, lsn)
+        self.open = None
         self._park(PreparedTxn(msg.xid, msg.gid, ((txn.begin_seq, seq),), False, (), txn.begin_seq, seq,
-                               msg.prepare_lsn, msg.end_lsn, msg.prepare_ts, txn.origin, txn.origin_lsn), seq, lsn)
+                               msg.prepare_lsn, msg.end_lsn, msg.prepare_ts, txn.origin, txn.origin_lsn,
+                               quarantined=txn.quarantined), seq, lsn)
 
-    def _close(self, kind: str, seq: int, lsn: int) -> OpenTxn:
+    def _check_close(self, kind: str, seq: int, lsn: int) -> None:
         txn = self.open
         if txn is None or txn.kind != kind:
             what = "Commit" if kind == "plain" else "Prepare"
             raise self.fail(f"{what} without a matching Begin" + ("" if txn is None else f" (open: {txn.kind})"),
                             seq, lsn)
-        self.open = None
+
+    def _close(self, kind: str, seq: int, lsn: int) -> OpenTxn:
+        self._check_close(kind, seq, lsn)
+        txn, self.open = self.open, None
         return txn
 
     def _park(self, prepared: PreparedTxn, seq: int, lsn: int) -> None:
@@ -155,10 +237,13 @@ class _Assembler:
         self.prepared[prepared.gid] = prepared
 
     def on_CommitPrepared(self, msg: m.CommitPrepared, seq: int, lsn: int) -> None:
-        prepared = self.prepared.pop(msg.gid, None)
-        if prepared is None:
+        if msg.gid not in self.prepared:
             raise self.fail(f"Commit Prepared for gid {msg.gid!r}, whose Prepare is not in bronze", seq, lsn,
                             xid=msg.xid)
+        prepared = self.prepared.pop(msg.gid)
+        if prepared.quarantined:
+            self.quarantined.append(QuarantinedTxn(prepared.begin_seq, seq, prepared.ranges, prepared.quarantined))
+            return
         self.committed.append(DecidedTxn(
             "prepared", prepared.xid, prepared.begin_seq, seq, prepared.ranges, prepared.in_stream,
             msg.commit_lsn, msg.end_lsn, msg.commit_ts, gid=msg.gid, origin=prepared.origin,
@@ -256,19 +341,22 @@ class _Assembler:
             last = self.committed[-1]
             state = replace(state, last_commit_lsn=last.commit_lsn, last_commit_ts=last.commit_ts,
                             last_end_lsn=last.end_lsn)
-        return Assembly(tuple(self.committed), tuple(self.aborted), tuple(self.schema), state)
+        return Assembly(tuple(self.committed), tuple(self.aborted), tuple(self.schema), state,
+                        tuple(self.quarantined), tuple(self.bad))
 
 
 def assemble_transactions(state: SourceState, controls: Iterable[tuple[int, int, bytes]], last_seq: int,
-                          source: str | None = None) -> Assembly:
+                          source: str | None = None, quarantine: bool = False) -> Assembly:
     """Walk ``(seq, lsn, payload)`` control messages (seq order, all with seq > ``state.applied_seq``).
 
     ``last_seq`` is the largest seq of the batch (changes included); it becomes
     the new ``applied_seq``. Change messages, if passed, are ignored here.
     Framing errors (Commit without Begin, a nested Begin, an unknown
-    Commit Prepared ...) raise :class:`DecodeError` naming source, seq and LSN.
+    Commit Prepared ...) raise :class:`DecodeError` naming source, seq and LSN —
+    or, with ``quarantine``, put the message and its whole transaction in
+    ``bad_controls`` and ``quarantined`` (stream messages raise either way).
     """
-    assembler = _Assembler(state, source)
+    assembler = _Assembler(state, source, quarantine)
     for seq, lsn, payload in controls:
         if payload and payload[0] in CHANGE_TYPES:
             continue

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from cdc_apply.apply.changes_plan import (  # noqa: F401  (re-exported: the plan's types live here for callers)
     COMMON_FIELDS,
+    QUARANTINE,
     SKIP,
     DecodePlan,
     Slot,
@@ -112,7 +113,7 @@ class _Decode:
             self.global_txn[at] = sa.offset + np.maximum(txn, 0)
             self.in_stream[at] = in_stream
         skip = located & (self.txn == SKIP)
-        self.dml = located & ~skip & is_dml(self.first)
+        self.dml = located & (self.txn >= 0) & is_dml(self.first)  # not skipped, not quarantined whole
         # Everything else that is not skipped goes row by row; so does every row whose type byte is no
         # change type (null, empty, unknown), even in a skipped range: bad input is never dropped unseen.
         self.slow = ~(skip | self.dml) | ~is_change(self.first)

@@ -20,6 +20,7 @@ import pyarrow as pa
 from cdc_apply.pgoutput.types import ColumnType
 
 SKIP = -1
+QUARANTINE = -2  # a range of a transaction quarantined whole: its rows become error rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,7 @@ class SourcePlan:
     versions: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(default_factory=dict)
     # relation_id -> (version seqs ascending, slot index per version)
     ignored: frozenset[int] = frozenset()  # relations left out by the table allow/deny lists
+    quarantine_reasons: dict[int, str] = field(default_factory=dict)  # range start -> why (QUARANTINE ranges)
 
     def locate(self, seq: int) -> int:
         """Index of the range holding ``seq``, or -1."""

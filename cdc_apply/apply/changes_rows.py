@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_apply.apply.changes_plan import COMMON_FIELDS, SKIP, DecodePlan, Slot, SourcePlan
-from cdc_apply.errors import CdcApplyError, DecodeError, SchemaError
+from cdc_apply.apply.changes_plan import COMMON_FIELDS, QUARANTINE, SKIP, DecodePlan, Slot, SourcePlan
+from cdc_apply.errors import ApplyError, CdcApplyError, DecodeError, SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
 from cdc_apply.pgoutput.types import ColumnType
@@ -86,6 +86,8 @@ def decode_row(plan: DecodePlan, source, seq: int, lsn: int, payload, out: Rows)
         where = splan.locate(seq)
         if where >= 0 and splan.range_txn[where] == SKIP:
             return
+        if where >= 0 and splan.range_txn[where] == QUARANTINE:
+            raise ApplyError("not applied: " + splan.quarantine_reasons.get(splan.range_starts[where], "quarantined"))
         if kind in (b"I", b"U", b"D"):
             if where < 0:
                 raise DecodeError("change outside any transaction", message_type=m.MESSAGE_NAMES[kind.decode()])

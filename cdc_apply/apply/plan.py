@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from cdc_apply.apply.assemble import Assembly, DecidedTxn, assemble_transactions, excluded_ranges, merge_ranges
-from cdc_apply.apply.changes import SKIP, DecodePlan, Slot, SourcePlan
+from cdc_apply.apply.changes import QUARANTINE, SKIP, DecodePlan, Slot, SourcePlan
 from cdc_apply.apply.schema import RelationVersion, SchemaHistory
 from cdc_apply.apply.state import SeqRange, SourceState
 from cdc_apply.pgoutput import messages as m
@@ -51,7 +51,7 @@ class BatchPlan:
 
     @property
     def has_changes(self) -> bool:
-        return any(b.committed for b in self.sources.values())
+        return any(b.committed or b.assembly.quarantined for b in self.sources.values())
 
 
 def _subtract(ranges: Iterable[SeqRange], holes: Sequence[SeqRange]) -> list[SeqRange]:
@@ -71,9 +71,10 @@ def _subtract(ranges: Iterable[SeqRange], holes: Sequence[SeqRange]) -> list[Seq
 
 def plan_source(source: str, state: SourceState, history: SchemaHistory,
                 controls: Iterable[tuple[int, int, bytes]], last_seq: int,
-                first_change_seq: FirstChangeLookup, origin_filter: str = "any") -> tuple[SourceBatch, SourcePlan]:
+                first_change_seq: FirstChangeLookup, origin_filter: str = "any",
+                quarantine_controls: bool = False) -> tuple[SourceBatch, SourcePlan]:
     """Assemble one source's transactions and lay out its seq ranges for the decode."""
-    assembly = assemble_transactions(state, controls, last_seq, source)
+    assembly = assemble_transactions(state, controls, last_seq, source, quarantine_controls)
     new_versions, new_types = [], []
     for event in assembly.schema_events:
         recorded = history.record(event.seq, event.lsn, event.message)
@@ -103,9 +104,15 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
         entries.extend((a, b, SKIP, txn.in_stream) for a, b in txn.ranges)
     for a, b in assembly.state.pending_ranges():
         entries.append((a, b, SKIP, False))
+    reasons = {}
+    for txn in assembly.quarantined:
+        for a, b in txn.ranges:
+            entries.append((a, b, QUARANTINE, False))
+            reasons[a] = txn.reason
     entries.sort()
 
-    reread = tuple(sorted((a, min(b, state.applied_seq)) for t in committed for a, b in t.ranges
+    decided = list(committed) + list(assembly.quarantined)
+    reread = tuple(sorted((a, min(b, state.applied_seq)) for t in decided for a, b in t.ranges
                           if a <= state.applied_seq))
     first_seq = min([state.applied_seq + 1] + [a for a, _ in reread])
     splan = SourcePlan(
@@ -117,6 +124,7 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
         txn_xid=tuple(t.xid for t in committed),
         txn_commit_ts=tuple(t.commit_ts + m.PG_EPOCH_UNIX_MICROS for t in committed),
         txn_origin=tuple(t.origin for t in committed),
+        quarantine_reasons=reasons,
     )
     batch = SourceBatch(source, state, assembly, tuple(committed), tuple(filtered), tuple(new_versions),
                         tuple(new_types), reread, first_seq, max(last_seq, state.applied_seq))
@@ -128,22 +136,26 @@ def plan_batch(sources: Mapping[str, tuple[SourceState, SchemaHistory, list, int
                origin_filter: str = "any", quarantine: bool = False,
                present_relations: Mapping[str, set[int]] | None = None,
                table_selected: Callable[[str], bool] = lambda name: True,
-               txn_users: Mapping[str, Mapping[int, str]] | None = None) -> BatchPlan:
+               txn_users: Mapping[str, Mapping[int, str]] | None = None,
+               quarantine_controls: bool = False) -> BatchPlan:
     """Plan a batch over several sources: ``{source: (state, history, controls, last_seq)}``.
 
     ``present_relations`` (optional) narrows the decode slots to relations that
     may have changes in the batch; without it every relation version current
-    somewhere in the decoded seq span gets a slot.
+    somewhere in the decoded seq span gets a slot. ``quarantine`` makes the
+    decode emit error rows instead of raising; ``quarantine_controls`` makes a
+    bad control message quarantine its transaction instead of raising here.
     """
     batches: dict[str, SourceBatch] = {}
     splans: dict[str, SourcePlan] = {}
     slots: list[Slot] = []
     slot_versions: list[RelationVersion] = []
     for source, (state, history, controls, last_seq) in sorted(sources.items()):
-        batch, splan = plan_source(source, state, history, controls, last_seq, first_change_seq, origin_filter)
+        batch, splan = plan_source(source, state, history, controls, last_seq, first_change_seq, origin_filter,
+                                   quarantine_controls)
         versions: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         ignored = frozenset(rid for rid, h in history.relations.items() if not table_selected(h.latest.qualified_name))
-        if batch.committed:
+        if batch.committed or batch.assembly.quarantined:
             wanted = present_relations.get(source) if present_relations is not None else None
             for relation_id, rel_history in sorted(history.relations.items()):
                 if (wanted is not None and relation_id not in wanted) or relation_id in ignored:

@@ -30,6 +30,7 @@ class OpenTxn:
     gid: str | None = None
     origin: str | None = None
     origin_lsn: int | None = None
+    quarantined: str | None = None  # why the whole transaction goes to quarantine (on_error = quarantine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,7 @@ class PreparedTxn:
     prepare_ts: int
     origin: str | None = None
     origin_lsn: int | None = None
+    quarantined: str | None = None  # why the whole transaction goes to quarantine when it commits
 
 
 @dataclass(frozen=True, slots=True)

@@ -255,7 +255,8 @@ class ApplyPipeline:
         # batch then stops on the first of them (_first_error), not on whichever task failed first.
         plan = plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
                           quarantine=True, table_selected=self.config.table_selected,
-                          txn_users={s: e.users for s, e in expansions.items()})
+                          txn_users={s: e.users for s, e in expansions.items()},
+                          quarantine_controls=self.config.apply.on_error == "quarantine")
         states = {s: replace(b.state, format_state=expansions[s].format_state) if s in expansions else
                   replace(b.state, applied_rows=self._applied_rows(s, b.previous) + landed.get(s, 0))
                   for s, b in plan.sources.items()}
@@ -356,6 +357,7 @@ class ApplyPipeline:
 
         if decoded is None:
             self._write_schema(plan, version)
+            report.quarantined = self._write_quarantine(plan, None, version)
             report.mark("logs")
             return
         # One job decodes everything (filling the cache) and returns what the driver needs.
@@ -379,7 +381,7 @@ class ApplyPipeline:
         report.aborted = sum(len(b.assembly.aborted) for b in plan.sources.values())
         works = self.silver.plan_tables(plan, self.histories, counts, truncates)
         quarantined = sum(r.n for r in counts if r.errors)
-        report.quarantined = int(quarantined)
+        report.quarantined = int(quarantined) + sum(len(b.assembly.bad_controls) for b in plan.sources.values())
 
         def run(work):
             self._fault(f"table:{work.qualified_name}")
@@ -450,11 +452,26 @@ class ApplyPipeline:
             F.lit(version).cast("long").alias("apply_version"))
         if any(r.op == "M" and not r.errors for r in counts):
             self.books.append_df(msgs, "messages", version)
-        if any(r.errors for r in counts):
-            bad = decoded.where("error IS NOT NULL").select(
-                "source", "seq", "lsn", "payload", "error", F.lit(version).cast("long").alias("apply_version"),
-                F.current_timestamp().alias("quarantined_at"))
-            self.books.append_df(bad, "quarantine", version)
+        self._write_quarantine(plan, decoded if any(r.errors for r in counts) else None, version)
+
+    def _write_quarantine(self, plan: BatchPlan, decoded, version: int) -> int:
+        """One append (one txnVersion) with the decode's error rows and the bad control messages;
+        returns how many control messages there were."""
+        from pyspark.sql import functions as F
+
+        bad_controls = [(source, b.seq, b.lsn, b.payload, b.error)
+                        for source, batch in plan.sources.items() for b in batch.assembly.bad_controls]
+        parts = []
+        if decoded is not None:
+            parts.append(decoded.where("error IS NOT NULL").select("source", "seq", "lsn", "payload", "error"))
+        if bad_controls:
+            parts.append(self.spark.createDataFrame(
+                bad_controls, "source STRING, seq BIGINT, lsn BIGINT, payload BINARY, error STRING"))
+        if parts:
+            rows = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+            self.books.append_df(rows.select("*", F.lit(version).cast("long").alias("apply_version"),
+                                             F.current_timestamp().alias("quarantined_at")), "quarantine", version)
+        return len(bad_controls)
 
     def _write_progress(self, plan: BatchPlan, states, stats, version: int, batch_id: int, report: BatchReport,
                         expansions) -> None:

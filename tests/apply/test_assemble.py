@@ -185,3 +185,94 @@ def test_relation_messages_a_walsender_sent_with_lsn_0_take_their_transactions_l
         txn = next((t for t in out.committed if any(a <= event.seq <= b for a, b in t.ranges)), None)
         if txn is not None and txn.kind == "plain":
             assert event.lsn == txn.commit_lsn, event.seq
+
+
+def _three_transactions():
+    """Three one-insert transactions; returns the rows and the seqs of the middle one's Begin .. Commit."""
+    b = StreamBuilder()
+    users = _users(b)
+    for i in range(3):
+        with b.transaction(xid=700 + i) as tx:
+            tx.insert(users, {"id": i, "name": "n"})
+    rows = b.rows()
+    begins = [r[1] for r in rows if r[3][:1] == b"B"]
+    commits = [r[1] for r in rows if r[3][:1] == b"C"]
+    return rows, begins[1], commits[1]
+
+
+def _garble(rows, seq, how):
+    return [(s, q, lsn, how(p) if q == seq else p) for s, q, lsn, p in rows]
+
+
+@pytest.mark.parametrize("what", ["truncated Commit", "garbled Begin", "truncated Begin"])
+def test_under_quarantine_a_bad_begin_or_commit_quarantines_exactly_its_transaction(what):
+    rows, begin, commit = _three_transactions()
+    if what == "truncated Commit":
+        rows = _garble(rows, commit, lambda p: p[:-3])
+    elif what == "garbled Begin":
+        rows = _garble(rows, begin, lambda p: p + b"\x00")
+    else:
+        rows = _garble(rows, begin, lambda p: p[:4])
+    controls = [(seq, lsn, payload) for _, seq, lsn, payload in rows]
+    with pytest.raises(DecodeError):
+        assemble_transactions(SourceState(), controls, controls[-1][0], source="src")
+    out = assemble_transactions(SourceState(), controls, controls[-1][0], source="src", quarantine=True)
+    assert [t.xid for t in out.committed] == [700, 702]
+    (q,) = out.quarantined
+    assert q.ranges == ((begin, commit),) and "bad control message at seq" in q.reason
+    (bad,) = out.bad_controls
+    assert bad.seq == (commit if what == "truncated Commit" else begin) and "source=src" in bad.error
+    assert out.state.open_txn is None and out.state.applied_seq == controls[-1][0]
+
+
+def test_under_quarantine_a_truncated_relation_quarantines_its_transaction_and_later_ones_apply():
+    b = StreamBuilder()
+    with b.transaction(xid=800) as tx:
+        tx.insert(_users(b), {"id": 1, "name": "a"})
+    rows = b.rows()
+    relation = next(r[1] for r in rows if r[3][:1] == b"R")
+    controls = [(seq, lsn, payload[:9] if seq == relation else payload) for _, seq, lsn, payload in rows]
+    out = assemble_transactions(SourceState(), controls, controls[-1][0], source="src", quarantine=True)
+    assert out.committed == () and len(out.quarantined) == 1 and out.bad_controls[0].seq == relation
+
+
+def test_a_transaction_quarantined_before_a_batch_ends_is_quarantined_whole_when_it_commits_later():
+    rows, begin, commit = _three_transactions()
+    rows = _garble(rows, begin, lambda p: p[:4])
+    controls = [(seq, lsn, payload) for _, seq, lsn, payload in rows]
+    first = [c for c in controls if c[0] < commit]
+    out = assemble_transactions(SourceState(), first, first[-1][0], source="src", quarantine=True)
+    assert out.quarantined == () and out.state.open_txn.quarantined
+    state = SourceState.from_json(out.state.to_json())
+    later = assemble_transactions(state, [c for c in controls if c[0] >= commit], controls[-1][0], source="src",
+                                  quarantine=True)
+    assert [q.ranges for q in later.quarantined] == [((begin, commit),)] and [t.xid for t in later.committed] == [702]
+
+
+def test_a_quarantined_prepared_transaction_goes_to_quarantine_at_commit_prepared():
+    b = StreamBuilder()
+    users = _users(b)
+    with b.prepared_transaction("g1", xid=900) as tx:
+        tx.insert(users, {"id": 1, "name": "a"})
+    b.commit_prepared("g1", 900)
+    rows = b.rows()
+    begin = next(r[1] for r in rows if r[3][:1] == b"b")
+    controls = [(seq, lsn, payload[:6] if seq == begin else payload) for _, seq, lsn, payload in rows]
+    out = assemble_transactions(SourceState(), controls, controls[-1][0], source="src", quarantine=True)
+    assert out.committed == () and out.state.prepared == ()
+    (q,) = out.quarantined
+    assert q.ranges[0][0] == begin
+
+
+def test_a_bad_stream_message_stops_the_source_even_under_quarantine():
+    b = StreamBuilder()
+    users = _users(b)
+    big = b.stream(xid=950)
+    with big.block() as blk:
+        blk.insert(users, {"id": 1, "name": "a"})
+    big.commit()
+    rows = b.rows()
+    start = next(r[1] for r in rows if r[3][:1] == b"S")
+    controls = [(seq, lsn, payload[:3] if seq == start else payload) for _, seq, lsn, payload in rows]
+    with pytest.raises(DecodeError):
+        assemble_transactions(SourceState(), controls, controls[-1][0], source="src", quarantine=True)

@@ -63,3 +63,25 @@ def test_quarantine_records_bad_messages_and_applies_the_rest(lake_factory):
     assert set(quarantined) == {seq, seq + 2}
     assert "unknown tuple column kind" in quarantined[seq]
     assert "no Relation message described" in quarantined[seq + 2]
+
+
+def test_quarantine_puts_a_bad_control_message_and_its_whole_transaction_in_quarantine(lake_factory):
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    for i in (1, 2, 3):
+        with b.transaction() as tx:
+            tx.insert(t, {"id": i, "v": "a"})
+            tx.insert(t, {"id": 10 + i, "v": "b"})
+    rows = b.rows()
+    commits = [r for r in rows if r[3][:1] == b"C"]
+    source, seq, lsn, payload = commits[1]
+    rows = [(source, seq, lsn, payload[:-4]) if r[1] == seq else r for r in rows]  # a truncated Commit
+    lake = lake_factory("quarantine_control", apply={"on_error": "quarantine"})
+    lake.land(rows)
+    _, printed = lake.apply()
+    assert sorted(r.id for r in lake.silver("public", "t").collect()) == [1, 3, 11, 13]
+    quarantined = {r.seq: r.error for r in lake.state("quarantine").collect()}
+    inserts = [r[1] for r in rows if r[3][:1] == b"I"][2:4]
+    assert set(quarantined) == {seq, *inserts}
+    assert "truncated" in quarantined[seq] and all("not applied" in quarantined[s] for s in inserts)
+    assert "3 quarantined" in printed
