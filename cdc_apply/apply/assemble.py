@@ -30,6 +30,9 @@ from cdc_apply.apply.state import OpenTxn, PreparedTxn, SeqRange, SourceState, S
 
 CHANGE_TYPES = frozenset(b"IUDTM")
 CONTROL_TYPES = frozenset(b"BCORYSEcAbPKrp")
+# Logical decoding messages under this prefix are cdc_apply's own (a lander's snapshot, an event
+# trigger's column defaults): the driver reads them with the control messages.
+DIRECTIVE_PREFIX = "cdc_apply."
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,7 @@ class DecidedTxn:
     origin: str | None = None
     origin_lsn: int | None = None
     sub_aborts: tuple[tuple[int, int], ...] = ()
+    directives: tuple[tuple[str, str], ...] = ()  # cdc_apply's own messages in it: (prefix, content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +209,7 @@ class _Assembler:
         txn = self._close("plain", seq, lsn)
         self.committed.append(DecidedTxn("plain", txn.xid, txn.begin_seq, seq, ((txn.begin_seq, seq),), False,
                                          msg.commit_lsn, msg.end_lsn, msg.commit_ts,
-                                         origin=txn.origin, origin_lsn=txn.origin_lsn))
+                                         origin=txn.origin, origin_lsn=txn.origin_lsn, directives=txn.directives))
 
     def on_Prepare(self, msg: m.Prepare, seq: int, lsn: int) -> None:
         self._check_close("prepared", seq, lsn)
@@ -217,7 +221,7 @@ class _Assembler:
         self.open = None
         self._park(PreparedTxn(msg.xid, msg.gid, ((txn.begin_seq, seq),), False, (), txn.begin_seq, seq,
                                msg.prepare_lsn, msg.end_lsn, msg.prepare_ts, txn.origin, txn.origin_lsn,
-                               quarantined=txn.quarantined), seq, lsn)
+                               quarantined=txn.quarantined, directives=txn.directives), seq, lsn)
 
     def _check_close(self, kind: str, seq: int, lsn: int) -> None:
         txn = self.open
@@ -247,7 +251,7 @@ class _Assembler:
         self.committed.append(DecidedTxn(
             "prepared", prepared.xid, prepared.begin_seq, seq, prepared.ranges, prepared.in_stream,
             msg.commit_lsn, msg.end_lsn, msg.commit_ts, gid=msg.gid, origin=prepared.origin,
-            origin_lsn=prepared.origin_lsn, sub_aborts=prepared.sub_aborts))
+            origin_lsn=prepared.origin_lsn, sub_aborts=prepared.sub_aborts, directives=prepared.directives))
 
     def on_RollbackPrepared(self, msg: m.RollbackPrepared, seq: int, lsn: int) -> None:
         prepared = self.prepared.pop(msg.gid, None)
@@ -280,14 +284,14 @@ class _Assembler:
         self.committed.append(DecidedTxn(
             "streamed", msg.xid, stream.blocks[0][0] if stream.blocks else seq, seq, stream.blocks, True,
             msg.commit_lsn, msg.end_lsn, msg.commit_ts, origin=stream.origin, origin_lsn=stream.origin_lsn,
-            sub_aborts=stream.sub_aborts))
+            sub_aborts=stream.sub_aborts, directives=stream.directives))
 
     def on_StreamPrepare(self, msg: m.StreamPrepare, seq: int, lsn: int) -> None:
         stream = self._take_stream(msg.xid, "Stream Prepare", seq, lsn)
         begin = stream.blocks[0][0] if stream.blocks else seq
         self._park(PreparedTxn(msg.xid, msg.gid, stream.blocks, True, stream.sub_aborts, begin, seq,
-                               msg.prepare_lsn, msg.end_lsn, msg.prepare_ts, stream.origin, stream.origin_lsn),
-                   seq, lsn)
+                               msg.prepare_lsn, msg.end_lsn, msg.prepare_ts, stream.origin, stream.origin_lsn,
+                               directives=stream.directives), seq, lsn)
 
     def _take_stream(self, xid: int, what: str, seq: int, lsn: int) -> StreamedTxn:
         if self.decoder.in_stream:
@@ -307,6 +311,19 @@ class _Assembler:
             self.aborted.append(DecidedTxn("streamed", msg.xid, begin, seq, stream.blocks, True))
         else:
             self.streams[msg.xid] = replace(stream, sub_aborts=stream.sub_aborts + ((msg.subxid, seq),))
+
+    # -- cdc_apply's own messages -------------------------------------------------
+    def on_Message(self, msg: m.Message, seq: int, lsn: int) -> None:
+        if not msg.transactional or not msg.prefix.startswith(DIRECTIVE_PREFIX):
+            return  # other messages are the decode's (the messages log); non-transactional ones the lander's
+        directive = (msg.prefix, msg.content.decode("utf-8", "replace"))
+        if self.open is not None:
+            self.open = replace(self.open, directives=self.open.directives + (directive,))
+        elif self.decoder.in_stream and self.decoder.stream_xid in self.streams:
+            xid = self.decoder.stream_xid
+            self.streams[xid] = replace(self.streams[xid], directives=self.streams[xid].directives + (directive,))
+        else:
+            raise self.fail("transactional Message outside any transaction", seq, lsn, message_type="Message")
 
     # -- schema ------------------------------------------------------------------
     def on_Relation(self, msg: m.Relation, seq: int, lsn: int) -> None:
@@ -358,10 +375,20 @@ def assemble_transactions(state: SourceState, controls: Iterable[tuple[int, int,
     """
     assembler = _Assembler(state, source, quarantine)
     for seq, lsn, payload in controls:
-        if payload and payload[0] in CHANGE_TYPES:
+        if payload and payload[0] in CHANGE_TYPES and not is_directive(payload):
             continue
         assembler.feed(seq, lsn, payload)
     return assembler.finish(last_seq)
+
+
+_DIRECTIVE_BYTES = DIRECTIVE_PREFIX.encode()
+
+
+def is_directive(payload: bytes) -> bool:
+    """Whether a payload is a logical decoding message with cdc_apply's prefix (streamed or not:
+    'M', [xid], flags, LSN, prefix)."""
+    return payload[:1] == b"M" and (payload[10:10 + len(_DIRECTIVE_BYTES)] == _DIRECTIVE_BYTES
+                                    or payload[14:14 + len(_DIRECTIVE_BYTES)] == _DIRECTIVE_BYTES)
 
 
 def excluded_ranges(txn: DecidedTxn, first_change_seq: Mapping[int, int]) -> tuple[SeqRange, ...]:

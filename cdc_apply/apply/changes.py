@@ -158,6 +158,11 @@ class _Dml:
                 drop = np.isin(relation_ids, sa.ignored)
                 if drop.any():
                     ignored[np.flatnonzero(drop) if at is None else at[drop]] = True
+            for relation_id, txns in sa.skips.items():  # changes a later snapshot already holds
+                txn_of = d.txn[rows] if at is None else d.txn[rows[at]]
+                drop = (relation_ids == relation_id) & np.isin(txn_of, txns)
+                if drop.any():
+                    ignored[np.flatnonzero(drop) if at is None else at[drop]] = True
             found = sa.slots(relation_ids, seqs if at is None else seqs[at])
             if at is None:
                 slot[:] = found

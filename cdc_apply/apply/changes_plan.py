@@ -60,6 +60,8 @@ class SourcePlan:
     # relation_id -> (version seqs ascending, slot index per version)
     ignored: frozenset[int] = frozenset()  # relations left out by the table allow/deny lists
     quarantine_reasons: dict[int, str] = field(default_factory=dict)  # range start -> why (QUARANTINE ranges)
+    # relation_id -> txn indexes whose changes of it are skipped (a snapshot taken after they committed)
+    skip_relations: dict[int, frozenset[int]] = field(default_factory=dict)
 
     def locate(self, seq: int) -> int:
         """Index of the range holding ``seq``, or -1."""

@@ -98,9 +98,11 @@ def decode_row(plan: DecodePlan, source, seq: int, lsn: int, payload, out: Rows)
             if where < 0:
                 raise DecodeError("Truncate outside any transaction", message_type="Truncate")
             txn = splan.range_txn[where]
-            out.add(source=source, seq=seq, lsn=lsn, **txn_fields(splan, txn),
-                    xid=message.xid if message.xid is not None else splan.txn_xid[txn], op="T",
-                    trunc_relids=list(message.relation_ids), trunc_options=message.options)
+            relids = [r for r in message.relation_ids if txn not in splan.skip_relations.get(r, ())]
+            if relids:
+                out.add(source=source, seq=seq, lsn=lsn, **txn_fields(splan, txn),
+                        xid=message.xid if message.xid is not None else splan.txn_xid[txn], op="T",
+                        trunc_relids=relids, trunc_options=message.options)
         elif isinstance(message, m.Message):
             if where < 0 and message.transactional:
                 raise DecodeError("transactional Message outside any transaction", message_type="Message")

@@ -23,7 +23,7 @@ _TS = pa.timestamp("us", tz="UTC")
 class SourceArrays:
     """One source's :class:`SourcePlan` as numpy arrays; ``offset`` places its txns in the plan's."""
 
-    __slots__ = ("plan", "starts", "ends", "txn", "in_stream", "offset", "ignored", "versions")
+    __slots__ = ("plan", "starts", "ends", "txn", "in_stream", "offset", "ignored", "versions", "skips")
 
     def __init__(self, splan: SourcePlan, offset: int) -> None:
         self.plan = splan
@@ -33,6 +33,8 @@ class SourceArrays:
         self.in_stream = np.asarray(splan.range_in_stream, dtype=bool)
         self.offset = offset
         self.ignored = np.fromiter(splan.ignored, dtype=np.int64, count=len(splan.ignored))
+        self.skips = {rid: np.fromiter(txns, dtype=np.int64, count=len(txns))
+                      for rid, txns in splan.skip_relations.items()}
         self.versions = {rid: (np.asarray(seqs, dtype=np.int64), np.asarray(slots, dtype=np.int64))
                          for rid, (seqs, slots) in splan.versions.items()}
 

@@ -9,6 +9,7 @@ decode, the committed transactions in commit order, and the next state.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -69,6 +70,31 @@ def _subtract(ranges: Iterable[SeqRange], holes: Sequence[SeqRange]) -> list[Seq
     return out
 
 
+SNAPSHOT_PREFIX = "cdc_apply.snapshot"
+
+
+def snapshot_skips(committed: Sequence[DecidedTxn], resets: tuple[tuple[int, int], ...]
+                   ) -> tuple[dict[int, frozenset[int]], tuple[tuple[int, int], ...]]:
+    """Which committed transactions skip which relations, and the snapshot resets still in force.
+
+    A snapshot of relation R consistent with LSN C (docs/SNAPSHOTS.md) holds every change committed
+    before C, so a transaction committed below C that lands after it skips R; the first transaction
+    at or past C ends the rule (commit order follows LSN order from there on)."""
+    active = dict(resets)
+    skips: dict[int, set[int]] = {}
+    for index, txn in enumerate(committed):
+        for relation_id, lsn in list(active.items()):
+            if txn.commit_lsn < lsn:
+                skips.setdefault(relation_id, set()).add(index)
+            else:
+                del active[relation_id]
+        for prefix, content in txn.directives:
+            if prefix == SNAPSHOT_PREFIX:
+                snapshot = json.loads(content)
+                active[int(snapshot["relation_id"])] = int(snapshot["lsn"])
+    return {r: frozenset(t) for r, t in skips.items()}, tuple(sorted(active.items()))
+
+
 def plan_source(source: str, state: SourceState, history: SchemaHistory,
                 controls: Iterable[tuple[int, int, bytes]], last_seq: int,
                 first_change_seq: FirstChangeLookup, origin_filter: str = "any",
@@ -86,6 +112,8 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
     committed, filtered = [], []
     for txn in assembly.committed:
         (filtered if origin_filter == "none" and txn.origin is not None else committed).append(txn)
+    skips, resets = snapshot_skips(committed, state.snapshot_resets)
+    assembly = replace(assembly, state=replace(assembly.state, snapshot_resets=resets))
 
     # One bronze lookup for every transaction with subtransaction aborts (one per transaction made
     # the soak's batches, with dozens of such transactions, spend 20-30 s planning): a subxid's
@@ -125,6 +153,7 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
         txn_commit_ts=tuple(t.commit_ts + m.PG_EPOCH_UNIX_MICROS for t in committed),
         txn_origin=tuple(t.origin for t in committed),
         quarantine_reasons=reasons,
+        skip_relations=skips,
     )
     batch = SourceBatch(source, state, assembly, tuple(committed), tuple(filtered), tuple(new_versions),
                         tuple(new_types), reread, first_seq, max(last_seq, state.applied_seq))

@@ -31,6 +31,7 @@ class OpenTxn:
     origin: str | None = None
     origin_lsn: int | None = None
     quarantined: str | None = None  # why the whole transaction goes to quarantine (on_error = quarantine)
+    directives: tuple[tuple[str, str], ...] = ()  # cdc_apply's own messages in it: (prefix, content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,7 @@ class StreamedTxn:
     origin: str | None = None
     origin_lsn: int | None = None
     first_lsn: int | None = None  # its first Stream Start's LSN (the transaction's first LSN)
+    directives: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class PreparedTxn:
     origin: str | None = None
     origin_lsn: int | None = None
     quarantined: str | None = None  # why the whole transaction goes to quarantine when it commits
+    directives: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,8 @@ class SourceState:
     # Bronze rows with seq <= applied_seq when they were applied: bronze only grows, so more rows there
     # later means some were appended below the applied seq (None: not counted, e.g. an older state).
     applied_rows: int | None = None
+    # Snapshots committed (relation id, LSN C): later transactions committed below C skip that relation.
+    snapshot_resets: tuple[tuple[int, int], ...] = ()
 
     def pending_ranges(self) -> tuple[SeqRange, ...]:
         """Seq ranges holding changes of transactions not yet decided (open ranges end at ``applied_seq``)."""
@@ -120,9 +125,11 @@ class SourceState:
         open_txn = raw.pop("open_txn")
         streams = raw.pop("streams")
         prepared = raw.pop("prepared")
+        resets = raw.pop("snapshot_resets", ())
         return cls(
             **raw,
-            open_txn=OpenTxn(**open_txn) if open_txn else None,
+            snapshot_resets=_pairs(resets),
+            open_txn=_open(open_txn) if open_txn else None,
             streams=tuple(_streamed(s) for s in streams),
             prepared=tuple(_prepared(p) for p in prepared),
         )
@@ -132,12 +139,22 @@ def _pairs(items: list[list[int]]) -> tuple[tuple[int, int], ...]:
     return tuple((int(a), int(b)) for a, b in items)
 
 
+def _directives(raw: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple((str(p), str(c)) for p, c in raw.get("directives", ()))
+
+
+def _open(raw: dict[str, Any]) -> OpenTxn:
+    return replace(OpenTxn(**raw), directives=_directives(raw))
+
+
 def _streamed(raw: dict[str, Any]) -> StreamedTxn:
-    return replace(StreamedTxn(**raw), blocks=_pairs(raw["blocks"]), sub_aborts=_pairs(raw["sub_aborts"]))
+    return replace(StreamedTxn(**raw), blocks=_pairs(raw["blocks"]), sub_aborts=_pairs(raw["sub_aborts"]),
+                   directives=_directives(raw))
 
 
 def _prepared(raw: dict[str, Any]) -> PreparedTxn:
-    return replace(PreparedTxn(**raw), ranges=_pairs(raw["ranges"]), sub_aborts=_pairs(raw["sub_aborts"]))
+    return replace(PreparedTxn(**raw), ranges=_pairs(raw["ranges"]), sub_aborts=_pairs(raw["sub_aborts"]),
+                   directives=_directives(raw))
 
 
 __all__ = ["OpenTxn", "PreparedTxn", "SeqRange", "SourceState", "StreamedTxn"]

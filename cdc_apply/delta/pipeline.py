@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Callable, Iterator, TextIO
 
+from cdc_apply.apply.assemble import DIRECTIVE_PREFIX
 from cdc_apply.apply.changes import SKIP, decode_batches, output_ddl
 from cdc_apply.apply.plan import BatchPlan, plan_batch
 from cdc_apply.apply.schema import SchemaHistory
@@ -132,6 +133,16 @@ def _is_control():
     from pyspark.sql import functions as F
 
     return F.coalesce(_first_byte_hex().isin(*CONTROL_HEX), F.lit(False))
+
+
+def _is_directive():
+    """cdc_apply's own logical decoding messages (a snapshot, column defaults): the driver reads them
+    with the control messages; they are decoded into the messages log too, like every message."""
+    from pyspark.sql import functions as F
+
+    prefix = DIRECTIVE_PREFIX.encode().hex().upper()
+    at = [F.hex(F.substring(F.col("payload"), start, len(prefix) // 2)) == prefix for start in (11, 15)]
+    return F.coalesce((_first_byte_hex() == "4D") & (at[0] | at[1]), F.lit(False))
 
 
 class ApplyPipeline:
@@ -243,7 +254,7 @@ class ApplyPipeline:
         fresh = self._messages().where(new_rows)
         landed = self._count_rows(fresh)
         controls: dict[str, list] = {s: [] for s in stats}
-        for r in fresh.where(_is_control()).select("source", "seq", "lsn", "payload").collect():
+        for r in fresh.where(_is_control() | _is_directive()).select("source", "seq", "lsn", "payload").collect():
             controls[r.source].append((r.seq, r.lsn, bytes(r.payload)))
         inputs = {}
         for source, row in stats.items():

@@ -22,12 +22,14 @@ TRUNCATE, and relation versions by position in the stream. Values stay raw
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from cdc_apply.apply.schema import SchemaHistory
 from cdc_apply.apply.tables import identity_of
 from cdc_apply.errors import ApplyError
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import StreamDecoder
 
@@ -88,6 +90,7 @@ class ReferenceApplier:
         self.messages: list[m.Message] = []
         self.committed: list[tuple[int, str]] = []  # (commit_lsn, kind)
         self.on_commit: Callable[[int], None] | None = None
+        self.snapshot_resets: dict[int, int] = {}  # relation id -> LSN of a snapshot of it still in force
 
     # -- feeding ---------------------------------------------------------------
     def feed(self, seq: int, payload: bytes) -> None:
@@ -152,15 +155,22 @@ class ReferenceApplier:
         self.committed.append((commit_lsn, kind))
         if self.origin_filter == "none" and pending.origin is not None:
             return
+        # A snapshot consistent with LSN C already holds what transactions committed below C did to its
+        # table (docs/SNAPSHOTS.md); the first transaction at or past C ends the rule.
+        skip = {rid for rid, lsn in self.snapshot_resets.items() if commit_lsn < lsn}
+        self.snapshot_resets = {rid: lsn for rid, lsn in self.snapshot_resets.items() if rid in skip}
         for seq, _, msg in pending.changes:
             if isinstance(msg, m.Truncate):
                 for rid in msg.relation_ids:
-                    if rid in self.tables:
+                    if rid in self.tables and rid not in skip:
                         self.tables[rid].keyed.clear()
                         self.tables[rid].bag.clear()
             elif isinstance(msg, m.Message):
                 self.messages.append(msg)
-            else:
+                if msg.prefix == SNAPSHOT_PREFIX:
+                    snapshot = json.loads(msg.content)
+                    self.snapshot_resets[int(snapshot["relation_id"])] = int(snapshot["lsn"])
+            elif msg.relation_id not in skip:
                 self._apply(seq, msg)
         if self.on_commit is not None:
             self.on_commit(commit_lsn)

@@ -139,15 +139,17 @@ class StreamBuilder:
 
     # -- transactions -------------------------------------------------------------
     @contextlib.contextmanager
-    def transaction(self, xid: int | None = None, origin: str | None = None) -> Iterator["Tx"]:
-        """Begin ... Commit around the changes made in the block."""
+    def transaction(self, xid: int | None = None, origin: str | None = None,
+                    commit_lsn: int | None = None) -> Iterator["Tx"]:
+        """Begin ... Commit around the changes made in the block (``commit_lsn``: its commit LSN, for
+        a transaction that commits below what was landed before it, as after a snapshot)."""
         xid = xid or self.next_xid()
         ts = self._tick()
         begin = self.emit(m.Begin(0, ts, xid))
         if origin is not None:
             self.emit(m.Origin(0x42, origin))
         yield Tx(self, None)
-        commit_lsn = self._lsn
+        commit_lsn = self._lsn if commit_lsn is None else commit_lsn
         self.patch(begin, final_lsn=commit_lsn)
         self.emit(m.Commit(0, commit_lsn, commit_lsn + 40, ts))
 
@@ -173,6 +175,19 @@ class StreamBuilder:
     def stream(self, xid: int | None = None) -> "StreamedTx":
         """A streamed transaction: emit blocks with ``with s.block():`` then commit/abort/prepare it."""
         return StreamedTx(self, xid or self.next_xid())
+
+    def snapshot(self, rel: "Rel", rows: Sequence[Mapping[str, Any] | Sequence[Any]], lsn: int | None = None,
+                 chunk_rows: int = 1000) -> int:
+        """A lander's snapshot of ``rel`` holding ``rows``, consistent with ``lsn`` (default: the next
+        LSN); returns that LSN. See :mod:`cdc_apply.pgoutput.snapshot`."""
+        from cdc_apply.pgoutput.snapshot import snapshot_messages
+
+        lsn = self._lsn if lsn is None else lsn
+        tuples = [rel.tuple_of(r) for r in rows]
+        chunks = [tuples[i:i + chunk_rows] for i in range(0, len(tuples), chunk_rows)]
+        for message in snapshot_messages(rel.message, lsn, self._tick(), chunks):
+            self.emit(message)
+        return lsn
 
     def logical_message(self, prefix: str, content: bytes, transactional: bool = False) -> None:
         self.emit(m.Message(None, transactional, self._lsn, prefix, content))

@@ -71,3 +71,47 @@ def test_an_aborted_subtransaction_drops_its_own_later_blocks_but_not_a_block_of
             txn = sp.range_txn[where] if where >= 0 else None
             by_id[len(by_id) + 1] = "skip" if txn == SKIP else None if txn is None else committed[txn]
     assert by_id == {1: 800, 2: "skip", 3: 900, 4: "skip"}
+
+
+def test_a_snapshot_makes_later_transactions_committed_below_its_lsn_skip_that_relation_only():
+    from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
+    from cdc_apply.testing.stream import StreamBuilder
+
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True)])
+    u = b.relation("public", "u", [("id", "int4", True)])
+    with b.transaction() as tx:
+        tx.insert(t, [1])
+    at = b.snapshot(t, [[1], [2]], lsn=0x5000000)
+    with b.transaction(commit_lsn=0x4000000) as tx:   # landed after the snapshot, committed before it
+        tx.insert(t, [3])
+        tx.insert(u, [3])
+    with b.transaction(commit_lsn=0x5000000) as tx:   # at the snapshot's LSN: applies
+        tx.insert(t, [4])
+    with b.transaction(commit_lsn=0x4800000) as tx:   # cannot happen after one at C; the rule has ended
+        tx.insert(t, [5])
+    rows = b.rows()
+    controls = [(seq, lsn, p) for _, seq, lsn, p in rows if p[:1] != b"I"]
+    plan = plan_batch({"src": (SourceState(), SchemaHistory(), controls, rows[-1][1])}, lambda *a: {})
+    batch = plan.sources["src"]
+    assert [t_.xid for t_ in batch.committed][1] == SNAPSHOT_XID and batch.committed[1].commit_lsn == at
+    assert plan.decode.sources["src"].skip_relations == {t.oid: frozenset({2})}
+    assert batch.state.snapshot_resets == ()
+
+
+def test_a_snapshot_rule_still_in_force_at_a_batch_end_is_carried_in_the_state():
+    from cdc_apply.testing.stream import StreamBuilder
+
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True)])
+    b.snapshot(t, [[1]], lsn=0x5000000)
+    rows = b.rows()
+    controls = [(seq, lsn, p) for _, seq, lsn, p in rows if p[:1] != b"I"]
+    plan = plan_batch({"src": (SourceState(), SchemaHistory(), controls, rows[-1][1])}, lambda *a: {})
+    state = SourceState.from_json(plan.sources["src"].state.to_json())
+    assert state.snapshot_resets == ((t.oid, 0x5000000),)
+    with b.transaction(commit_lsn=0x4000000) as tx:
+        tx.insert(t, [2])
+    more = [(seq, lsn, p) for _, seq, lsn, p in b.rows()[len(rows):] if p[:1] != b"I"]
+    later = plan_batch({"src": (state, SchemaHistory(), more, b.rows()[-1][1])}, lambda *a: {})
+    assert later.decode.sources["src"].skip_relations == {t.oid: frozenset({0})}
