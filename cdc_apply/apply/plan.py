@@ -71,6 +71,38 @@ def _subtract(ranges: Iterable[SeqRange], holes: Sequence[SeqRange]) -> list[Seq
 
 
 SNAPSHOT_PREFIX = "cdc_apply.snapshot"
+DEFAULTS_PREFIX = "cdc_apply.column_defaults"
+
+
+class _Defaults:
+    """Column missing values from the source's event trigger (docs/SNAPSHOTS.md), in commit order:
+    a Relation version that adds a column takes the value announced before it for that column."""
+
+    def __init__(self, carried: Sequence[tuple[int, str, str]], committed: Sequence[DecidedTxn]) -> None:
+        self.pending: dict[int, dict[str, str]] = {}
+        for relation_id, column, value in carried:
+            self.pending.setdefault(relation_id, {})[column] = value
+        self.announced = sorted((t.decide_seq, content) for t in committed
+                                for prefix, content in t.directives if prefix == DEFAULTS_PREFIX)
+        self.next = 0
+
+    def _take(self, upto: int) -> None:
+        while self.next < len(self.announced) and self.announced[self.next][0] < upto:
+            body = json.loads(self.announced[self.next][1])
+            self.pending.setdefault(int(body["relation_id"]), {}).update(
+                {str(k): str(v) for k, v in body["columns"].items()})
+            self.next += 1
+
+    def before(self, seq: int, message) -> dict[str, str] | None:
+        self._take(seq)
+        return self.pending.get(message.relation_id) if isinstance(message, m.Relation) else None
+
+    def used(self, relation_id: int) -> None:
+        self.pending.pop(relation_id, None)
+
+    def remaining(self) -> tuple[tuple[int, str, str], ...]:
+        self._take(float("inf"))  # type: ignore[arg-type]
+        return tuple((r, c, v) for r, cols in sorted(self.pending.items()) for c, v in sorted(cols.items()))
 
 
 def snapshot_skips(committed: Sequence[DecidedTxn], resets: tuple[tuple[int, int], ...]
@@ -102,12 +134,16 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
     """Assemble one source's transactions and lay out its seq ranges for the decode."""
     assembly = assemble_transactions(state, controls, last_seq, source, quarantine_controls)
     new_versions, new_types = [], []
+    defaults = _Defaults(state.column_defaults, assembly.committed)
     for event in assembly.schema_events:
-        recorded = history.record(event.seq, event.lsn, event.message)
+        missing = defaults.before(event.seq, event.message)
+        recorded = history.record(event.seq, event.lsn, event.message, missing)
         if isinstance(recorded, RelationVersion):
             new_versions.append(recorded)
+            defaults.used(recorded.relation_id)
         elif isinstance(recorded, m.Type):
             new_types.append((event.seq, event.lsn, recorded))
+    assembly = replace(assembly, state=replace(assembly.state, column_defaults=defaults.remaining()))
 
     committed, filtered = [], []
     for txn in assembly.committed:

@@ -38,6 +38,9 @@ class RelationVersion:
     replica_identity: str
     columns: tuple[m.RelationColumn, ...]
     lineage: tuple[int, ...]  # one lineage id per column, stable across versions
+    # (lineage, text) of columns this version adds that rows existing before it read a value for:
+    # PostgreSQL's missing value (attmissingval) of ADD COLUMN ... DEFAULT, from the source's event trigger.
+    missing: tuple[tuple[int, str], ...] = ()
 
     @property
     def qualified_name(self) -> str:
@@ -104,8 +107,10 @@ class RelationHistory:
     _seqs: list[int] = field(default_factory=list)
     _next_lineage: int = 0
 
-    def add(self, rel: m.Relation, seq: int, lsn: int) -> RelationVersion | None:
-        """Record a Relation message; returns the new version, or ``None`` if the shape is unchanged."""
+    def add(self, rel: m.Relation, seq: int, lsn: int,
+            missing: Mapping[str, str] | None = None) -> RelationVersion | None:
+        """Record a Relation message; returns the new version, or ``None`` if the shape is unchanged.
+        ``missing``: by column name, the value existing rows read for a column this version adds."""
         if self.versions:
             latest = self.versions[-1]
             if seq <= latest.seq:
@@ -126,8 +131,11 @@ class RelationHistory:
         else:
             lineage = list(range(len(rel.columns)))
             self._next_lineage = len(rel.columns)
+        known = {lin for v in self.versions for lin in v.lineage}
+        filled = tuple((lin, missing[c.name]) for lin, c in zip(lineage, rel.columns)
+                       if missing and lin not in known and c.name in missing and self.versions)
         version = RelationVersion(rel.relation_id, seq, lsn, rel.namespace, rel.name, rel.replica_identity,
-                                  rel.columns, tuple(lineage))
+                                  rel.columns, tuple(lineage), filled)
         self.versions.append(version)
         self._seqs.append(seq)
         return version
@@ -155,7 +163,8 @@ class SchemaHistory:
     relations: dict[int, RelationHistory] = field(default_factory=dict)
     types: dict[int, tuple[str, str]] = field(default_factory=dict)
 
-    def record(self, seq: int, lsn: int, message: m.Relation | m.Type) -> RelationVersion | m.Type | None:
+    def record(self, seq: int, lsn: int, message: m.Relation | m.Type,
+               missing: Mapping[str, str] | None = None) -> RelationVersion | m.Type | None:
         """Record a Relation or Type message; returns what is new (``None`` if nothing is)."""
         if isinstance(message, m.Type):
             entry = (message.namespace, message.name)
@@ -164,16 +173,16 @@ class SchemaHistory:
             self.types[message.type_oid] = entry
             return message
         history = self.relations.setdefault(message.relation_id, RelationHistory(message.relation_id))
-        return history.add(message, seq, lsn)
+        return history.add(message, seq, lsn, missing)
 
     def version_at(self, relation_id: int, seq: int) -> RelationVersion | None:
         history = self.relations.get(relation_id)
         return history.at(seq) if history else None
 
-    def load(self, rows: Iterable[tuple[int, int, m.Relation | m.Type]]) -> None:
-        """Rebuild from stored ``(seq, lsn, message)`` rows (any order)."""
-        for seq, lsn, message in sorted(rows, key=lambda r: r[0]):
-            self.record(seq, lsn, message)
+    def load(self, rows: Iterable[tuple]) -> None:
+        """Rebuild from stored ``(seq, lsn, message[, missing])`` rows (any order)."""
+        for seq, lsn, message, *missing in sorted(rows, key=lambda r: r[0]):
+            self.record(seq, lsn, message, missing[0] if missing else None)
 
 
 def lineage_names(version: RelationVersion) -> Mapping[int, str]:

@@ -87,6 +87,9 @@ class SourceState:
     applied_rows: int | None = None
     # Snapshots committed (relation id, LSN C): later transactions committed below C skip that relation.
     snapshot_resets: tuple[tuple[int, int], ...] = ()
+    # Column missing values announced by the source's event trigger, waiting for the Relation version
+    # that adds the column: (relation id, column name, value as text).
+    column_defaults: tuple[tuple[int, str, str], ...] = ()
 
     def pending_ranges(self) -> tuple[SeqRange, ...]:
         """Seq ranges holding changes of transactions not yet decided (open ranges end at ``applied_seq``)."""
@@ -126,9 +129,11 @@ class SourceState:
         streams = raw.pop("streams")
         prepared = raw.pop("prepared")
         resets = raw.pop("snapshot_resets", ())
+        defaults = raw.pop("column_defaults", ())
         return cls(
             **raw,
             snapshot_resets=_pairs(resets),
+            column_defaults=tuple((int(r), str(c), str(v)) for r, c, v in defaults),
             open_txn=_open(open_txn) if open_txn else None,
             streams=tuple(_streamed(s) for s in streams),
             prepared=tuple(_prepared(p) for p in prepared),

@@ -16,6 +16,7 @@ Every write but a failure's is an append tagged with Delta's ``txnAppId``/``txnV
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -35,6 +36,7 @@ SCHEMAS: dict[str, list[tuple[str, str]]] = {
         ("namespace", "STRING"), ("name", "STRING"), ("replica_identity", "STRING"),
         ("columns", f"ARRAY<{COLUMN_STRUCT}>"), ("relation_message", "BINARY"),
         ("apply_version", "BIGINT"), ("recorded_at", "TIMESTAMP"),
+        ("missing_values", "STRING"),  # JSON {column: text}: what rows before this version read for added columns
     ],
     "type_cache": [
         ("source", "STRING"), ("type_oid", "BIGINT"), ("namespace", "STRING"), ("name", "STRING"),
@@ -85,8 +87,16 @@ class Bookkeeping:
         return f"cdc_apply:{self.config.pipeline}:{table}"
 
     def create_all(self, spark) -> None:
+        """Create the tables that are missing; add the columns a newer cdc_apply writes to older ones."""
         for table, columns in SCHEMAS.items():
-            create_table(spark, self.ref(table), columns, {"delta.appendOnly": "true"},
+            ref = self.ref(table)
+            if ref.exists(spark):
+                have = {f.name for f in ref.read(spark).schema.fields}
+                missing = [(n, t) for n, t in columns if n not in have]
+                if missing:
+                    spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({column_list(missing)})")
+                continue
+            create_table(spark, ref, columns, {"delta.appendOnly": "true"},
                          comment=f"cdc_apply {table} of pipeline {self.config.pipeline}")
 
     def append(self, spark, table: str, rows: list[tuple], version: int) -> None:
@@ -120,10 +130,13 @@ class Bookkeeping:
 
     def load_history(self, spark, sources: Iterable[str] | None = None) -> dict[str, SchemaHistory]:
         histories: dict[str, SchemaHistory] = {}
-        rows = self.ref("schema_history").read(spark).select("source", "seq", "lsn", "relation_message").collect()
+        rows = self.ref("schema_history").read(spark).select("source", "seq", "lsn", "relation_message",
+                                                               "missing_values").collect()
         per_source: dict[str, list] = {}
         for r in rows:
-            per_source.setdefault(r.source, []).append((r.seq, r.lsn, decode_message(bytes(r.relation_message))))
+            missing = json.loads(r.missing_values) if r.missing_values else None
+            per_source.setdefault(r.source, []).append((r.seq, r.lsn, decode_message(bytes(r.relation_message)),
+                                                        missing))
         for r in self.ref("type_cache").read(spark).select("source", "seq", "lsn", "type_oid", "namespace",
                                                               "name").collect():
             per_source.setdefault(r.source, []).append(
@@ -143,5 +156,7 @@ def relation_row(source: str, version, type_name, apply_version: int, now) -> tu
                          version.columns)
     columns = [(c.name, c.type_oid, type_name(c.type_oid, c.type_modifier), c.type_modifier, c.key)
                for c in version.columns]
+    names = dict(zip(version.lineage, version.column_names))
+    missing = json.dumps({names[lin]: text for lin, text in version.missing}) if version.missing else None
     return (source, version.relation_id, version.seq, version.lsn, version.namespace, version.name,
-            version.replica_identity, columns, encode(message), apply_version, now)
+            version.replica_identity, columns, encode(message), apply_version, now, missing)

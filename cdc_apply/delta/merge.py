@@ -21,12 +21,13 @@ all values, with exact duplicate counts: see :func:`merge_keyless`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import reduce
 from typing import Sequence
 
 from cdc_apply.apply.tables import SilverColumn
-from cdc_apply.delta.tables import TableRef, quote_ident
+from cdc_apply.delta.tables import USER_METADATA, TableRef, quote_ident
 from cdc_apply.errors import ApplyError
 
 # The collapse's output is materialised (localCheckpoint) as row blocks, one per partition; a block
@@ -66,6 +67,7 @@ class SlotMap:
     mapping: tuple[int | None, ...]   # version column j -> silver column index
     ddls: tuple[str, ...]             # Spark type of version column j
     pooled: tuple[int, ...]           # version column j -> decoded column new_<p> / old_<p>
+    version_seq: int = -1             # the relation version the slot decodes
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,9 @@ class TableWork:
     # Some update sent an old/key tuple and unchanged TOAST: only such a change can be a key move with
     # gaps to fill (an update without an old tuple kept its key).
     toast_moves: bool = True
+    # (silver column index, seq of the version that added it, value): changes of older versions carry
+    # the column's missing value (ADD COLUMN ... DEFAULT), as PostgreSQL shows for rows older than it.
+    defaults: tuple[tuple[int, int, object], ...] = ()
 
     @property
     def key_index(self) -> tuple[int, ...]:
@@ -141,6 +146,14 @@ def project(decoded, work: TableWork):
                 new_v, old_v, carried = (F.when(hit, nv).otherwise(new_v), F.when(hit, ov).otherwise(old_v),
                                          F.when(hit, cv).otherwise(carried))
         holders = {k for positions in groups.values() for k in positions}
+        older = {sm.slot for sm in work.slots for c, added, _ in work.defaults
+                 if c == i and sm.version_seq < added and sm.slot not in holders}
+        if older:  # rows of versions before the column existed read its missing value
+            value = next(v for c, _, v in work.defaults if c == i)
+            hit = _slot_in(older)
+            new_v = F.when(hit, F.lit(value).cast(column.spark_ddl)).otherwise(new_v)
+            carried = F.when(hit, not_delete).otherwise(carried)
+            holders |= older
         present = (not_delete if holders == all_slots else
                    _slot_in(holders) & not_delete if holders else F.lit(False))
         exprs += [new_v.alias(f"n_{i}"), old_v.alias(f"o_{i}"), carried.alias(f"x_{i}"), present.alias(f"p_{i}")]
@@ -247,10 +260,14 @@ def collapse(events, work: TableWork, has_toast: bool, partitions: int | None = 
             r = F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v")))
         cols += [r.alias(f"r_{i}"), F.col(f"p_{i}")]
     cols.append(F.lead("_seq").over(w_all).alias("_next"))
+    cols.append(F.first("_kind").over(w).alias("_first"))
     reduced = events.select(*cols).where(F.col("_next").isNull())
     out = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_commit_lsn", "_commit_ts", "_xid", "_origin",
                                                                       "_user")]
     out.append(F.when(F.col("_kind") == "D", F.lit("delete")).otherwise(F.lit("upsert")).alias("_action"))
+    # The key's first event in the batch inserted it (or moved it in): under a unique key it cannot be
+    # in silver yet (see SilverTables._fast_path), so its row can be appended without a join.
+    out.append(F.col("_first").isin("I", "M").alias("_new"))
     for i in range(n):
         out += [F.col(f"r_{i}.v").alias(f"v_{i}"), F.col(f"r_{i}").isNotNull().alias(f"s_{i}")]
     # Complete: every column of the final change's version has a value (no TOAST gap left for silver to fill).
@@ -368,6 +385,24 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     return MergeResult(row.get("num_inserted_rows", 0) or 0, 0, row.get("num_deleted_rows", 0) or 0)
 
 
+def append_new_keys(spark, collapsed, work: TableWork, txn_version: int) -> int:
+    """Append the collapsed rows of keys new in this batch (``_new``, kept and complete): rows no silver
+    row can match. Its own ``txnVersion``; ``userMetadata`` marks it as the batch's new-key part.
+    Returns how many rows it wrote."""
+    from pyspark.sql import functions as F
+
+    rows = collapsed.where(F.col("_new") & (F.col("_action") == "upsert") & F.col("_complete"))
+    values = [F.col(f"v_{i}").alias(c.name) for i, c in enumerate(work.columns)]
+    meta = [F.col(src).alias(col) for col, src in work.meta]
+    count = rows.count()
+    if count:
+        metadata = json.loads(spark.conf.get(USER_METADATA))
+        metadata["cdc_apply"]["part"] = "new keys"
+        work.ref.append(rows.select(*values, *meta).coalesce(append_files(count, len(work.columns))),
+                        spark.conf.get(TXN_APP_ID), txn_version, json.dumps(metadata, separators=(",", ":")))
+    return count
+
+
 def append_files(rows: int, columns: int) -> int:
     """Files for an append of ``rows`` rows of ``columns`` columns: about CELLS_PER_FILE values each."""
     return max(1, -(-rows * (columns + 2) // CELLS_PER_FILE))
@@ -390,5 +425,5 @@ def append_rows(spark, projected, work: TableWork, rows_hint: int | None = None)
         # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
         # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
         rows = rows.coalesce(append_files(rows_hint, len(work.columns)))
-    work.ref.append(rows, spark.conf.get(TXN_APP_ID), int(spark.conf.get(TXN_VERSION)))
+    work.ref.append(rows, spark.conf.get(TXN_APP_ID), int(spark.conf.get(TXN_VERSION)), spark.conf.get(USER_METADATA))
     return MergeResult(inserted=-1)  # counted from the batch's own counts by the caller

@@ -161,6 +161,8 @@ class ApplyPipeline:
         self.histories: dict[str, SchemaHistory] = self.books.load_history(spark)
         self.type_options = TypeOptions(numeric=config.apply.numeric)
         self.silver = SilverTables(spark, config)
+        self.silver.quarantined_sources = {r.source for r in self.books.ref("quarantine").read(spark)
+                                           .select("source").distinct().collect()}
         self.gaussdb_sources = sorted(s for s, f in config.formats.items() if f == "gaussdb")
         if self.gaussdb_sources:
             create_table(spark, expanded_ref(config), EXPANDED_DDL, {"delta.appendOnly": "true"},
@@ -390,6 +392,9 @@ class ApplyPipeline:
         self._write_schema(plan, version)
         report.transactions = sum(len(b.committed) for b in plan.sources.values())
         report.aborted = sum(len(b.assembly.aborted) for b in plan.sources.values())
+        # A change quarantined now may have left silver a row PostgreSQL no longer has.
+        self.silver.quarantined_sources |= {r.source for r in counts if r.errors}
+        self.silver.quarantined_sources |= {s for s, b in plan.sources.items() if b.assembly.bad_controls}
         works = self.silver.plan_tables(plan, self.histories, counts, truncates)
         quarantined = sum(r.n for r in counts if r.errors)
         report.quarantined = int(quarantined) + sum(len(b.assembly.bad_controls) for b in plan.sources.values())

@@ -20,7 +20,8 @@ from cdc_apply.apply.schema import RelationHistory, RelationVersion, SchemaHisto
 from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
 from cdc_apply.config import Config
 from cdc_apply.delta.merge import (
-    BATCH_SETTINGS, PERSISTENT_DVS, TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_rows,
+    BATCH_SETTINGS, PERSISTENT_DVS, TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_new_keys,
+    append_rows,
     collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
 )
 from cdc_apply.delta.merge_moves import resolve_moves
@@ -36,7 +37,8 @@ PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
 PROP_RELATION_ID = "cdc_apply.relation_id"
 PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
-# A silver write's txnVersion is apply version * STEPS_PER_VERSION + its step within the batch.
+# A silver write's txnVersion is apply version * STEPS_PER_VERSION + its step within the batch: 1 the
+# truncate, 2 + 2k the MERGE of identity segment k, 3 + 2k the append of its new keys.
 STEPS_PER_VERSION = 64
 
 
@@ -84,6 +86,7 @@ class SilverTables:
         # Saves reading each table's properties and schema every batch.
         self._known: dict[str, tuple[str, int, int]] = {}
         self._checked: set[str] = set()  # tables whose recorded apply version was checked (_check_not_ahead)
+        self.quarantined_sources: set[str] = set()  # sources with a quarantined change (the pipeline keeps it)
         # Tables this process created or emptied and has not written since: a MERGE into them is an append.
         self._empty: set[str] = set()
         # The properties this process last set on each table (set again only when they change).
@@ -170,7 +173,7 @@ class SilverTables:
             version = next(v for v in history.versions if v.seq == slot.version_seq)
             key = identity_of(version, self.config.key_for(latest.qualified_name))
             slot_map = SlotMap(k, slot_mapping(version, columns), tuple(t.spark_ddl for t in slot.column_types),
-                               pool.columns[k])
+                               pool.columns[k], version.seq)
             if segments and segments[-1][0] == key:
                 segments[-1][1].append(slot_map)
             else:
@@ -178,11 +181,12 @@ class SilverTables:
         if not segments:
             segments.append((identity_of(latest, self.config.key_for(latest.qualified_name)), []))
         truncate = info["truncate"]
+        defaults = column_defaults(chain, columns, schema, self.type_options)
         works = tuple(TableWork(
             source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
             columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
             meta=tuple((c, d) for c, d, _ in self.metadata()), has_toast=info["toast"] > 0,
-            toast_moves=info["moved_toast"] > 0)
+            toast_moves=info["moved_toast"] > 0, defaults=defaults)
             for key, slot_maps in segments)
         return _Planned(works[-1], works, chain, type_of, info["rows"], info["lsn"], frozenset(info["ops"]),
                         info["inserts"])
@@ -225,8 +229,10 @@ class SilverTables:
             self._choose_deletion_vectors(session, work, planned)
             for step, segment in enumerate(planned.segments):
                 session.conf.set(TXN_APP_ID, app_id)
-                session.conf.set(TXN_VERSION, str(version * STEPS_PER_VERSION + 2 + step))
-                result = self._merge(session, decoded, segment, planned)
+                # Delta skips a write whose txnVersion is not above the last it saw: steps only go up.
+                session.conf.set(TXN_VERSION, str(version * STEPS_PER_VERSION + 2 + 2 * step))
+                result = self._merge(session, decoded, segment, planned,
+                                     version * STEPS_PER_VERSION + 3 + 2 * step if step < 30 else None)
                 self._empty.discard(str(work.ref))
                 stats.inserted += result.inserted if result.inserted >= 0 else planned.inserts
                 stats.updated += result.updated
@@ -261,7 +267,14 @@ class SilverTables:
                 table=work.qualified_name, source=work.source)
         self._checked.add(str(work.ref))
 
-    def _merge(self, session, decoded, work: TableWork, planned: _Planned) -> MergeResult:
+    def _new_keys_are_new(self, work: TableWork) -> bool:
+        """Whether a key the batch inserts first cannot be in silver: the key is the relation's own
+        replica identity (unique in PostgreSQL; a configured key need not be), and no change of the
+        source was ever quarantined (silver might then hold a row PostgreSQL deleted). It also takes
+        silver to be written by cdc_apply alone."""
+        return not self.config.key_for(work.qualified_name) and work.source not in self.quarantined_sources
+
+    def _merge(self, session, decoded, work: TableWork, planned: _Planned, new_keys_version: int | None) -> MergeResult:
         projected = project(decoded, work)
         empty = str(work.ref) in self._empty
         insert_only = planned.ops <= {"I"}
@@ -269,7 +282,8 @@ class SilverTables:
             if insert_only:  # each Insert adds one copy: exactly an append
                 return append_rows(session, projected, work, planned.inserts)
             return merge_keyless(session, projected, work, target_empty=empty)
-        if insert_only and empty:  # new keys into an empty table
+        new_keys = new_keys_version is not None and self._new_keys_are_new(work)
+        if insert_only and (empty or new_keys):  # every key is new: one append, no join with silver
             return append_rows(session, projected, work, planned.inserts)
         events = key_events(projected, work)
         if work.toast_moves:
@@ -279,7 +293,14 @@ class SilverTables:
         partitions = collapse_partitions(planned.rows, len(work.columns),
                                          int(session.conf.get("spark.sql.shuffle.partitions")))
         collapsed = collapse(events, work, work.has_toast, partitions).localCheckpoint()
-        return merge_keyed(session, collapsed, work)
+        if not new_keys:
+            return merge_keyed(session, collapsed, work)
+        # Keys the batch inserted first are appended; only the others are joined with silver (first:
+        # the append's txnVersion is the higher one).
+        rest = collapsed.where("NOT _new")
+        merged = merge_keyed(session, rest, work) if rest.limit(1).count() else MergeResult(0)
+        appended = append_new_keys(session, collapsed, work, new_keys_version)
+        return MergeResult(merged.inserted + appended, merged.updated, merged.deleted)
 
     def _choose_deletion_vectors(self, session, work: TableWork, planned: _Planned) -> None:
         """Once per table and batch, before its MERGEs: mark rows, or rewrite the files they touch."""
@@ -328,10 +349,29 @@ class SilverTables:
         start = 0
         if reflected is not None:
             start = next((i for i, v in enumerate(chain) if v.seq == int(reflected)), 0)
-        _, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype, start=start)
-        if ops:
+        columns, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype,
+                              start=start)
+        # Rows silver holds existed before a column added since: they read its missing value.
+        fills = [(columns[c], value) for c, added, value in work.defaults if added > chain[start].seq]
+        if ops or fills:
             # Named by where the chain starts and ends: the table's commits say which steps are done.
-            apply_schema_ops(session, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}")
+            apply_schema_ops(session, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills)
+
+
+def column_defaults(chain, columns, schema: SchemaHistory, options: TypeOptions) -> tuple[tuple[int, int, object], ...]:
+    """(silver column index, seq of the version adding it, typed value) for every column of ``chain``
+    added with a missing value that silver still has."""
+    from cdc_apply.pgoutput.values import convert_text_value
+
+    index = {c.lineage: i for i, c in enumerate(columns) if not c.dropped}
+    out = []
+    for version in chain:
+        for lineage, text in version.missing:
+            if lineage in index:
+                column = version.columns[version.lineage.index(lineage)]
+                column_type = resolve_column_type(column.type_oid, column.type_modifier, schema.types, options)
+                out.append((index[lineage], version.seq, convert_text_value(column_type, text)))
+    return tuple(out)
 
 
 __all__ = ["SilverTables", "TableStats", "SilverColumn", "TableRef"]

@@ -95,11 +95,14 @@ class TableRef:
         reader = spark.read.format("delta")
         return reader.load(self.path) if self.path else spark.read.table(self.name)
 
-    def append(self, df, app_id: str | None, version: int) -> None:
-        """Append ``df``; with an ``app_id``, once per ``version`` (Delta's idempotent writes)."""
+    def append(self, df, app_id: str | None, version: int, metadata: str | None = None) -> None:
+        """Append ``df``; with an ``app_id``, once per ``version`` (Delta's idempotent writes). Options, not
+        session settings: a DataFrame writes with its own session's, which may not be the caller's."""
         writer = df.write.format("delta").mode("append")
         if app_id is not None:
             writer = writer.option("txnAppId", app_id).option("txnVersion", str(version))
+        if metadata is not None:
+            writer = writer.option("userMetadata", metadata)
         if self.path:
             writer.save(self.path)
         else:
@@ -174,7 +177,8 @@ def table_properties(spark, ref: TableRef) -> dict[str, str]:
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
-def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str | None = None) -> None:
+def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str | None = None,
+                     fills: Sequence[tuple] = ()) -> None:
     """Run schema operations against the table, each guarded by its current schema.
 
     The chain is netted first (:func:`cdc_apply.apply.schema_net.net_schema_ops`), then consecutive
@@ -185,12 +189,19 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str |
     commit then records it with the step number in ``userMetadata``, and a re-run skips the steps the
     table's history shows done. Name guards alone cannot: after ``DROP a; RENAME b TO a`` the table
     has an ``a`` again, and a re-run would drop it (``b``'s data) before finding no ``b`` to rename.
+
+    ``fills`` (silver column, value) set a column just added in every row the table holds — its
+    missing value — as the last step: one UPDATE, guarded like the others (a re-run after the batch's
+    MERGE must not overwrite what the MERGE wrote).
     """
     # One step per commit: the adds together, the drops together, each rename; a retype rebuilds its
     # column in several commits, each guarded by the temporary column's name, so it is re-run.
     steps: list[list[SchemaOp]] = []
     for kind, run in groupby(net_schema_ops(ops), key=lambda o: o.kind):
         steps += [list(run)] if kind in ("add", "drop") else [[o] for o in run]
+    if fills:
+        steps.append([SchemaOp("fill", c.name, spark_ddl=c.spark_ddl) for c, _ in fills])
+    values = {c.name: v for c, v in fills}
     done = _steps_done(spark, ref, chain, len(steps)) if chain is not None else -1
     for step, run in enumerate(steps):
         if step < done or (step == done and run[0].kind != "retype"):
@@ -199,10 +210,21 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str |
             spark.conf.set(USER_METADATA, json.dumps({"cdc_apply": {"schema_chain": chain, "step": step}},
                                                      separators=(",", ":")))
         try:
-            _apply_step(spark, ref, run)
+            if run[0].kind == "fill":
+                _fill(spark, ref, run, values)
+            else:
+                _apply_step(spark, ref, run)
         finally:
             if chain is not None:
                 spark.conf.unset(USER_METADATA)
+
+
+def _fill(spark, ref: TableRef, run: Sequence[SchemaOp], values: dict) -> None:
+    """Set columns just added to their missing values in every row (one UPDATE commit)."""
+    from pyspark.sql import functions as F
+
+    ref.delta_table(spark).update(set={quote_ident(o.column): F.lit(values[o.column]).cast(o.spark_ddl)
+                                       for o in run})
 
 
 def _steps_done(spark, ref: TableRef, chain: str, steps: int) -> int:
