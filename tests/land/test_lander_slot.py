@@ -73,8 +73,9 @@ def test_a_slot_the_lander_confirmed_past_bronze_itself_is_not_mistaken_for_a_ne
     db.execute("CREATE TABLE IF NOT EXISTS unpublished (id int)", dbname="postgres")
     db.execute("INSERT INTO unpublished SELECT generate_series(1, 2000)", dbname="postgres")
     monkeypatch.setattr(lander, "FOLLOW_BYTES", 1)
-    run_lander(config, spark)
-    assert slot_confirmed(db, DB, "followed") > landed.resume_lsn
+    followed = []
+    run_lander(config, spark, probe=lambda event, **info: followed.append(info["flush"]) if event == "followed" else None)
+    assert followed and slot_confirmed(db, DB, "followed") == followed[-1] > landed.resume_lsn
     db.execute("INSERT INTO t VALUES (302, 'after')", dbname=DB)
     summary, _ = run_lander(config, spark)
     assert summary.messages == 4                       # B R I C: started, nothing lost, nothing twice
