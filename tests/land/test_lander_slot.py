@@ -6,6 +6,8 @@ starting anew would lose them without a word.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from lander_helpers import bronze_rows, create_slot, make_config, run_lander, slot_confirmed
@@ -28,6 +30,15 @@ def slot_exists(pg, slot: str) -> bool:
     return bool(pg.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,), dbname=DB))
 
 
+def drop_slot(pg, slot: str) -> None:
+    """Drop ``slot`` once the walsender of the lander's last session has let go of it."""
+    deadline = time.monotonic() + 30
+    while pg.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,), dbname=DB)[0][0]:
+        assert time.monotonic() < deadline, f"slot {slot} stays active"
+        time.sleep(0.1)
+    pg.execute("SELECT pg_drop_replication_slot(%s)", (slot,), dbname=DB)
+
+
 def land_some(pg, spark, tmp_path, slot: str, first: int):
     config = make_config(tmp_path, pg.dsn(DB), slot, slot, "pub", create_slot=True)
     run_lander(config, spark)                          # creates the slot: bronze holds nothing yet
@@ -39,7 +50,7 @@ def land_some(pg, spark, tmp_path, slot: str, first: int):
 
 def test_a_dropped_slot_is_an_error_not_a_new_start(db, spark, tmp_path):
     config, landed = land_some(db, spark, tmp_path, "dropped", 100)
-    db.execute("SELECT pg_drop_replication_slot('dropped')", dbname=DB)
+    drop_slot(db, "dropped")
     db.execute("INSERT INTO t VALUES (102, 'made while there was no slot')", dbname=DB)
     with pytest.raises(LandError) as err:
         run_lander(config, spark)
@@ -53,7 +64,7 @@ def test_a_dropped_slot_is_an_error_not_a_new_start(db, spark, tmp_path):
 
 def test_a_slot_dropped_and_created_again_by_hand_is_the_same_error(db, spark, tmp_path):
     config, landed = land_some(db, spark, tmp_path, "recreated", 200)
-    db.execute("SELECT pg_drop_replication_slot('recreated')", dbname=DB)
+    drop_slot(db, "recreated")
     db.execute("INSERT INTO t VALUES (202, 'made while there was no slot')", dbname=DB)
     create_slot(db, DB, "recreated")
     with pytest.raises(LandError) as err:
