@@ -324,16 +324,19 @@ def merge_keyed(spark, collapsed, work: TableWork) -> MergeResult:
 
 
 def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False) -> MergeResult:
-    """Tables matched on all values: apply the net count of each distinct row, duplicates exact.
+    """Tables matched on all values: apply each distinct row's changes in commit order, duplicates exact.
 
     Each Insert adds one copy of its row, each Delete removes one copy of its
-    old row, an Update does both (its unchanged TOAST columns come from the old
-    row, which REPLICA IDENTITY FULL sends whole). Per distinct row the net
-    count change ``d`` is applied against the ``c`` copies silver has: Delta
+    old row, an Update does both, old row first (its unchanged TOAST columns
+    come from the old row, which REPLICA IDENTITY FULL sends whole). A removal
+    that finds no copy left changes nothing (as in PostgreSQL's apply worker),
+    so order matters: from ``c`` copies in silver, steps of +1/-1 with running
+    sums ``S_k`` leave ``max(c + S_n, S_n - min(0, min_k S_k))`` copies (a
+    Delete of a row silver lacks, then its Insert: one copy, not none). Delta
     cannot delete k of n identical rows, so when copies go away all ``c`` are
-    deleted and ``c + d`` re-inserted (they take the batch's latest commit
-    metadata for that row).
+    deleted and the rest re-inserted (with the batch's latest commit metadata).
     """
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     n = len(work.columns)
@@ -342,17 +345,19 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
         raise ApplyError("an update without its old row on a table without a key: cannot tell which row changed; "
                          "set REPLICA IDENTITY FULL or configure the key", table=work.qualified_name)
     filled = [F.when(F.col(f"x_{i}"), F.col(f"n_{i}")).when(F.col(f"p_{i}"), F.col(f"o_{i}")) for i in range(n)]
-    order = F.struct("_commit_lsn", "_seq")
+    order = lambda step: F.struct("_commit_lsn", "_seq", F.lit(step).alias("_step"))  # noqa: E731
     meta = [F.col(c) for c in meta_cols]
     adds = projected.where(F.col("_op").isin("I", "U")).select(
-        *[v.alias(f"v_{i}") for i, v in enumerate(filled)], F.lit(1).alias("_d"), order.alias("_o"), *meta)
+        *[v.alias(f"v_{i}") for i, v in enumerate(filled)], F.lit(1).alias("_d"), order(1).alias("_o"), *meta)
     subs = projected.where(F.col("_op").isin("U", "D")).select(
-        *[F.col(f"o_{i}").alias(f"v_{i}") for i in range(n)], F.lit(-1).alias("_d"), order.alias("_o"), *meta)
+        *[F.col(f"o_{i}").alias(f"v_{i}") for i in range(n)], F.lit(-1).alias("_d"), order(0).alias("_o"), *meta)
     values = [f"v_{i}" for i in range(n)]
-    net = (adds.unionByName(subs).groupBy(*values)
-           .agg(F.sum("_d").alias("_d"), F.max_by(F.struct(*meta_cols), "_o").alias("_m"))
-           .where("_d != 0"))
-    net = net.select(*values, "_d", *[F.col(f"_m.{c}").alias(c) for c in meta_cols]).localCheckpoint()
+    running = Window.partitionBy(*values).orderBy("_o").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    net = (adds.unionByName(subs).withColumn("_s", F.sum("_d").over(running)).groupBy(*values)
+           .agg(F.sum("_d").alias("_d"), F.least(F.min("_s"), F.lit(0)).alias("_low"),
+                F.max_by(F.struct(*meta_cols), "_o").alias("_m"))
+           .where("_d != 0 OR _low < 0"))
+    net = net.select(*values, "_d", "_low", *[F.col(f"_m.{c}").alias(c) for c in meta_cols]).localCheckpoint()
     if target_empty:
         counted = net.withColumn("_c", F.lit(0).cast("long"))
     else:
@@ -363,12 +368,12 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
                    .groupBy(*values).agg(F.count(F.lit(1)).alias("_c")))
         counted = net.alias("a").join(present.alias("b"), null_safe_equal(
             [F.col(f"a.{v}") for v in values], [F.col(f"b.{v}") for v in values]), "left").select(
-            *[F.col(f"a.{v}") for v in values], "a._d", *[F.col(f"a.{c}") for c in meta_cols],
+            *[F.col(f"a.{v}") for v in values], "a._d", "a._low", *[F.col(f"a.{c}") for c in meta_cols],
             F.coalesce(F.col("b._c"), F.lit(0)).alias("_c"))
-    counted = counted.withColumn("_new", F.greatest(F.col("_c") + F.col("_d"), F.lit(0)))
-    deletes = counted.where((F.col("_d") < 0) & (F.col("_c") > 0)).select(
-        *values, *meta_cols, F.lit("del").alias("_kind"))
-    copies = F.when(F.col("_d") < 0, F.col("_new")).otherwise(F.col("_d"))
+    counted = counted.withColumn("_new", F.greatest(F.col("_c") + F.col("_d"), F.col("_d") - F.col("_low")))
+    fewer = F.col("_new") < F.col("_c")
+    deletes = counted.where(fewer).select(*values, *meta_cols, F.lit("del").alias("_kind"))
+    copies = F.when(fewer, F.col("_new")).otherwise(F.col("_new") - F.col("_c"))
     inserts = (counted.where(copies > 0).withColumn("_k", F.explode(F.sequence(F.lit(1), copies.cast("int"))))
                .select(*values, *meta_cols, F.lit("ins").alias("_kind")))
     source = deletes.unionByName(inserts)

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, TextIO
 
 from cdc_apply.config import Config
@@ -31,6 +31,9 @@ from cdc_apply.pgoutput.messages import format_lsn
 
 POLL_SECONDS = 0.2
 ORPHAN_CHECK_SECONDS = 5.0
+# Idle, the slot is confirmed past bronze's last unit (to the walsender's wal_end) only once it holds
+# this much WAL back: each such confirmation costs a bronze commit (see Lander._follow).
+FOLLOW_BYTES = 16 * 1024 * 1024
 MAX_DIVERGENCES = 3
 
 
@@ -117,15 +120,21 @@ class Lander:
         """Land until idle (``once``) or until :attr:`stop` is set; returns what was done."""
         started = time.monotonic()
         self.server.connect()
-        slot = self.server.preflight()
-        self.state = self.writer.open()
+        self.server.preflight()
+        landed = self.writer.open()
+        slot = self.server.ensure_slot(landed)
+        unchecked = landed.landed and landed.confirmed_lsn is None
+        # From here on the slot may stand where it stands now (checked above, or not checkable).
+        self.state = replace(landed, confirmed_lsn=max(landed.confirmed_lsn or 0, slot.confirmed_flush_lsn))
         if self.server.created:
             self.say(f"created {' and '.join(self.server.created)}")
         self.say(f"slot {self.source.slot!r} (confirmed flush {format_lsn(slot.confirmed_flush_lsn)}) "
                  f"of {self.target.shown} -> {self.writer.ref}; "
-                 + (f"bronze holds seq ..{self.state.last_seq}" if self.state.last_seq >= 0 else "bronze is empty")
-                 + f", resuming at lsn {format_lsn(self.state.resume_lsn)}"
-                 f"{' (state rebuilt from rows)' if self.writer.rebuilt_from_rows else ''}")
+                 + (f"bronze holds seq ..{landed.last_seq}" if landed.landed else "bronze is empty")
+                 + f", resuming at lsn {format_lsn(landed.resume_lsn)}"
+                 f"{' (state rebuilt from rows)' if self.writer.rebuilt_from_rows else ''}"
+                 + ("; the slot's position is not checked against bronze: no lander commit records how far "
+                    "it was confirmed" if unchecked else ""))
         attempt, supersede, diverged = 0, set(), {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bronze-append")
         try:
@@ -206,6 +215,7 @@ class Lander:
                 self.server.close()
                 self.server.connect()
                 self.server.preflight()
+                self.server.ensure_slot(self.state)
                 break
             except LandError as err:
                 if not getattr(err, "transient", False):
@@ -218,7 +228,6 @@ class Lander:
     def _session(self, reader: ReplicationReader, seq: Sequencer, once: bool) -> None:
         """Stream until idle (``once``) or stopped."""
         land = self.land
-        reader.may_follow_wal_end = lambda: seq.quiescent and self._inflight is None
         now = time.monotonic()
         last_data, pending_since, last_forward, orphan_check = now, None, now, 0.0
         idle_target, probe_at, stable = None, 0.0, (reader.wal_end, now)
@@ -250,11 +259,10 @@ class Lander:
                 pending_since = now if seq.pending else None
             if message is not None:
                 continue
-            if seq.quiescent and self._inflight is None and reader.wal_end > reader.flush_lsn \
-                    and now - last_forward >= land.keepalive_seconds:
-                # Nothing received is unlanded and nothing is open: all the walsender decoded up to
-                # its wal_end is in bronze, so the slot may advance there (WAL can be recycled).
-                reader.confirm(reader.wal_end)
+            if self._may_follow(seq, reader) and (reader.reply_requested or (
+                    reader.wal_end - reader.flush_lsn >= FOLLOW_BYTES and now - last_forward >= land.keepalive_seconds)):
+                # The walsender waits for it (a server shutting down), or the slot holds much WAL back.
+                self._follow(reader)
                 last_forward = now
             if not once or now - last_data < land.idle_exit_seconds:
                 continue
@@ -270,12 +278,31 @@ class Lander:
             still = reader.keepalive_at > stable[1] and now - stable[1] >= land.idle_exit_seconds
             if caught_up or still:
                 self._land(seq, reader)
-                if seq.quiescent and self._inflight is None and reader.wal_end > reader.flush_lsn:
-                    reader.confirm(reader.wal_end)
+                if self._may_follow(seq, reader) and reader.wal_end - reader.flush_lsn >= FOLLOW_BYTES:
+                    self._follow(reader)
                 return
             if now - probe_at >= 0.25:
                 reader.request_keepalive()
                 probe_at = now
+
+    def _may_follow(self, seq: Sequencer, reader: ReplicationReader) -> bool:
+        """Nothing received is unlanded and nothing is open: all the walsender decoded up to its wal_end is in bronze."""
+        return seq.quiescent and self._inflight is None and reader.wal_end > reader.flush_lsn
+
+    def _follow(self, reader: ReplicationReader) -> None:
+        """Confirm the walsender's wal_end (past bronze's last unit), after writing to bronze that it may be.
+
+        Bronze records how far the slot may have been confirmed, so that a slot
+        found farther on at the next start is known not to be the one bronze was
+        landed from (:meth:`SourceServer.ensure_slot`): one Delta commit without rows.
+        """
+        target = reader.wal_end
+        if target > (self.state.confirmed_lsn or 0):
+            state = replace(self.state, batch=self.state.batch + 1, confirmed_lsn=target)
+            self.writer.append(Batch((), state, 0))
+            self.state = state
+        reader.confirm(target)
+        self.probe("followed", flush=target)
 
     def _flush_position(self) -> int:
         try:
@@ -312,6 +339,7 @@ class Lander:
         batch = seq.take(self.state.batch + 1)
         if batch is None:
             return
+        batch = replace(batch, state=replace(batch.state, confirmed_lsn=self.state.confirmed_lsn))
         self._inflight = (self._pool.submit(self.writer.append, batch), batch, time.monotonic())
         if wait:
             self._finish(reader, confirm)

@@ -27,11 +27,23 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def publication_names(source: SourceConfig) -> tuple[str, ...]:
+    """The publications ``source.publication`` names (a comma-separated list), in order."""
+    names = tuple(p.strip() for p in source.publication.split(","))
+    if not any(names):
+        raise ConfigError("must name a publication", key="source.publication")
+    if not all(names):
+        raise ConfigError(f"has an empty name in its list {source.publication!r}", key="source.publication")
+    return names
+
+
 def replication_options(source: SourceConfig) -> dict[str, str]:
     """The pgoutput options for ``source``, checked against its ``proto_version``.
 
     Mirrors PostgreSQL 18: streaming = on needs protocol 2, streaming =
     parallel needs 4, two_phase needs 3 (see tests/golden/data/option_matrix.json).
+    ``create_publication`` is refused with several publications: it would not
+    know which tables each is to publish.
     """
     proto = source.proto_version
     if proto not in (1, 2, 3, 4):
@@ -49,13 +61,17 @@ def replication_options(source: SourceConfig) -> dict[str, str]:
                           key="source.two_phase")
     if source.origin not in ("any", "none"):
         raise ConfigError(f"must be 'any' or 'none', got {source.origin!r}", key="source.origin")
-    if not source.publication.strip():
-        raise ConfigError("must name a publication", key="source.publication")
+    publications = publication_names(source)
+    if source.create_publication and len(publications) > 1:
+        # One table list (source.publication_tables) cannot say which tables go into which publication.
+        raise ConfigError(f"creates one publication, but source.publication names {len(publications)} "
+                          f"({', '.join(publications)}): create them with CREATE PUBLICATION, or name one",
+                          key="source.create_publication")
     if not source.slot.strip():
         raise ConfigError("must name a replication slot", key="source.slot")
     options = {
         "proto_version": str(proto),
-        "publication_names": ",".join(quote_ident(p.strip()) for p in source.publication.split(",")),
+        "publication_names": ",".join(quote_ident(p) for p in publications),
         "messages": "true" if source.messages else "false",
         "binary": "true" if source.binary else "false",
         "origin": source.origin,

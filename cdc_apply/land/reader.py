@@ -20,7 +20,6 @@ import ctypes
 import select
 import struct
 import time
-from typing import Callable
 
 from cdc_apply.errors import LandError
 
@@ -79,9 +78,9 @@ class ReplicationReader:
         self.wal_end = 0                 # the walsender's sent position, from its last keepalive
         self.keepalive_at = 0.0          # time.monotonic() of that keepalive
         self.received = 0
-        # Asked when the walsender wants a reply: may the flush LSN follow its wal_end? (Yes when
-        # everything received is in bronze.) It must, for the walsender to finish a server shutdown.
-        self.may_follow_wal_end: Callable[[], bool] | None = None
+        # The walsender asked for a reply since the last confirmation: a server shutting down waits until
+        # the flush LSN reaches its wal_end (the caller decides whether it may).
+        self.reply_requested = False
         self._conn = None
         self._ptr = None
         self._lib = None
@@ -176,8 +175,7 @@ class ReplicationReader:
             self.wal_end = max(self.wal_end, wal_end)
             self.keepalive_at = time.monotonic()
             if reply:
-                if self.may_follow_wal_end is not None and self.may_follow_wal_end():
-                    self.flush_lsn = max(self.flush_lsn, wal_end)
+                self.reply_requested = True
                 self.send_status()
             return None
         raise LandError(f"the server sent an unknown replication message {kind!r} ({len(data)} bytes)")
@@ -202,6 +200,7 @@ class ReplicationReader:
     def confirm(self, flush_lsn: int, reply: bool = False) -> None:
         """Tell the server everything before ``flush_lsn`` is durably landed (never goes back)."""
         self.flush_lsn = max(self.flush_lsn, flush_lsn)
+        self.reply_requested = False
         self.send_status(reply=reply)
 
     def request_keepalive(self) -> None:

@@ -12,11 +12,19 @@ from dataclasses import dataclass
 from cdc_apply.config import SourceConfig
 from cdc_apply.errors import LandError
 from cdc_apply.land.dsn import Target, connection_error, is_transient, scrub
-from cdc_apply.land.options import quote_ident
+from cdc_apply.land.options import publication_names, quote_ident
+from cdc_apply.land.state import ResumeState
+from cdc_apply.pgoutput.messages import format_lsn
 
 
 # A server that vanishes without closing the socket is noticed within about 25 s, not TCP's 15 min.
 TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+
+
+# What to do when bronze and the slot do not belong together (changes may be missing from bronze).
+LOSS_REMEDY = ("this source's bronze cannot be continued: land into a new bronze table or under a new "
+               "source.name (with source.create_slot a missing slot is created there) and load the published "
+               "tables' current contents into silver again (a re-snapshot)")
 
 
 def _literal(text: str) -> str:
@@ -74,12 +82,29 @@ class SourceServer:
             return cur.fetchall() if cur.description else []
 
     # -- checks ------------------------------------------------------------------
-    def preflight(self) -> SlotInfo:
-        """Check wal_level, the publication and the slot; create them when configured to."""
+    def preflight(self) -> SlotInfo | None:
+        """Check wal_level, the role, the publications and the slot; create publications when configured to.
+
+        Returns the slot, or ``None`` when it is missing and ``source.create_slot``
+        is set: whether it may be created depends on bronze (:meth:`ensure_slot`).
+        """
+        return self._checking(self._preflight)
+
+    def ensure_slot(self, landed: ResumeState) -> SlotInfo:
+        """The slot to land from, given what bronze holds of the source (``landed``).
+
+        A missing slot is created (``source.create_slot``) only for a source
+        bronze holds nothing of. For one it holds changes of, a missing slot, or
+        one that stands past where bronze's landing stands, means changes made
+        without the slot may be lost: :class:`LandError`, never a new start.
+        """
+        return self._checking(lambda: self._ensure_slot(landed))
+
+    def _checking(self, check):
         import psycopg2
 
         try:
-            return self._preflight()
+            return check()
         except psycopg2.Error as exc:
             self.close()
             err = LandError(f"checking the source failed: {scrub(str(exc), self.dsn).splitlines()[0]}",
@@ -87,7 +112,7 @@ class SourceServer:
             err.transient = is_transient(exc) or isinstance(exc, psycopg2.OperationalError)
             raise err from None
 
-    def _preflight(self) -> SlotInfo:
+    def _preflight(self) -> SlotInfo | None:
         source, where = self.source, f"{self.target.host}:{self.target.port}"
         wal_level = self.query("SHOW wal_level")[0][0]
         if wal_level != "logical":
@@ -99,28 +124,46 @@ class SourceServer:
         if not allowed:
             raise LandError(f"user {user!r} may not open a replication connection: run ALTER ROLE "
                             f"{quote_ident(user)} REPLICATION; as a superuser", dsn=self.target.shown)
-        if not self.query("SELECT 1 FROM pg_publication WHERE pubname = %s", (source.publication,)):
-            if not source.create_publication:
-                tables = ", ".join(source.publication_tables) if source.publication_tables else "ALL TABLES"
-                what = "FOR TABLE " + tables if source.publication_tables else "FOR ALL TABLES"
-                raise LandError(
-                    f"publication {source.publication!r} does not exist in database {self.target.dbname!r}: "
-                    f"run CREATE PUBLICATION {quote_ident(source.publication)} {what}; "
-                    "or set source.create_publication = true", dsn=self.target.shown)
-            self.create_publication()
+        self.check_publications()
         return self.slot()
 
-    def create_publication(self) -> None:
-        source = self.source
-        self.created.append(f"publication {source.publication!r}")
-        if source.publication_tables:
-            tables = ", ".join(".".join(quote_ident(p) for p in t.split(".")) for t in source.publication_tables)
-            what = f"FOR TABLE {tables}"
-        else:
-            what = "FOR ALL TABLES"
-        self.query(f"CREATE PUBLICATION {quote_ident(source.publication)} {what}")
+    def check_publications(self) -> None:
+        """Every publication ``source.publication`` names must exist; create the one it names if configured to."""
+        source, names = self.source, publication_names(self.source)
+        found = {r[0] for r in self.query("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)",
+                                          (list(names),))}
+        missing = [n for n in names if n not in found]
+        if not missing:
+            return
+        if source.create_publication:     # with one name only: replication_options refuses more
+            self.create_publication(missing[0])
+            return
+        what = self._publication_what()
+        if len(names) == 1:
+            raise LandError(
+                f"publication {missing[0]!r} does not exist in database {self.target.dbname!r}: "
+                f"run CREATE PUBLICATION {quote_ident(missing[0])} {what}; "
+                "or set source.create_publication = true", dsn=self.target.shown)
+        which = ("publication {} does" if len(missing) == 1 else "publications {} do").format(
+            ", ".join(repr(n) for n in missing))
+        create = " ".join(f"CREATE PUBLICATION {quote_ident(n)} FOR TABLE <its tables>;" for n in missing)
+        raise LandError(f"{which} not exist in database {self.target.dbname!r} (source.publication = "
+                        f"{source.publication!r}): run {create} or leave them out of source.publication",
+                        dsn=self.target.shown, key="source.publication")
 
-    def slot(self) -> SlotInfo:
+    def _publication_what(self) -> str:
+        tables = self.source.publication_tables
+        if not tables:
+            return "FOR ALL TABLES"
+        return "FOR TABLE " + ", ".join(".".join(quote_ident(p) for p in t.split(".")) for t in tables)
+
+    def create_publication(self, name: str) -> None:
+        """CREATE PUBLICATION ``name`` for ``source.publication_tables`` (none: FOR ALL TABLES)."""
+        self.created.append(f"publication {name!r}")
+        self.query(f"CREATE PUBLICATION {quote_ident(name)} {self._publication_what()}")
+
+    def slot(self) -> SlotInfo | None:
+        """The configured slot, checked; ``None`` when it is missing and ``source.create_slot`` is set."""
         source = self.source
         rows = self.query(
             "SELECT plugin, slot_type, database, two_phase, wal_status, "
@@ -130,15 +173,11 @@ class SourceServer:
         if not rows:
             if not source.create_slot:
                 raise LandError(
-                    f"replication slot {source.slot!r} does not exist: set source.create_slot = true, or run "
-                    f"SELECT pg_create_logical_replication_slot({_literal(source.slot)}, 'pgoutput', false, "
-                    f"{'true' if source.two_phase else 'false'}); in database {self.target.dbname!r}",
-                    dsn=self.target.shown)
-            # SQL, not the replication command: it can make the slot two-phase from the start.
-            self.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
-                       (source.slot, source.two_phase))
-            self.created.append(f"replication slot {source.slot!r}" + (" (two-phase)" if source.two_phase else ""))
-            return self.slot()
+                    f"replication slot {source.slot!r} does not exist: set source.create_slot = true (for a "
+                    f"source bronze holds nothing of yet), or run SELECT pg_create_logical_replication_slot("
+                    f"{_literal(source.slot)}, 'pgoutput', false, {'true' if source.two_phase else 'false'}); "
+                    f"in database {self.target.dbname!r}", dsn=self.target.shown)
+            return None
         plugin, slot_type, database, two_phase, wal_status, confirmed, restart, current = rows[0]
         if slot_type != "logical" or plugin != "pgoutput":
             raise LandError(f"replication slot {source.slot!r} is a {slot_type} slot with plugin {plugin!r}; "
@@ -152,6 +191,36 @@ class SourceServer:
                             "needed is gone, changes were missed; drop it, create it again and reload the "
                             "tables", dsn=self.target.shown)
         return SlotInfo(source.slot, database, bool(two_phase), int(confirmed), int(restart))
+
+    def _ensure_slot(self, landed: ResumeState) -> SlotInfo:
+        source = self.source
+        slot = self.slot()
+        where = {"source": source.name, "slot": source.slot, "seq": landed.last_seq,
+                 "lsn": format_lsn(landed.resume_lsn), "dsn": self.target.shown}
+        if slot is None and landed.landed:
+            raise LandError(
+                f"replication slot {source.slot!r} does not exist, but bronze holds changes of source "
+                f"{source.name!r} up to seq {landed.last_seq} (resume lsn {format_lsn(landed.resume_lsn)}): the "
+                "slot existed and was dropped, and changes made while there was none may be lost, so no new "
+                f"slot is started (source.create_slot creates one only for a source bronze holds nothing of); "
+                f"{LOSS_REMEDY}", **where)
+        if slot is None:
+            # SQL, not the replication command: it can make the slot two-phase from the start.
+            self.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
+                       (source.slot, source.two_phase))
+            self.created.append(f"replication slot {source.slot!r}" + (" (two-phase)" if source.two_phase else ""))
+            return self.slot()
+        if landed.landed and landed.confirmed_lsn is not None:
+            reach = max(landed.resume_lsn, landed.confirmed_lsn)
+            if slot.confirmed_flush_lsn > reach:
+                raise LandError(
+                    f"replication slot {source.slot!r} starts at {format_lsn(slot.confirmed_flush_lsn)} "
+                    f"(confirmed flush; restart lsn {format_lsn(slot.restart_lsn)}), past "
+                    f"{format_lsn(reach)}, the farthest this lander confirmed to it (bronze holds source "
+                    f"{source.name!r} up to seq {landed.last_seq}, resume lsn {format_lsn(landed.resume_lsn)}): "
+                    "it was dropped and created again, or advanced by something else, and changes made "
+                    f"before its start may be lost; {LOSS_REMEDY}", **where)
+        return slot
 
     # -- while streaming -----------------------------------------------------------
     def slot_lag(self) -> int | None:

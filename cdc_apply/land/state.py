@@ -18,6 +18,12 @@ and can also be rebuilt from the bronze rows alone (:func:`rebuild_state`).
   running digest of them, to recognise them when the server sends them again.
 * ``prepared``: two-phase transactions whose Prepare is in bronze and whose
   Commit/Rollback Prepared is not yet (their gid and prepare end LSN).
+* ``confirmed_lsn``: the farthest the lander may have confirmed the slot to —
+  the slot's confirmed flush LSN when this source's landing began, or a later
+  wal_end the lander wrote here before confirming it (when nothing was open).
+  A slot that stands past ``max(resume_lsn, confirmed_lsn)`` is not the one
+  bronze was landed from (dropped and created again, or advanced by hand).
+  ``None``: not known (state rebuilt from rows, or written by an older lander).
 """
 
 from __future__ import annotations
@@ -62,6 +68,12 @@ class ResumeState:
     streams: tuple[OpenStream, ...] = ()
     prepared: tuple[tuple[str, int], ...] = ()
     messages: int = 0            # messages landed so far (all runs), for progress only
+    confirmed_lsn: int | None = 0
+
+    @property
+    def landed(self) -> bool:
+        """Whether bronze holds anything of this source."""
+        return self.last_seq >= 0
 
     def to_json(self, app_id: str, run_id: str) -> str:
         """The ``userMetadata`` text of a bronze commit."""
@@ -72,6 +84,7 @@ class ResumeState:
                                                    self.txn.count, self.txn.digest.hex()],
             "streams": [[s.xid, s.count, s.digest.hex()] for s in self.streams],
             "prepared": [list(p) for p in self.prepared],
+            "confirmed": self.confirmed_lsn,
         }
         return json.dumps(body, separators=(",", ":"))
 
@@ -89,6 +102,7 @@ class ResumeState:
             streams=tuple(OpenStream(int(x), int(n), bytes.fromhex(d)) for x, n, d in body["streams"]),
             prepared=tuple((str(g), int(lsn)) for g, lsn in body["prepared"]),
             messages=int(body.get("messages", 0)),
+            confirmed_lsn=None if body.get("confirmed") is None else int(body["confirmed"]),
         )
 
 
@@ -201,7 +215,8 @@ class OutputTracker:
             batch=self.base.batch if batch is None else batch, last_seq=self.last_seq,
             resume_lsn=self.resume_lsn, txn=txn,
             streams=tuple(OpenStream(x, u.count, u.digest) for x, u in sorted(self.streams.items())),
-            prepared=tuple(sorted(self.prepared.items())), messages=self.messages)
+            prepared=tuple(sorted(self.prepared.items())), messages=self.messages,
+            confirmed_lsn=self.base.confirmed_lsn)
 
 
 def rebuild_state(rows: Iterable[tuple[int, int, bytes]], batch: int = 0) -> ResumeState:
@@ -210,7 +225,7 @@ def rebuild_state(rows: Iterable[tuple[int, int, bytes]], batch: int = 0) -> Res
     Used when no lander commit metadata describes the table (it was written by
     something else, or its Delta history was cleaned up).
     """
-    tracker = OutputTracker.starting_at(ResumeState())
+    tracker = OutputTracker.starting_at(ResumeState(confirmed_lsn=None))
     for seq, lsn, payload in rows:
         tracker.add(seq, lsn, payload)
     return replace(tracker.state(), batch=batch)

@@ -212,8 +212,8 @@ class ReferenceApplier:
                     return
                 row = as_row(new)
                 for l, v in row.items():
-                    if v is m.UNCHANGED_TOAST:
-                        row[l] = prior.get(l) if prior else None
+                    if v is m.UNCHANGED_TOAST:   # the old row REPLICA IDENTITY FULL sends holds it too
+                        row[l] = prior.get(l) if prior else target.get(l)
                 table.bag.append(row)
             elif new is not None:
                 table.bag.append(as_row(new))

@@ -6,7 +6,10 @@ so each lands the very same changes; an uninterrupted landing is the reference.
 
 from __future__ import annotations
 
+import io
 import random
+from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -24,8 +27,16 @@ class Crash(Exception):
     """Stands for kill -9: nothing after it runs (no final batch, no confirmation)."""
 
 
+# One copy of a row of the keyless table (REPLICA IDENTITY FULL, duplicates): PostgreSQL's ctid picks it.
+ONE_COPY = "(SELECT ctid FROM dups WHERE a = {a} AND b = '{b}' LIMIT 1)"
+
+
 def workload(pg) -> None:
-    """A streamed transaction interleaved with small commits, a prepared one and messages."""
+    """A streamed transaction interleaved with small commits, a prepared one and messages.
+
+    The keyless table ``dups`` gets identical rows, deletes and updates of one of several copies, and
+    updates of every copy, in the small commits, the prepared one and the streamed one.
+    """
     run = lambda sql: pg.execute(sql, dbname=DB)  # noqa: E731
     big = pg.connect(DB, autocommit=False)
     try:
@@ -33,10 +44,21 @@ def workload(pg) -> None:
             for part in range(3):
                 cur.execute("INSERT INTO big SELECT g, repeat('x', 200) FROM generate_series(%s, %s) g",
                             (part * 320 + 1, part * 320 + 320))
+                cur.execute(f"INSERT INTO dups SELECT {part}, 'streamed' FROM generate_series(1, 30)")
+                cur.execute("DELETE FROM dups WHERE ctid = " + ONE_COPY.format(a=part, b="streamed"))
+                cur.execute("UPDATE dups SET b = 'streamed, changed' WHERE ctid = "
+                            + ONE_COPY.format(a=part, b="streamed"))
                 for i in range(6):
                     run(f"INSERT INTO t VALUES ({part * 100 + i}, 'small {part}')")
+                    run(f"INSERT INTO dups VALUES ({i % 2}, 'dup'), ({i % 2}, 'dup'), ({i % 2}, 'dup')")
+                    change = ("DELETE FROM dups WHERE ctid = " if i % 3 == 0 else
+                              "UPDATE dups SET b = 'one of three' WHERE ctid = ")
+                    run(change + ONE_COPY.format(a=i % 2, b="dup"))
+                run(f"UPDATE dups SET a = a + 10 WHERE b = 'one of three' AND a < 10")    # every copy
                 if part == 1:
-                    run("BEGIN; UPDATE t SET v = 'prepared' WHERE id < 3; PREPARE TRANSACTION 'crash_g'")
+                    run("BEGIN; UPDATE t SET v = 'prepared' WHERE id < 3; "
+                        "DELETE FROM dups WHERE ctid = " + ONE_COPY.format(a=0, b="dup") + "; "
+                        "PREPARE TRANSACTION 'crash_g'")
                     run("SELECT pg_logical_emit_message(false, 'crash', 'between')")
                     run("COMMIT PREPARED 'crash_g'")
             # A change after the last small commit: wherever a restart resumes, the walsender meets
@@ -58,6 +80,8 @@ def setup(postgres, spark, tmp_path_factory):
     postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v text) WITH (autovacuum_enabled = false)", dbname=DB)
     postgres.execute("CREATE TABLE big (id int PRIMARY KEY, v text) WITH (autovacuum_enabled = false)",
                      dbname=DB)
+    postgres.execute("CREATE TABLE dups (a int, b text) WITH (autovacuum_enabled = false)", dbname=DB)
+    postgres.execute("ALTER TABLE dups REPLICA IDENTITY FULL", dbname=DB)
     postgres.execute("CREATE PUBLICATION pub FOR ALL TABLES", dbname=DB)
     create_slot(postgres, DB, SLOTS[0], twins=SLOTS[1:] + ("crash_twin",))
     workload(postgres)
@@ -71,13 +95,27 @@ def setup(postgres, spark, tmp_path_factory):
     return root, config, reference, summary
 
 
-def assert_same_landing(rows, reference):
-    """Every change exactly once, every transaction whole and in commit order, the same tables."""
+@pytest.fixture(scope="module")
+def dups(postgres, setup):
+    """The keyless table's rows in PostgreSQL, with how many copies of each."""
+    return Counter((a, b) for a, b in postgres.execute("SELECT a, b FROM dups", dbname=DB))
+
+
+def decoded_dups(rows) -> Counter:
+    """What the reference applier makes of bronze's rows of the keyless table."""
+    numbered = [(i, lsn, p) for i, (lsn, p) in enumerate(rows)]
+    return Counter((int(r["a"]), r["b"]) for r in apply_reference(numbered, ["public.dups"])["public.dups"])
+
+
+def assert_same_landing(rows, reference, dups):
+    """Every change exactly once, every transaction whole and in commit order, the same tables; the
+    keyless table, where a change landed twice or lost would show, as PostgreSQL holds it."""
     assert change_counts(rows) == change_counts(reference)
     assert units(rows) == units(reference)
-    tables = ["public.t", "public.big"]
+    tables = ["public.t", "public.big", "public.dups"]
     numbered = lambda rs: [(i, lsn, p) for i, (lsn, p) in enumerate(rs)]  # noqa: E731
     assert apply_reference(numbered(rows), tables) == apply_reference(numbered(reference), tables)
+    assert decoded_dups(rows) == dups
 
 
 def landed(spark, root, slot):
@@ -94,7 +132,12 @@ def test_the_uninterrupted_reference_matches_the_sql_interface_and_streams_acros
     assert len(summary.batches) >= 3
 
 
-def test_a_crash_after_the_delta_commit_and_before_the_flush_confirmation(postgres, spark, setup):
+def test_the_uninterrupted_reference_decodes_to_the_keyless_table_postgresql_holds(setup, dups):
+    assert sum(dups.values()) > 50 and max(dups.values()) > 1     # duplicates, and many
+    assert decoded_dups(setup[2]) == dups
+
+
+def test_a_crash_after_the_delta_commit_and_before_the_flush_confirmation(postgres, spark, setup, dups):
     root, config, reference, _ = setup
     slot = "crash_append"
     appended = []
@@ -110,11 +153,11 @@ def test_a_crash_after_the_delta_commit_and_before_the_flush_confirmation(postgr
     assert slot_confirmed(postgres, DB, slot) < appended[-1].state.resume_lsn    # never confirmed
     summary, _ = run_lander(config(slot), spark)
     assert summary.batches[0].first_seq == appended[-1].state.last_seq + 1
-    assert_same_landing(landed(spark, root, slot), reference)
+    assert_same_landing(landed(spark, root, slot), reference, dups)
     assert slot_confirmed(postgres, DB, slot) >= summary.state.resume_lsn
 
 
-def test_a_crash_in_the_middle_of_a_streamed_transaction(spark, setup):
+def test_a_crash_in_the_middle_of_a_streamed_transaction(spark, setup, dups):
     root, config, reference, _ = setup
     slot = "crash_stream"
     seen = {"appended": 0, "in_block": 0, "blocks": 0}
@@ -139,10 +182,10 @@ def test_a_crash_in_the_middle_of_a_streamed_transaction(spark, setup):
         run_lander(config(slot), spark, probe=probe)
     summary, _ = run_lander(config(slot), spark)
     assert summary.replayed > 0          # the transaction was streamed again from its first change
-    assert_same_landing(landed(spark, root, slot), reference)
+    assert_same_landing(landed(spark, root, slot), reference, dups)
 
 
-def test_a_crash_between_batches(spark, setup):
+def test_a_crash_between_batches(spark, setup, dups):
     root, config, reference, _ = setup
     slot = "crash_between"
     confirmed = []
@@ -156,11 +199,13 @@ def test_a_crash_between_batches(spark, setup):
     with pytest.raises(Crash):
         run_lander(config(slot), spark, probe=probe)
     run_lander(config(slot), spark)
-    assert_same_landing(landed(spark, root, slot), reference)
+    assert_same_landing(landed(spark, root, slot), reference, dups)
 
 
-def test_crashing_again_and_again_at_random_points_still_lands_everything_once(spark, setup):
-    root, config, reference, _ = setup
+@pytest.fixture(scope="module")
+def crashed_often(spark, setup):
+    """A landing crashed again and again at random points: (its bronze rows, the crashes)."""
+    root, config, _, _ = setup
     slot = "crash_often"
     rng = random.Random(5)
     crashes = 0
@@ -183,5 +228,22 @@ def test_crashing_again_and_again_at_random_points_still_lands_everything_once(s
         # Every restart streams the open transaction again from its first change (the re-sent part
         # is skipped, but counts as read): the last restart runs without a crash to finish.
         run_lander(config(slot), spark)
+    return landed(spark, root, slot), crashes
+
+
+def test_crashing_again_and_again_at_random_points_still_lands_everything_once(setup, dups, crashed_often):
+    rows, crashes = crashed_often
     assert crashes >= 2
-    assert_same_landing(landed(spark, root, slot), reference)
+    assert_same_landing(rows, setup[2], dups)
+
+
+def test_silver_after_crashed_landings_holds_the_keyless_table_as_postgresql_does(spark, setup, dups, crashed_often):
+    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.delta.tables import silver_ref
+
+    root, config, _, _ = setup
+    rows, _ = crashed_often
+    applied = replace(config("crash_often"), apply=replace(config("crash_often").apply, tables=("public.dups",)))
+    ApplyPipeline(spark, applied, out=io.StringIO()).run(once=True)
+    silver = silver_ref(applied, "public", "dups").read(spark).select("a", "b").collect()
+    assert Counter((r.a, r.b) for r in silver) == decoded_dups(rows) == dups

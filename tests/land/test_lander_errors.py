@@ -125,6 +125,25 @@ def test_a_missing_publication_says_how_to_create_it(db, tmp_path):
 
 
 @pytest.mark.postgres
+def test_each_of_several_publications_is_checked_and_the_missing_one_named(db, tmp_path):
+    db.execute("CREATE PUBLICATION pub_there FOR ALL TABLES", dbname=DB)
+    with pytest.raises(LandError) as err:
+        lander_for(tmp_path, db.dsn(DB), publication="pub_there,pub_gone").run(once=True)
+    text = str(err.value)
+    assert "publication 'pub_gone' does not exist" in text and "pub_there'" not in text.split("(")[0]
+    assert 'CREATE PUBLICATION "pub_gone"' in text and "CREATE PUBLICATION \"pub_there\"" not in text
+    assert err.value.context["key"] == "source.publication"
+
+
+def test_create_publication_with_several_publications_is_refused_naming_the_key():
+    with pytest.raises(ConfigError) as err:
+        replication_options(SourceConfig(publication="pub_a, pub_b", create_publication=True))
+    assert err.value.context["key"] == "source.create_publication"
+    assert "pub_a, pub_b" in str(err.value)
+    assert replication_options(SourceConfig(publication="pub_a, pub_b"))["publication_names"] == '"pub_a","pub_b"'
+
+
+@pytest.mark.postgres
 def test_a_role_without_replication_is_told_to_get_it(db, tmp_path):
     db.execute("DO $$ BEGIN CREATE ROLE land_plain LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
     db.execute(f"GRANT ALL ON DATABASE {DB} TO land_plain")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lander_helpers import (bronze_rows, canonical, create_slot, make_config, peek, run_lander,
+from lander_helpers import (apply_reference, bronze_rows, canonical, create_slot, make_config, peek, run_lander,
                             slot_confirmed, slot_options)
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -149,3 +149,25 @@ def test_protocol_1_binary_without_streaming_lands_what_postgresql_decodes_with_
     assert [p for _, _, p in rows] == [p for _, p in expected]
     kinds = {p[:1] for _, _, p in rows}
     assert b"S" not in kinds and b"b" not in kinds and b"K" not in kinds     # no streams, no two-phase
+
+
+def test_a_source_with_two_publications_over_different_tables_lands_the_changes_of_both(
+        postgres, spark, tmp_path):
+    postgres.create_database(DB)
+    run = lambda sql: postgres.execute(sql, dbname=DB)  # noqa: E731
+    run("CREATE TABLE m1 (id int PRIMARY KEY, v text)")
+    run("CREATE TABLE m2 (id int PRIMARY KEY, v text)")
+    run("CREATE TABLE m3 (id int PRIMARY KEY, v text)")
+    run("CREATE PUBLICATION pub_m1 FOR TABLE m1")
+    run("CREATE PUBLICATION pub_m2 FOR TABLE m2")
+    create_slot(postgres, DB, "multi_pub")
+    run("INSERT INTO m1 VALUES (1, 'one'), (2, 'two')")
+    run("INSERT INTO m2 VALUES (10, 'ten')")
+    run("INSERT INTO m3 VALUES (100, 'in no publication')")
+    run("UPDATE m2 SET v = 'TEN' WHERE id = 10")
+    run("DELETE FROM m1 WHERE id = 1")
+    config = make_config(tmp_path, postgres.dsn(DB), "multi", "multi_pub", "pub_m1, pub_m2")
+    run_lander(config, spark)
+    applied = apply_reference(bronze_rows(spark, tmp_path / "bronze", "multi"), ["public.m1", "public.m2", "public.m3"])
+    assert applied == {"public.m1": [{"id": "2", "v": "two"}], "public.m2": [{"id": "10", "v": "TEN"}],
+                       "public.m3": []}

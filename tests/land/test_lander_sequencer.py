@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cdc_apply.errors import LandError
@@ -252,6 +254,7 @@ def test_the_state_rebuilt_from_rows_equals_the_state_kept_while_landing():
         rows += batch.rows
         state = batch.state
         feed(seq, more)
-    assert rebuild_state(rows, batch=state.batch) == state
+    # The rows cannot tell how far the slot was confirmed; everything else they do.
+    assert rebuild_state(rows, batch=state.batch) == replace(state, confirmed_lsn=None)
     app, back = ResumeState.from_json(state.to_json("cdc_apply-land:pg", "run1"))
     assert app == "cdc_apply-land:pg" and back == state
