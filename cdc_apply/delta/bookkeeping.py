@@ -10,14 +10,17 @@ progress           per source and apply version: applied-through seq and commit 
 failures           one row per failed batch attempt: the source (NULL: every source), version, error
 =================  ==========================================================
 
-Every write but a failure's is an append tagged with Delta's ``txnAppId``/``txnVersion``
-(the apply version), so a re-run batch writes nothing twice.
+Every table has an ``apply_version`` column, and an append is skipped when the table already holds
+rows of that apply version or a later one (read once per table and process, then kept): a re-run
+batch writes nothing twice. This replaces Delta's ``txnAppId``/``txnVersion`` here, whose check
+rebuilds the table's whole state on every append — three Spark jobs per bookkeeping write. (Failures
+are recorded unguarded: an attempt may fail many times.)
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from cdc_apply.apply.schema import SchemaHistory
@@ -79,12 +82,11 @@ class Bookkeeping:
     """The bookkeeping tables of one pipeline."""
 
     config: Config
+    # table -> the newest apply version it holds (read once, then kept up to date by this process)
+    _written: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def ref(self, table: str) -> TableRef:
         return state_ref(self.config, table)
-
-    def app_id(self, table: str) -> str:
-        return f"cdc_apply:{self.config.pipeline}:{table}"
 
     def create_all(self, spark) -> None:
         """Create the tables that are missing; add the columns a newer cdc_apply writes to older ones."""
@@ -101,9 +103,17 @@ class Bookkeeping:
 
     def append(self, spark, table: str, rows: list[tuple], version: int) -> None:
         """Append rows (tuples in the table's column order); idempotent per apply version."""
-        if not rows:
-            return
-        self.ref(table).append(spark.createDataFrame(rows, column_list(SCHEMAS[table])), self.app_id(table), version)
+        if rows and self._not_written(spark, table, version):
+            self.ref(table).append(spark.createDataFrame(rows, column_list(SCHEMAS[table])), None, version)
+            self._written[table] = version
+
+    def _not_written(self, spark, table: str, version: int) -> bool:
+        if table not in self._written:
+            from pyspark.sql import functions as F
+
+            newest = self.ref(table).read(spark).agg(F.max("apply_version")).first()[0]
+            self._written[table] = -1 if newest is None else int(newest)
+        return version > self._written[table]
 
     def record_failure(self, spark, sources, version: int, error: str) -> None:
         """A failed batch attempt, for ``cdc-apply status`` (an attempt may fail many times: no txn guard)."""
@@ -114,7 +124,9 @@ class Bookkeeping:
         self.ref("failures").append(spark.createDataFrame(rows, column_list(SCHEMAS["failures"])), None, version)
 
     def append_df(self, df, table: str, version: int) -> None:
-        self.ref(table).append(df.select(*[n for n, _ in SCHEMAS[table]]), self.app_id(table), version)
+        if self._not_written(df.sparkSession, table, version):
+            self.ref(table).append(df.select(*[n for n, _ in SCHEMAS[table]]), None, version)
+            self._written[table] = version
 
     # -- loading ---------------------------------------------------------------
     def load_progress(self, spark) -> tuple[int, dict[str, SourceState]]:

@@ -298,13 +298,30 @@ def writes_deletion_vectors(changes: int, table_rows, rewrite_share: float) -> b
     return changes < rewrite_share * table_rows()
 
 
-def merge_keyed(spark, collapsed, work: TableWork) -> MergeResult:
+def key_range(collapsed, work: TableWork):
+    """``(rows, lowest key, highest key)`` of the collapsed rows — one small job; the range only for a
+    single-column key (``None`` otherwise)."""
+    from pyspark.sql import functions as F
+
+    if len(work.key_index) != 1:
+        return collapsed.count(), None, None
+    row = collapsed.agg(F.count(F.lit(1)), F.min("k_0"), F.max("k_0")).first()
+    return row[0], row[1], row[2]
+
+
+def merge_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None) -> MergeResult:
     """MERGE the collapsed rows: delete; update the columns each row carries (the rest keep silver's
-    values); insert rows with nothing left to fill from silver."""
+    values); insert rows with nothing left to fill from silver. ``bounds`` (lowest, highest key of a
+    single-column key) go into the join condition, so Delta skips silver files outside them — a
+    batch of recent keys reads only the files that hold recent keys."""
     from pyspark.sql import functions as F
 
     key_names = [work.columns[i].name for i in work.key_index]
     condition = " AND ".join(f"t.{quote_ident(k)} = s.`k_{p}`" for p, k in enumerate(key_names))
+    if bounds is not None and bounds[0] is not None:
+        column = F.col(f"t.{quote_ident(key_names[0])}")
+        ddl = work.columns[work.key_index[0]].spark_ddl
+        condition = F.expr(condition) & column.between(F.lit(bounds[0]).cast(ddl), F.lit(bounds[1]).cast(ddl))
     meta = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
     assignments = {quote_ident(c.name): F.when(F.col(f"s.`s_{i}`"), F.col(f"s.`v_{i}`"))
                    .otherwise(F.col(f"t.{quote_ident(c.name)}")) for i, c in enumerate(work.columns)}

@@ -167,6 +167,7 @@ class ApplyPipeline:
         if self.gaussdb_sources:
             create_table(spark, expanded_ref(config), EXPANDED_DDL, {"delta.appendOnly": "true"},
                          comment=f"cdc_apply: pgoutput messages transcoded from GaussDB sources of {config.pipeline}")
+        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc_apply-lag")
         # Tests inject crashes here: called with "table:<ns.name>", "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
         self.reports: list[BatchReport] = []
@@ -237,6 +238,7 @@ class ApplyPipeline:
         if not stats:
             return report
         self._check_late_rows(stats)
+        lag_query = self._side.submit(self._bronze_max, sorted(stats))
         last = {source: int(row.last) for source, row in stats.items()}
         expansions: dict[str, Expansion] = {}
         for source in stats:
@@ -281,7 +283,7 @@ class ApplyPipeline:
             if decoded is not None:
                 decoded.unpersist()
         self._fault("progress")
-        self._write_progress(plan, states, stats, version, batch_id, report, expansions)
+        self._write_progress(plan, states, stats, version, batch_id, report, expansions, lag_query)
         report.mark("progress")
         self.version = version
         self.states = {**self.states, **states}
@@ -489,22 +491,28 @@ class ApplyPipeline:
                                              F.current_timestamp().alias("quarantined_at")), "quarantine", version)
         return len(bad_controls)
 
-    def _write_progress(self, plan: BatchPlan, states, stats, version: int, batch_id: int, report: BatchReport,
-                        expansions) -> None:
+    def _bronze_max(self, sources: list[str]) -> dict[str, int]:
+        """Bronze's newest seq per source, for the lag. Runs beside the batch (its own thread): it reads
+        only bronze from each source's previous applied point on (file statistics on seq skip the
+        rest), and nothing in the batch waits for it until the progress rows."""
         from pyspark.sql import functions as F
 
-        # Only bronze from each source's applied point on: file statistics on seq skip the rest, so the
-        # lag query does not scan a history that grows with every batch.
         since = None
-        for source in stats:
-            state = states.get(source)
+        for source in sources:
+            state = self.states.get(source)
             floor = 0 if state is None else state.applied_seq
-            if state is not None and source in expansions:
+            if state is not None and state.format_state and self.config.format_of(source) == "gaussdb":
                 floor = min(floor, json.loads(state.format_state)["bronze_seq"])
             cond = (F.col("source") == source) & (F.col("seq") >= floor)
             since = cond if since is None else since | cond
-        bronze_max = {} if since is None else {r.source: int(r.m) for r in self.bronze.read(self.spark).where(
-            since).groupBy("source").agg(F.max("seq").alias("m")).collect()}
+        if since is None:
+            return {}
+        rows = self.bronze.read(self.spark).where(since).groupBy("source").agg(F.max("seq").alias("m")).collect()
+        return {r.source: int(r.m) for r in rows}
+
+    def _write_progress(self, plan: BatchPlan, states, stats, version: int, batch_id: int, report: BatchReport,
+                        expansions, lag_query) -> None:
+        bronze_max = lag_query.result()
         now = _now()
         rows = []
         for source, batch in plan.sources.items():

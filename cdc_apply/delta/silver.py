@@ -21,7 +21,7 @@ from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identit
 from cdc_apply.config import Config
 from cdc_apply.delta.merge import (
     BATCH_SETTINGS, PERSISTENT_DVS, TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_new_keys,
-    append_rows,
+    append_rows, key_range,
     collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
 )
 from cdc_apply.delta.merge_moves import resolve_moves
@@ -294,11 +294,13 @@ class SilverTables:
                                          int(session.conf.get("spark.sql.shuffle.partitions")))
         collapsed = collapse(events, work, work.has_toast, partitions).localCheckpoint()
         if not new_keys:
-            return merge_keyed(session, collapsed, work)
+            rows, low, high = key_range(collapsed, work)
+            return merge_keyed(session, collapsed, work, (low, high))
         # Keys the batch inserted first are appended; only the others are joined with silver (first:
         # the append's txnVersion is the higher one).
         rest = collapsed.where("NOT _new")
-        merged = merge_keyed(session, rest, work) if rest.limit(1).count() else MergeResult(0)
+        rows, low, high = key_range(rest, work)
+        merged = merge_keyed(session, rest, work, (low, high)) if rows else MergeResult(0)
         appended = append_new_keys(session, collapsed, work, new_keys_version)
         return MergeResult(merged.inserted + appended, merged.updated, merged.deleted)
 

@@ -1,0 +1,211 @@
+"""Small batches, by shape: a job's batch of 1,000 changes over ten tables, an insert-only batch against
+a plain append of the same rows, and a batch of recent keys against one of random keys.
+
+Each repetition is one child process (its own JVM) running one apply job over a bronze table built
+with ``StreamBuilder``: a base batch (2,000 rows per table), then the measured batches, each its own
+micro-batch of the same running job. ``--previous REV`` runs the same children on another commit of
+cdc_apply (checked out into bench/work/previous, imported through PYTHONPATH) interleaved with the
+current code: ``small_batch_vs_previous`` is current / previous, same run, same machine.
+
+    .venv/bin/python bench/small_batch.py --reps 5 --previous c9068a9
+
+Keys merged into bench/results.json: ``small_batch_seconds``, ``small_batch_vs_previous``,
+``insert_only_vs_append``, ``hot_vs_random_keys`` and the details under ``small_batch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLES = 10
+BASE_ROWS = 2_000
+CHANGES = 1_000
+INSERTS = 20_000
+HOT_ROWS = 200_000
+HOT_CHANGES = 2_000
+
+
+def _bronze(seed: int):
+    """The rows of every measured batch, in landing order: ``[(name, rows)]``."""
+    from cdc_apply.testing.stream import StreamBuilder
+
+    rng = random.Random(seed)
+    b = StreamBuilder("bench")
+    rels = [b.relation("public", f"t{k}", [("id", "int4", True), ("a", "int8", False), ("t", "text", False)])
+            for k in range(TABLES)]
+    hot = b.relation("public", "hot", [("id", "int4", True), ("a", "int8", False), ("t", "text", False)])
+    batches, mark = [], 0
+
+    def cut(name):
+        nonlocal mark
+        batches.append((name, b.rows()[mark:]))
+        mark = len(b.rows())
+
+    for rel in rels:
+        with b.transaction() as tx:
+            for i in range(BASE_ROWS):
+                tx.insert(rel, [i, i, f"base {i}"])
+    with b.transaction() as tx:
+        for i in range(HOT_ROWS):
+            tx.insert(hot, [i, i, f"row {i:08d}"])
+    cut("base")
+    nexts = {rel.oid: BASE_ROWS for rel in rels}
+    live = {rel.oid: list(range(BASE_ROWS)) for rel in rels}
+    for t in range(CHANGES // 10):   # transactions of 10 changes: 70 % updates, 20 % inserts, 10 % deletes
+        with b.transaction() as tx:
+            for _ in range(10):
+                rel = rng.choice(rels)
+                ids, roll = live[rel.oid], rng.random()
+                if roll < 0.7:
+                    i = rng.choice(ids)
+                    tx.update(rel, [i, t, f"update {t}"])
+                elif roll < 0.9:
+                    i = nexts[rel.oid]
+                    nexts[rel.oid] += 1
+                    ids.append(i)
+                    tx.insert(rel, [i, t, f"insert {t}"])
+                else:
+                    i = ids.pop(rng.randrange(len(ids)))
+                    tx.delete(rel, key={"id": i})
+    cut("changes")
+    with b.transaction() as tx:
+        for i in range(INSERTS):
+            tx.insert(rels[0], [BASE_ROWS * 10 + i, i, f"new {i}"])
+    cut("insert_only")
+    for name, keys in (("hot", range(HOT_ROWS - HOT_ROWS // 20, HOT_ROWS)), ("random", range(HOT_ROWS))):
+        picked = rng.sample(list(keys), HOT_CHANGES)
+        with b.transaction() as tx:
+            for i in picked:
+                tx.update(hot, [i, -i, f"{name} {i}"])
+        cut(name)
+    return batches
+
+
+def child(seed: int) -> dict:
+    """One job over the batches; returns seconds per batch and the plain-append baseline."""
+    from cdc_apply import spark_session
+    from cdc_apply.config import parse_config
+    from cdc_apply.delta.bronze import bronze_schema, create_bronze_table
+    from cdc_apply.delta.pipeline import ApplyPipeline
+
+    spark = spark_session("cdc_apply-bench-small")
+    root = Path(tempfile.mkdtemp(prefix="small-batch-", dir=os.environ.get("CDC_APPLY_BENCH_TMP")))
+    bronze = str(root / "bronze")
+    create_bronze_table(spark, bronze)
+    batches = _bronze(seed)
+    for _, rows in batches:
+        spark.createDataFrame([(*r, None) for r in rows], bronze_schema()).coalesce(1) \
+            .write.format("delta").mode("append").save(bronze)
+    config = parse_config({"pipeline": "bench", "bronze": {"path": bronze, "max_files_per_trigger": 1},
+                           "silver": {"path": str(root / "silver")}, "state": {"path": str(root / "state")}})
+    pipeline = ApplyPipeline(spark, config, out=io.StringIO())
+    pipeline.run(once=True)
+    reports = {name: r for (name, _), r in zip(batches, pipeline.reports)}
+    out = {name: {"seconds": r.seconds, "phases": r.phases,
+                  "tables": {t: s.seconds for t, s in r.tables.items()}} for name, r in reports.items()}
+    # The baseline: a plain append of the insert-only batch's rows, typed as silver holds them.
+    silver = spark.read.format("delta").load(str(root / "silver" / "public" / "t0"))
+    rows = silver.where(f"id >= {BASE_ROWS * 10}")
+    rows = spark.createDataFrame(rows.collect(), rows.schema)
+    started = time.monotonic()
+    rows.coalesce(1).write.format("delta").mode("append").save(str(root / "plain_append"))
+    first = time.monotonic() - started
+    started = time.monotonic()
+    rows.coalesce(1).write.format("delta").mode("append").save(str(root / "plain_append"))
+    out["plain_append_seconds"] = time.monotonic() - started  # the second: no table creation in it
+    out["plain_append_first_seconds"] = first
+    return out
+
+
+def _run_child(seed: int, code: Path | None) -> dict:
+    env = dict(os.environ)
+    if code is not None:  # PYTHONPATH's path finder runs before the editable install's finder
+        env["PYTHONPATH"] = f"{code}{os.pathsep}{ROOT}"
+    proc = subprocess.run([sys.executable, str(Path(__file__)), "--child", "--seed", str(seed)],
+                          capture_output=True, text=True, env=env, cwd=str(code or ROOT))
+    if proc.returncode:
+        raise RuntimeError(f"bench child failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _checkout(rev: str) -> Path:
+    where = ROOT / "bench" / "work" / "previous"
+    if not where.exists():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), rev], check=True,
+                       capture_output=True)
+    else:
+        subprocess.run(["git", "-C", str(where), "checkout", "--detach", rev], check=True, capture_output=True)
+    return where
+
+
+def _median(values):
+    values = list(values)
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def run(reps: int = 3, previous: str | None = None, seed: int = 26) -> dict:
+    code_previous = _checkout(previous) if previous else None
+    current, before = [], []
+    for rep in range(reps):
+        order = [("current", None), ("previous", code_previous)] if previous else [("current", None)]
+        for name, code in (order if rep % 2 == 0 else order[::-1]):
+            result = _run_child(seed, code)
+            (current if name == "current" else before).append(result)
+            print(f"rep {rep} {name}: changes {result['changes']['seconds']:.1f}s, insert-only "
+                  f"{result['insert_only']['seconds']:.1f}s (append {result['plain_append_seconds']:.1f}s), "
+                  f"hot {result['hot']['seconds']:.1f}s, random {result['random']['seconds']:.1f}s", flush=True)
+    out = {
+        "small_batch_seconds": _median(r["changes"]["seconds"] for r in current)["median"],
+        "insert_only_vs_append": _median(r["insert_only"]["tables"]["public.t0"] / r["plain_append_seconds"]
+                                         for r in current)["median"],
+        "hot_vs_random_keys": _median(r["hot"]["tables"]["public.hot"] / r["random"]["tables"]["public.hot"]
+                                      for r in current)["median"],
+    }
+    details = {"reps": reps, "tables": TABLES, "changes": CHANGES, "inserts": INSERTS,
+               "hot_rows": HOT_ROWS, "hot_changes": HOT_CHANGES,
+               "current": {k: _median(r[k]["seconds"] for r in current) for k in ("changes", "insert_only", "hot",
+                                                                                  "random")},
+               "insert_only_table_seconds": _median(r["insert_only"]["tables"]["public.t0"] for r in current),
+               "plain_append_seconds": _median(r["plain_append_seconds"] for r in current),
+               "changes_phases": current[0]["changes"]["phases"]}
+    if previous:
+        out["small_batch_vs_previous"] = _median(
+            c["changes"]["seconds"] / p["changes"]["seconds"] for c, p in zip(current, before))["median"]
+        details["previous"] = {"rev": previous, **{k: _median(r[k]["seconds"] for r in before)
+                                                   for k in ("changes", "insert_only", "hot", "random")}}
+    out["small_batch"] = details
+    from bench.results import merge_results  # noqa: E402 - only the parent writes results
+
+    merge_results(out)
+    print(json.dumps({k: v for k, v in out.items() if k != "small_batch"}, indent=2))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--previous", help="another commit to measure in the same run (e.g. c9068a9)")
+    parser.add_argument("--seed", type=int, default=26)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.seed), default=str))
+        return 0
+    sys.path.insert(0, str(ROOT))
+    run(args.reps, args.previous, args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
