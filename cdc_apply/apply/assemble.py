@@ -28,8 +28,7 @@ from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import StreamDecoder
 from cdc_apply.apply.state import OpenTxn, PreparedTxn, SeqRange, SourceState, StreamedTxn
 
-CHANGE_TYPES = frozenset(b"IUDTM")
-CONTROL_TYPES = frozenset(b"BCORYSEcAbPKrp")
+CHANGE_TYPES, CONTROL_TYPES = m.CHANGE_TYPES, m.CONTROL_TYPES
 # Logical decoding messages under this prefix are cdc_apply's own (a lander's snapshot, an event
 # trigger's column defaults): the driver reads them with the control messages.
 DIRECTIVE_PREFIX = "cdc_apply."

@@ -23,8 +23,8 @@ from cdc_apply.pgoutput.decoder import decode_message
 from cdc_apply.pgoutput.types import ColumnType
 from cdc_apply.pgoutput.values import convert_binary, convert_text
 
-_CHANGE_KINDS = frozenset((b"I", b"U", b"D", b"T", b"M"))
-_CONTROL_KINDS = frozenset(kind.encode() for kind in m.MESSAGE_NAMES) - _CHANGE_KINDS
+_CHANGE_KINDS = frozenset(bytes([t]) for t in m.CHANGE_TYPES)
+_CONTROL_KINDS = frozenset(bytes([t]) for t in m.CONTROL_TYPES)
 
 
 class Rows:

@@ -12,11 +12,12 @@ import numpy as np
 import pyarrow as pa
 
 from cdc_apply.apply.changes_plan import SKIP, DecodePlan, SourcePlan, pool_columns
+from cdc_apply.pgoutput.messages import CHANGE_TYPES, DML_TYPES
 
 _IUD = np.zeros(257, dtype=bool)  # indexed by first byte + 1 (-1: empty or null payload)
-_IUD[[ord("I") + 1, ord("U") + 1, ord("D") + 1]] = True
-_CHANGE = _IUD.copy()  # every type byte the decode stage owns: Insert, Update, Delete, Truncate, Message
-_CHANGE[[ord("T") + 1, ord("M") + 1]] = True
+_IUD[[t + 1 for t in DML_TYPES]] = True
+_CHANGE = np.zeros(257, dtype=bool)  # every type byte the decode stage owns
+_CHANGE[[t + 1 for t in CHANGE_TYPES]] = True
 _TS = pa.timestamp("us", tz="UTC")
 
 

@@ -44,8 +44,9 @@ from cdc_apply.errors import ApplyError, BronzeError, CdcApplyError, StateError,
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
-CONTROL_HEX = ("42", "43", "4F", "52", "59", "53", "45", "63", "41", "62", "50", "4B", "72", "70")
-CHANGE_HEX = ("49", "55", "44", "54", "4D")
+# The message kinds as Spark sees the first payload byte (F.hex of it).
+CONTROL_HEX = tuple(sorted(f"{t:02X}" for t in m.CONTROL_TYPES))
+CHANGE_HEX = tuple(sorted(f"{t:02X}" for t in m.CHANGE_TYPES))
 DECODE_MESSAGES_PER_PARTITION = 25_000
 
 
