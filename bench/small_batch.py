@@ -132,6 +132,7 @@ def _run_child(seed: int, code: Path | None) -> dict:
     env = dict(os.environ)
     if code is not None:  # PYTHONPATH's path finder runs before the editable install's finder
         env["PYTHONPATH"] = f"{code}{os.pathsep}{ROOT}"
+        env["CDC_APPLY_JARS"] = str(ROOT / ".jars")  # the checkout's own .jars/ is never set up
     proc = subprocess.run([sys.executable, str(Path(__file__)), "--child", "--seed", str(seed)],
                           capture_output=True, text=True, env=env, cwd=str(code or ROOT))
     if proc.returncode:
