@@ -418,9 +418,19 @@ def append_new_keys(spark, collapsed, work: TableWork, metadata: str) -> int:
     if count:
         tagged = json.loads(metadata)
         tagged["cdc_apply"]["part"] = "new keys"
-        work.ref.append(rows.select(*values, *meta).coalesce(append_files(count, len(work.columns))),
-                        None, 0, json.dumps(tagged, separators=(",", ":")))
+        out = rows.select(*values, *meta).coalesce(append_files(count, len(work.columns)))
+        work.ref.append(_key_sorted(out, work), None, 0, json.dumps(tagged, separators=(",", ":")))
     return count
+
+
+def _key_sorted(rows, work: TableWork):
+    """Rows sorted by key within each file written: the file's min/max statistics then bound a key
+    range tightly, and a MERGE limited to a batch's key range (merge_keyed) skips the other files."""
+    from pyspark.sql import functions as F
+
+    if not work.key:
+        return rows
+    return rows.sortWithinPartitions(*[F.col(quote_ident(work.columns[i].name)) for i in work.key_index])
 
 
 def append_files(rows: int, columns: int) -> int:
@@ -445,5 +455,5 @@ def append_rows(spark, projected, work: TableWork, metadata: str, rows_hint: int
         # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
         # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
         rows = rows.coalesce(append_files(rows_hint, len(work.columns)))
-    work.ref.append(rows, None, 0, metadata)
+    work.ref.append(_key_sorted(rows, work), None, 0, metadata)
     return MergeResult(inserted=-1)  # counted from the batch's own counts by the caller
