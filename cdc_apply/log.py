@@ -115,4 +115,5 @@ class LineLog(io.TextIOBase):
     def _emit(self, line: str) -> None:
         if line.strip():
             extra = {PRINTED: True} if self.copy is not None else None
-            self.logger.log(self.level, line, extra=extra)
+            # stacklevel 3: the record names whoever wrote the line (print is not a Python frame).
+            self.logger.log(self.level, line, extra=extra, stacklevel=3)
