@@ -27,7 +27,8 @@ test: setup
 # The wheel a cluster installs (dist/cdc_apply-<version>-py3-none-any.whl); built offline with the
 # virtualenv's setuptools.
 wheel: setup
-	@$(VPY) -m pip wheel -q --no-deps --no-build-isolation --wheel-dir dist .
+	@rm -rf build    # setuptools' staging folder: files left there from an earlier build would be packaged
+	@$(VPY) -m pip wheel -q --no-deps --no-build-isolation --no-index --wheel-dir dist .
 	@ls dist/cdc_apply-*.whl
 
 bench: setup

@@ -359,6 +359,9 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
                 "the Spark session already running has no Delta Lake; start it with "
                 f"spark.sql.extensions={DELTA_EXTENSION}, spark.sql.catalog.spark_catalog={DELTA_CATALOG} and the "
                 f"Delta jars (--packages {DELTA_ARTIFACT}), or stop it and let spark_session() build one")
+        if conf:
+            log.warning("a Spark session is already running; these settings were not applied to it: %s",
+                        ", ".join(sorted(conf)))
         log.info("using the Spark session already running: %s", describe_session(existing))
         return existing
     requested = _connect_requested(conf)
