@@ -25,7 +25,7 @@ def run_status(config_path: str, as_json: bool = False, quarantine_hours: float 
     """Print each source's status; the exit code is the least healthy source's (see ``EXIT_CODES``).
 
     ``as_json``: one JSON object per source, one per line (nothing when the pipeline has applied
-    nothing yet); timestamps as ``YYYY-MM-DD HH:MM:SS[.ffffff]`` strings, the session's time zone (UTC).
+    nothing yet); timestamps as ``YYYY-MM-DD HH:MM:SS[.ffffff]`` strings in the driver process's local time.
     """
     from cdc_apply.api import exit_code, status
     from cdc_apply.spark import spark_session
