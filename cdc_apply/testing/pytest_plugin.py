@@ -72,7 +72,9 @@ class Lake:
         self.root.mkdir(parents=True, exist_ok=True)
         self.pipeline = pipeline
         self.sections: dict[str, dict[str, Any]] = {}
-        self._landed: dict[int, int] = {}   # id(StreamBuilder) -> how many of its rows are in bronze
+        # id(StreamBuilder) -> (the builder, how many of its rows are in bronze); the builder is kept so
+        # its id cannot be reused by another one.
+        self._landed: dict[int, tuple[Any, int]] = {}
         self.configure(**sections)
 
     @property
@@ -133,11 +135,14 @@ class Lake:
         create_bronze_table(self.spark, self.bronze_path)
         if isinstance(rows, StreamBuilder):
             every = rows.rows()
-            done = self._landed.get(id(rows), 0)
-            self._landed[id(rows)] = len(every)
+            done = self._landed.get(id(rows), (rows, 0))[1]
+            self._landed[id(rows)] = (rows, len(every))
             rows = every[done:]
         if hasattr(rows, "sparkSession"):  # a DataFrame
-            df = rows.select("source", "seq", "lsn", "payload", *(["landed_at"] if "landed_at" in rows.columns else []))
+            from pyspark.sql import functions as F
+
+            landed_at = F.col("landed_at") if "landed_at" in rows.columns else F.lit(None).cast("timestamp")
+            df = rows.select("source", "seq", "lsn", "payload", landed_at.alias("landed_at"))
         else:
             tuples = [tuple(r) for r in rows]
             df = self.spark.createDataFrame([(*r[:4], None) for r in tuples], bronze_schema())
