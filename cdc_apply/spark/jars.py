@@ -200,12 +200,18 @@ def _spark_jackson_version(spark_jars: Path) -> str:
 def fetch_delta_jars(jars_dir: Path | None = None, *, quiet: bool = False) -> list[Path]:
     """Fetch the Delta artifact and its runtime dependencies into ``jars_dir``.
 
-    Idempotent: returns at once when a completed fetch of the same artifact is there.
+    Idempotent: returns at once when a completed fetch of the same artifact is there, or when
+    ``$CDC_APPLY_JARS`` names a folder that already holds the delta-spark jar (a folder of the user's:
+    a fetch would replace its jars).
     """
     jars_dir = jars_dir or default_jars_dir()
     done = installed_jars(jars_dir)
     if done:
         return done
+    env = os.environ.get(JARS_ENV)
+    if env and Path(env).expanduser().resolve() == jars_dir.resolve() and jars_in_folder(jars_dir):
+        log.info("%s already holds the Delta jars (%s); nothing fetched", jars_dir, JARS_ENV)
+        return jars_in_folder(jars_dir)
     mvn = shutil.which("mvn")
     if mvn is None:
         raise SetupError(

@@ -45,6 +45,14 @@ def test_any_folder_holding_the_delta_jar_is_used_without_a_stamp(nowhere, monke
     assert found.origin.startswith(JARS_ENV)
 
 
+def test_fetching_into_a_users_own_jars_folder_keeps_what_is_there(nowhere, monkeypatch):
+    folder = nowhere / "my-jars"
+    kept = [_jar(folder, "delta-spark_4.1_2.13-4.4.0.jar"), _jar(folder, "extra-1.0.jar")]
+    monkeypatch.setenv(JARS_ENV, str(folder))
+    assert jars_module.fetch_delta_jars(folder, quiet=True) == kept
+    assert all(j.exists() for j in kept)
+
+
 def test_a_cdc_apply_jars_folder_without_the_delta_jar_is_an_error_naming_it(nowhere, monkeypatch):
     folder = nowhere / "wrong"
     _jar(folder, "something-else-1.0.jar")
