@@ -7,7 +7,7 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test bench soak clean-setup
+.PHONY: setup demo test bench soak wheel clean-setup
 
 setup: $(VENV)/.installed
 	@$(VPY) -m cdc_apply.spark.jars
@@ -23,6 +23,13 @@ demo: setup
 
 test: setup
 	@$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The wheel a cluster installs (dist/cdc_apply-<version>-py3-none-any.whl); built offline with the
+# virtualenv's setuptools.
+wheel: setup
+	@rm -rf build    # setuptools' staging folder: files left there from an earlier build would be packaged
+	@$(VPY) -m pip wheel -q --no-deps --no-build-isolation --no-index --wheel-dir dist .
+	@ls dist/cdc_apply-*.whl
 
 bench: setup
 	@$(VPY) bench/run.py

@@ -10,9 +10,11 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark():
-    from cdc_apply import spark_session
+    # The session the installed pytest plugin's `spark` fixture gives (cdc_apply.testing.pytest_plugin),
+    # defined here too so the suite does not depend on the plugin's entry point being registered.
+    from cdc_apply.testing.pytest_plugin import local_spark_session
 
-    session = spark_session("cdc_apply-tests")
+    session, _ = local_spark_session("cdc_apply-tests")
     yield session
     session.stop()
 
