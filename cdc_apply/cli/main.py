@@ -67,6 +67,19 @@ def _status(args: argparse.Namespace) -> int:
                       max_lag_seconds=args.max_lag_seconds)
 
 
+def _optimize(args: argparse.Namespace) -> int:
+    from cdc_apply.config import load_config
+    from cdc_apply.delta.maintenance import optimize_silver
+    from cdc_apply.spark import spark_session
+
+    config = load_config(args.config)
+    spark = spark_session(f"cdc_apply-optimize-{config.pipeline}")
+    for done in optimize_silver(spark, config, args.table or None):
+        key = f"zorder by {', '.join(done.key)}" if done.key else "no key"
+        print(f"{done.table}: {done.files_removed} files -> {done.files_added} ({key})", flush=True)
+    return 0
+
+
 def version_text() -> str:
     """``cdc-apply --version``: this package, the Spark it was built for and the Delta artifact it uses."""
     from importlib import metadata
@@ -117,6 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--max-lag-seconds", type=float, default=None, metavar="S",
                         help="exit code 5 when a source's lag is above this (default: never)")
     status.set_defaults(run=_status)
+
+    optimize = sub.add_parser("optimize", help="compact silver tables, Z-ordered by key (maintenance)",
+                              description="OPTIMIZE each silver table of the pipeline, ZORDER BY its key: fewer "
+                                          "files, each a narrow key range, so a MERGE of recent keys reads fewer.")
+    optimize.add_argument("--config", required=True, metavar="FILE")
+    optimize.add_argument("--table", action="append", metavar="NS.NAME", help="only this table (repeatable)")
+    optimize.set_defaults(run=_optimize)
 
     demo = sub.add_parser("demo", help="run the end-to-end demo on an embedded default")
     demo.add_argument("--workdir", default="demo-data", help="folder for the demo's tables (default: demo-data)")
