@@ -7,7 +7,7 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test bench soak wheel clean-setup
+.PHONY: setup demo test test-fast bench soak wheel clean-setup
 
 setup: $(VENV)/.installed
 	@$(VPY) -m cdc_apply.spark.jars
@@ -24,6 +24,11 @@ demo: setup
 test: setup
 	@$(VPY) -m pytest $(PYTEST_ARGS)
 
+# The fast lane: the tests that need no JVM, no PostgreSQL and no wheel build (pure Python; no Delta
+# jars needed). `make test` runs these and the rest.
+test-fast: $(VENV)/.installed
+	@$(VPY) -m pytest -m "not spark and not postgres and not packaging" $(PYTEST_ARGS)
+
 # The wheel a cluster installs (dist/cdc_apply-<version>-py3-none-any.whl); built offline with the
 # virtualenv's setuptools.
 wheel: setup
@@ -31,8 +36,11 @@ wheel: setup
 	@$(VPY) -m pip wheel -q --no-deps --no-build-isolation --no-index --wheel-dir dist .
 	@ls dist/cdc_apply-*.whl
 
+# Every benchmark through one runner (~4 hours on 2 cores; a quiet machine), or some of them:
+#   make bench BENCHES="decode wide"     (the steps: .venv/bin/python -m bench.run --list)
+BENCHES ?=
 bench: setup
-	@$(VPY) bench/run.py
+	@$(VPY) -m bench.run $(BENCHES)
 
 # The differential soak: >= 100,000 seeded random transactions, silver compared with PostgreSQL at
 # 8 checkpoints. Two configurations span the protocol (1: text, no streaming, no two-phase; 4: parallel
