@@ -314,14 +314,14 @@ def delta_metrics(spark, table: Path) -> dict:
 def decode_floor(spark, captured: list, reps: int) -> dict:
     """Decode stage vs an identity mapInArrow over the same bronze rows, interleaved."""
     from cdc_apply.apply.changes import decode_batches, output_ddl
-    from cdc_apply.delta.pipeline import CHANGE_HEX, _first_byte_hex
+    from cdc_apply.delta.payload_columns import is_change
 
     def identity(batches):
         yield from batches
 
     jobs = []
     for fresh, plan in captured:
-        changes = fresh.where(_first_byte_hex().isin(*CHANGE_HEX)).select("source", "seq", "lsn", "payload")
+        changes = fresh.where(is_change()).select("source", "seq", "lsn", "payload")
         changes = changes.repartition(spark.sparkContext.defaultParallelism).cache()
         changes.count()
         jobs.append((changes, plan))

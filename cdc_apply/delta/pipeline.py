@@ -29,16 +29,16 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Callable, Iterator, TextIO
 
-from cdc_apply.apply.assemble import DIRECTIVE_PREFIX
 from cdc_apply.apply.changes import SKIP, decode_batches, output_ddl
 from cdc_apply.apply.plan import BatchPlan, plan_batch
 from cdc_apply.apply.schema import SchemaHistory
 from cdc_apply.apply.state import SourceState
 from cdc_apply.config import Config
-from cdc_apply.delta.batch_logs import BatchLogs
+from cdc_apply.delta.batch_logs import BatchLogs, now as _now
 from cdc_apply.delta.bookkeeping import Bookkeeping
 from cdc_apply.delta.bronze import check_bronze
 from cdc_apply.delta.bronze_contract import applied_rows, check_late_rows, count_rows
+from cdc_apply.delta.payload_columns import is_change, is_control, is_directive, streamed_xid
 from cdc_apply.delta.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.delta.merge import BATCH_SETTINGS
 from cdc_apply.delta.silver import SilverTables, TableStats
@@ -48,9 +48,6 @@ from cdc_apply.errors import ApplyError, CdcApplyError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
-# The message kinds as Spark sees the first payload byte (F.hex of it).
-CONTROL_HEX = tuple(sorted(f"{t:02X}" for t in m.CONTROL_TYPES))
-CHANGE_HEX = tuple(sorted(f"{t:02X}" for t in m.CHANGE_TYPES))
 DECODE_MESSAGES_PER_PARTITION = 25_000
 
 
@@ -122,34 +119,6 @@ class BatchReport:
         self.clock = now
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _first_byte_hex():
-    from pyspark.sql import functions as F
-
-    return F.hex(F.substring(F.col("payload"), 1, 1))
-
-
-def _is_control():
-    """Control messages go to the driver; every other row — changes, and null, empty or unknown payloads,
-    which the decode stage turns into errors — goes to the decode."""
-    from pyspark.sql import functions as F
-
-    return F.coalesce(_first_byte_hex().isin(*CONTROL_HEX), F.lit(False))
-
-
-def _is_directive():
-    """cdc_apply's own logical decoding messages (a snapshot, column defaults): the driver reads them
-    with the control messages; they are decoded into the messages log too, like every message."""
-    from pyspark.sql import functions as F
-
-    prefix = DIRECTIVE_PREFIX.encode().hex().upper()
-    at = [F.hex(F.substring(F.col("payload"), start, len(prefix) // 2)) == prefix for start in (11, 15)]
-    return F.coalesce((_first_byte_hex() == "4D") & (at[0] | at[1]), F.lit(False))
-
-
 class ApplyPipeline:
     """Holds the carried state between micro-batches of one apply job."""
 
@@ -195,11 +164,11 @@ class ApplyPipeline:
 
         if not ranges or not subxids:
             return {}
-        xid = F.conv(F.hex(F.substring("payload", 2, 4)), 16, 10).cast("long")
+        xid = streamed_xid()
         candidates = (self._messages()
                       .where((F.col("source") == source)
                              & F.col("seq").between(min(a for a, _ in ranges), max(b for _, b in ranges))
-                             & _first_byte_hex().isin(*CHANGE_HEX))
+                             & is_change())
                       .select(xid.alias("xid"), "seq").where(F.col("xid").isin(list(subxids))))
         # Outside a stream block the same bytes are a relation OID, so only rows inside the ranges count;
         # a join with the (small) range list, not an OR per range, which grows too deep for the optimizer.
@@ -264,7 +233,7 @@ class ApplyPipeline:
         fresh = self._messages().where(new_rows)
         landed = count_rows(fresh)
         controls: dict[str, list] = {s: [] for s in stats}
-        for r in fresh.where(_is_control() | _is_directive()).select("source", "seq", "lsn", "payload").collect():
+        for r in fresh.where(is_control() | is_directive()).select("source", "seq", "lsn", "payload").collect():
             controls[r.source].append((r.seq, r.lsn, bytes(r.payload)))
         inputs = {}
         for source, row in stats.items():
@@ -304,14 +273,14 @@ class ApplyPipeline:
         if not plan.has_changes and not any(
                 b.state.applied_seq > b.previous.applied_seq for b in plan.sources.values()):
             return None
-        changes = fresh.where(~_is_control()).select("source", "seq", "lsn", "payload")
+        changes = fresh.where(~is_control()).select("source", "seq", "lsn", "payload")
         reread = None
         for source, batch in plan.sources.items():
             for a, b in batch.reread:
                 cond = (F.col("source") == source) & F.col("seq").between(a, b)
                 reread = cond if reread is None else reread | cond
         if reread is not None:
-            old = (self._messages().where(reread & ~_is_control())
+            old = (self._messages().where(reread & ~is_control())
                    .select("source", "seq", "lsn", "payload"))
             changes = changes.unionByName(old)
         # Enough partitions that each cached block stays small: a block evicted to disk is read back
