@@ -7,7 +7,8 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 PYTEST_ARGS ?=
 # make test runs the suite in this many worker processes (pytest-xdist; each worker has its own Spark
-# session and PostgreSQL); PYTEST_WORKERS=0 runs it in one process.
+# session and PostgreSQL; a test module runs whole in one worker, so module fixtures are built once);
+# PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 
 .PHONY: setup demo test test-fast bench soak wheel clean-setup
@@ -25,12 +26,12 @@ demo: setup
 	@$(VENV)/bin/cdc-apply demo
 
 test: setup
-	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The fast lane: the tests that need no JVM, no PostgreSQL and no wheel build (pure Python; no Delta
 # jars needed). `make test` runs these and the rest.
 test-fast: $(VENV)/.installed
-	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not spark and not postgres and not packaging" $(PYTEST_ARGS)
+	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not spark and not postgres and not packaging" $(PYTEST_ARGS)
 
 # The wheel a cluster installs (dist/cdc_apply-<version>-py3-none-any.whl); built offline with the
 # virtualenv's setuptools.
