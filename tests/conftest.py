@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+
 @pytest.fixture(scope="session")
 def spark():
     # The session the installed pytest plugin's `spark` fixture gives (cdc_apply.testing.pytest_plugin),
