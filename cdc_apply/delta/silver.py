@@ -238,7 +238,6 @@ class SilverTables:
             if write(truncate_step(version), lambda _: work.ref.delta_table(session).delete()) is not None:
                 self._empty.add(str(work.ref))
         if planned.has_rows:
-            self._choose_deletion_vectors(session, work, planned)
             for segment_index, segment in enumerate(planned.segments):
                 result = self._merge(session, decoded, segment, planned, version, segment_index, write)
                 self._empty.discard(str(work.ref))
@@ -290,6 +289,7 @@ class SilverTables:
         if work.key is None:
             if insert_only:  # each Insert adds one copy: exactly an append
                 return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
+            self._choose_deletion_vectors(session, work, planned)
             return write(step, lambda _: merge_keyless(session, projected, work, target_empty=empty)) or done
         new_keys = segment < MAX_SEGMENTS and self._new_keys_are_new(work)
         if insert_only and (empty or new_keys):  # every key is new: one append, no join with silver
@@ -302,6 +302,7 @@ class SilverTables:
         partitions = collapse_partitions(planned.rows, len(work.columns),
                                          int(session.conf.get("spark.sql.shuffle.partitions")))
         collapsed = collapse(events, work, work.has_toast, partitions).localCheckpoint()
+        self._choose_deletion_vectors(session, work, planned)  # only a MERGE writes deletion vectors
         if not new_keys:
             rows, low, high = key_range(collapsed, work)
             return write(step, lambda _: merge_keyed(session, collapsed, work, (low, high))) or done
