@@ -18,6 +18,8 @@ from cdc_apply.errors import (
     SetupError,
 )
 
+from cdc_apply.delta.as_of import AsOf, as_of_views, read_as_of  # noqa: E402,F401 - docs/HISTORY.md
+
 __version__ = "0.1.0"
 
 

@@ -29,7 +29,7 @@ from cdc_apply.apply.tables import evolve
 from cdc_apply.delta.history_versions import (
     HistoryColumns, Truncates, keyed_versions, keyless_versions, merge_versions, open_versions_of,
 )
-from cdc_apply.delta.merge import TXN_APP_ID, TXN_VERSION, TableWork, key_events, project
+from cdc_apply.delta.merge import TXN_APP_ID, TXN_VERSION, TableWork, append_files, key_events, project
 from cdc_apply.delta.merge_moves import resolve_moves
 from cdc_apply.delta.tables import (
     USER_METADATA, TableRef, apply_schema_ops, column_list, delta_version, history_ref, property_list,
@@ -67,13 +67,14 @@ class HistoryTables:
 
     # -- one table, one batch -------------------------------------------------------------
     def apply(self, session, decoded, planned, version: int, silver_recorded: int | None,
-              previous_lsn: int | None) -> int | None:
+              previous_lsn: int | None, new_keys_are_new: bool = False) -> int | None:
         """Write the batch's versions of ``planned``'s table; returns the history table's Delta version
         after it (None when the history starts with the next batch).
 
         ``silver_recorded``: the silver table's recorded txnVersion when this process first saw it (its
         writes before this batch say whether silver holds rows history must start from);
-        ``previous_lsn``: the source's last applied commit LSN before this batch.
+        ``previous_lsn``: the source's last applied commit LSN before this batch; ``new_keys_are_new``: a
+        key a batch inserts cannot have an open version (the key is the relation's own identity).
         """
         work = planned.work
         spec: HistorySpec = planned.history
@@ -104,7 +105,11 @@ class HistoryTables:
                 txn_version = version * STEPS_PER_VERSION + FIRST_STEP + step
                 if recorded is not None and txn_version <= recorded:
                     continue
-                self._write_segment(session, decoded, planned, segment, ref, truncates, spec, app_id, txn_version)
+                if new_keys_are_new and planned.ops <= {"I"} and not truncates.points and segment.key is not None:
+                    self._append_inserts(session, decoded, segment, planned.inserts, ref, app_id, txn_version)
+                else:
+                    self._write_segment(session, decoded, planned, segment, ref, truncates, spec, app_id,
+                                        txn_version)
         finally:
             for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA):
                 session.conf.unset(key)
@@ -138,6 +143,23 @@ class HistoryTables:
         session.conf.set(TXN_APP_ID, app_id)
         session.conf.set(TXN_VERSION, str(txn_version))
         merge_versions(session, ref, versions, work, h, truncates, keyed=work.key is not None)
+
+    def _append_inserts(self, session, decoded, work: TableWork, inserts: int, ref: TableRef, app_id: str,
+                        txn_version: int) -> None:
+        """A batch that only inserts keys of the relation's own identity: each insert is a new key's first
+        version, still open. One append, no read of the history table."""
+        from pyspark.sql import functions as F
+
+        h = self.columns
+        rows = project(decoded, work).where(F.col("_op") == "I").select(
+            *[F.col(f"n_{i}").alias(c.name) for i, c in enumerate(work.columns)],
+            *[F.col(src).alias(col) for col, src in work.meta],
+            F.col("_commit_lsn").alias(h.valid_from_lsn), F.lit(None).cast("bigint").alias(h.valid_to_lsn),
+            F.col("_commit_ts").alias(h.valid_from_ts), F.lit(None).cast("timestamp").alias(h.valid_to_ts),
+            F.lit("insert").alias(h.operation), F.lit(None).cast("string").alias(h.closed_by),
+            F.lit(1).cast("bigint").alias(h.copies), F.lit(True).alias(h.is_current))
+        rows = rows.coalesce(append_files(inserts, len(work.columns)))
+        ref.append(rows, app_id, txn_version, session.conf.get(USER_METADATA))
 
     def _seed(self, session, planned, ref: TableRef, app_id: str, version: int) -> None:
         """Silver's rows as the history's first open versions (one append, guarded like every write)."""

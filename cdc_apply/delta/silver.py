@@ -239,7 +239,8 @@ class SilverTables:
         stats = TableStats(truncated=work.truncate_after is not None, last_commit_lsn=planned.last_commit_lsn)
         if planned.history is not None:  # before silver's writes: see cdc_apply.delta.history
             stats.history_version = self.history.apply(session, decoded, planned, version,
-                                                       self._recorded.get(str(work.ref)), planned.previous_lsn)
+                                                       self._recorded.get(str(work.ref)), planned.previous_lsn,
+                                                       self._new_keys_are_new(work))
             self.fault(f"history:{work.qualified_name}")
         session.conf.set(USER_METADATA, commit_metadata(work.source, work.qualified_name, planned.last_commit_lsn))
         if work.truncate_after is not None:

@@ -66,3 +66,13 @@ def rules_run(lake_factory):
     lake = lake_factory("rules")
     pipeline, printed = apply_rules(lake)
     return lake, pipeline, printed
+
+
+@pytest.fixture(scope="session")
+def history_run(lake_factory):
+    """The history capture (``history_capture``) applied once with history tables: (lake, rows, pipeline)."""
+    from history_capture import CONFIG, apply_history
+
+    lake = lake_factory("history", **CONFIG)
+    rows, _, pipeline = apply_history(lake)
+    return lake, rows, pipeline

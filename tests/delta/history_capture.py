@@ -1,6 +1,7 @@
 """The history capture: several transactions per batch touching the same keys, unchanged TOAST, key
-moves, truncates, duplicates without a key, schema changes and a tracked table, in three batches;
-and the helpers that compare a history table with the states the reference applier went through."""
+moves, truncates, duplicates without a key, schema changes, a tracked table and one without history,
+in three batches; and the helpers that compare a history table with the states the reference
+applier went through."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def build_history():
     evo = b.relation("public", "evo", [("id", "int4", True), ("a", "text", False), ("gone", "int4", False)])
     tracked = b.relation("public", "tracked", [("id", "int4", True), ("status", "text", False),
                                                 ("seen", "int4", False)])
+    plain = b.relation("public", "plain", [("id", "int4", True), ("v", "text", False)])   # no history
     cuts = []
     # -- batch 1: several transactions on the same keys ------------------------------------------
     with b.transaction() as tx:
@@ -31,6 +33,7 @@ def build_history():
         tx.insert(bag, {"x": 1, "y": "a"})
         tx.insert(evo, {"id": 1, "a": "a1", "gone": 1})
         tx.insert(tracked, {"id": 1, "status": "new", "seen": 0})
+        tx.insert(plain, {"id": 1, "v": "p1"})
     with b.transaction() as tx:
         tx.update(t, {"id": 1, "v": "v1b", "doc": U})        # unchanged TOAST, from the batch
         tx.insert(t, {"id": 4, "v": "v4", "doc": "four"})      # inserted and deleted in one transaction:
@@ -51,6 +54,7 @@ def build_history():
         tx.insert(t, {"id": 3, "v": "v3 again", "doc": "three"})
         tx.update(bag, {"x": 1, "y": "c"}, old={"x": 1, "y": "a"})
         tx.update(tracked, {"id": 1, "status": "open", "seen": 3})
+        tx.update(plain, {"id": 1, "v": "p2"})
     with b.transaction() as tx:
         tx.delete(t, key={"id": 5})
         tx.insert(t, {"id": 5, "v": "v5 new", "doc": "five"})  # deleted and re-inserted in one transaction
@@ -78,6 +82,7 @@ def build_history():
     with b.transaction() as tx:
         tx.delete(evo3, key={"id": 1})
         tx.insert(tracked, {"id": 2, "status": "new", "seen": 0})
+        tx.insert(plain, {"id": 2, "v": "p3"})
     cuts.append(len(b.rows()))
     return b.rows(), cuts
 
@@ -120,3 +125,20 @@ def expected(state_rows, columns) -> Counter:
 def _text(value):
     """A silver value as the reference applier holds it (PostgreSQL's text output)."""
     return None if value is None else str(value)
+
+
+CONFIG = {"silver": {"history": ["public.*"]},
+          "tables": {"public.tracked": {"track_columns": ["status"]}, "public.plain": {"history": False}}}
+COLUMNS = {"public.t": ["id", "v", "doc"], "public.bag": ["x", "y"], "public.evo": ["id", "renamed", "added"],
+           "public.plain": ["id", "v"]}
+
+
+def apply_history(lake):
+    """Land the capture as three bronze commits and apply them (three batches): (rows, cuts, pipeline)."""
+    rows, cuts = build_history()
+    start = 0
+    for cut in cuts:
+        lake.land(rows[start:cut])
+        start = cut
+    pipeline, _ = lake.apply()
+    return rows, cuts, pipeline
