@@ -133,7 +133,6 @@ class HistoryTables:
             if work.toast_moves:
                 current = history.where(F.col(quote_ident(h.is_current)))
                 events = resolve_moves(events, work, current)
-            events = events.localCheckpoint()
             open_rows = open_versions_of(history, events, work, h, keyed=True, small=small)
             names = [c.name for c in work.columns]
             tracked = [names.index(c) for c in spec.track_columns] if spec.track_columns else None

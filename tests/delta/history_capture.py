@@ -133,12 +133,36 @@ COLUMNS = {"public.t": ["id", "v", "doc"], "public.bag": ["x", "y"], "public.evo
            "public.plain": ["id", "v"]}
 
 
-def apply_history(lake):
-    """Land the capture as three bronze commits and apply them (three batches): (rows, cuts, pipeline)."""
+def apply_history(lake, crashes=()):
+    """Land the capture as three bronze commits and apply them (three batches): (rows, cuts, pipeline).
+
+    ``crashes``: (fault point, apply version) pairs; each makes one run of the job die there (see
+    ApplyPipeline's fault hook) before the last run applies everything."""
+    from cdc_apply.delta.pipeline import ApplyPipeline
+
     rows, cuts = build_history()
     start = 0
     for cut in cuts:
         lake.land(rows[start:cut])
         start = cut
+    for point, version in crashes:
+        holder = {}
+
+        def hook(at, point=point, version=version):
+            if at == point and holder["pipeline"].version + 1 == version:
+                raise Crash(f"injected crash at {at}")
+
+        holder["pipeline"] = ApplyPipeline(lake.spark, lake.config, fault_hook=hook)
+        try:
+            holder["pipeline"].run(once=True)
+        except Exception as exc:  # noqa: BLE001 - the injected crash, as Spark reports it
+            if "injected crash" not in str(exc):
+                raise
+        else:
+            raise AssertionError(f"no crash at {point} in version {version}")
     pipeline, _ = lake.apply()
     return rows, cuts, pipeline
+
+
+class Crash(RuntimeError):
+    pass

@@ -1,5 +1,5 @@
 """History tables: one version per transaction that changed a row, compared with every state the
-reference applier went through (the history capture, three batches, applied once)."""
+reference applier went through (the history capture: three batches, applied through two crashes)."""
 
 from __future__ import annotations
 
@@ -91,3 +91,13 @@ def test_history_columns_follow_silver_through_add_rename_and_drop(history_run):
                       for r in _rows(lake, "evo"))
     assert [v[:1] + v[2:] for v in versions] == [
         (1, "a1", None, "update"), (1, "a2", 7, "delete"), (2, "b1", None, "update"), (2, "b2", 8, None)]
+
+
+def test_each_batch_wrote_one_history_commit_per_table_though_crashes_made_it_run_again(history_run):
+    lake, _, _ = history_run
+    from cdc_apply.delta.tables import history_ref
+
+    for name, batches in (("t", 3), ("bag", 3), ("evo", 3), ("tracked", 3)):
+        table = history_ref(lake.config, "public", name).delta_table(lake.spark).history()
+        assert table.where("operation IN ('MERGE', 'WRITE')").count() == batches, name
+    assert not history_ref(lake.config, "public", "plain").exists(lake.spark)
