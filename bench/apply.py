@@ -1,6 +1,7 @@
 """Apply benchmarks: bronze -> silver on Spark, against baselines measured in the same run.
 
-    .venv/bin/python bench/apply.py [--reps 5] [--base 100000] [--changes 50000] [--large-mb 128]
+    .venv/bin/python -m bench.apply [--reps 5] [--base 100000] [--changes 50000] [--large-mb 128]
+    .venv/bin/python -m bench.apply --large-only [--large-mb 1024]
 
 The input is a real capture (PostgreSQL 18, pgoutput protocol 1, text format) of ``TABLES``
 tables: a base load (``--base`` rows, inserted through bronze like any change) and then
@@ -31,16 +32,14 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import threading
 import time
 from functools import partial
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
+from bench.results import merge_results
 
-from bench.results import merge_results  # noqa: E402
+BENCH = Path(__file__).resolve().parent
 
 WORK = Path(os.environ.get("CDC_APPLY_BENCH_WORK", BENCH / "work" / "apply")).resolve()  # Delta needs absolute paths
 TABLES = 10
@@ -615,7 +614,7 @@ def print_table(out: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.apply", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--base", type=int, default=100_000)
     parser.add_argument("--changes", type=int, default=50_000)

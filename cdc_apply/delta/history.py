@@ -7,11 +7,13 @@ timestamps, the ``operation`` that opened the version, what ``closed_by`` it, ``
 without a key: identical rows), and ``is_current``, the table's partition column (a batch's MERGE
 reads only the open versions). docs/HISTORY.md is the reference.
 
-Each batch writes the history table before the silver table, in the table's own thread, with its
-own ``txnAppId`` (``cdc_apply:<pipeline>:history:<source>:<relation id>``) and ``txnVersion`` (apply
-version * 64 + 2 + identity segment). The versions are computed from the history table's own open
-versions, never from silver: a batch re-run after its history write finds the write done and skips
-it, whatever silver holds by then.
+Each batch writes the history table before the silver table, in the table's own thread, exactly
+once through the same ledger as silver's writes (:mod:`cdc_apply.delta.ledger`): every history
+commit's ``userMetadata`` carries the history's own app id (``cdc_apply:<pipeline>:history:<source>:
+<relation id>``) and its step (apply version * 64 + 1 for the seed below, + 2 + identity segment for
+the batch's versions). The versions are computed from the history table's own open versions, never
+from silver: a batch re-run after its history write finds the step recorded and skips it, whatever
+silver holds by then.
 
 A history table enabled for a silver table that already has rows starts from silver's rows (one
 append, ``operation = 'snapshot'``, valid from each row's last commit LSN); it is complete for
@@ -29,11 +31,12 @@ from cdc_apply.apply.tables import evolve
 from cdc_apply.delta.history_versions import (
     HistoryColumns, Truncates, keyed_versions, keyless_versions, merge_versions, open_versions_of,
 )
-from cdc_apply.delta.merge import TXN_APP_ID, TXN_VERSION, TableWork, append_files, key_events, project
+from cdc_apply.delta.ledger import STEPS_PER_VERSION, SilverLedger
+from cdc_apply.delta.merge import TableWork, append_files, key_events, project
 from cdc_apply.delta.merge_moves import resolve_moves
 from cdc_apply.delta.tables import (
     USER_METADATA, TableRef, apply_schema_ops, column_list, delta_version, history_ref, property_list,
-    quote_ident, quote_literal, recorded_txn_version, set_properties, table_properties,
+    quote_ident, quote_literal, set_properties, table_properties,
 )
 from cdc_apply.errors import ApplyError, ConfigError, SchemaError, StateError
 from cdc_apply.pgoutput import messages as m
@@ -42,7 +45,6 @@ PROP_HISTORY_OF = "cdc_apply.history_of"
 PROP_COMPLETE_FROM = "cdc_apply.history_complete_from_lsn"
 PROP_RELATION = "cdc_apply.relation"
 PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
-STEPS_PER_VERSION = 64   # as silver's: txnVersion = apply version * 64 + step
 SEED_STEP, FIRST_STEP = 1, 2
 BROADCAST_KEYS = 200_000  # up to this many changes, the batch's keys are broadcast to find their open versions
 
@@ -54,12 +56,12 @@ def history_app_id(config: Config, source: str, relation_id: int) -> str:
 class HistoryTables:
     """Writes the history tables of one apply job (one instance per :class:`SilverTables`)."""
 
-    def __init__(self, config: Config, metadata) -> None:
+    def __init__(self, config: Config, metadata, ledger: SilverLedger | None = None) -> None:
         self.config = config
+        self.ledger = ledger if ledger is not None else SilverLedger()  # silver's: one read per table and process
         self.metadata = tuple(metadata)   # (silver column, decoded column, Spark type) of silver's metadata
         self.columns = HistoryColumns(config.silver.metadata_prefix)
         self._known: dict[str, tuple] = {}        # history table -> (source, relation id, version seq) it has
-        self._recorded: dict[str, int | None] = {}  # history table -> txnVersion recorded when first seen
 
     def ref(self, planned) -> TableRef:
         first = planned.chain[0]
@@ -71,8 +73,8 @@ class HistoryTables:
         """Write the batch's versions of ``planned``'s table; returns the history table's Delta version
         after it (None when the history starts with the next batch).
 
-        ``silver_recorded``: the silver table's recorded txnVersion when this process first saw it (its
-        writes before this batch say whether silver holds rows history must start from);
+        ``silver_recorded``: the silver table's newest ledger step (None: no write recorded; its writes
+        before this batch say whether silver holds rows history must start from);
         ``previous_lsn``: the source's last applied commit LSN before this batch; ``new_keys_are_new``: a
         key a batch inserts cannot have an open version (the key is the relation's own identity).
         """
@@ -96,29 +98,30 @@ class HistoryTables:
             if silver_recorded is not None:
                 self._seed(session, planned, ref, app_id, version)
         truncates = Truncates(tuple(planned.truncates))
-        session.conf.set(USER_METADATA, json.dumps({"cdc_apply": {
+        base = json.dumps({"cdc_apply": {
             "source": work.source, "relation": work.qualified_name, "history": True,
             "last_commit_lsn": m.format_lsn(planned.last_commit_lsn),
-            "last_commit_lsn_bigint": planned.last_commit_lsn}}, separators=(",", ":")))
-        try:
-            for step, segment in enumerate(planned.segments):
-                txn_version = version * STEPS_PER_VERSION + FIRST_STEP + step
-                if recorded is not None and txn_version <= recorded:
-                    continue
-                if new_keys_are_new and planned.ops <= {"I"} and not truncates.points and segment.key is not None:
-                    self._append_inserts(session, decoded, segment, planned.inserts, ref, app_id, txn_version)
-                else:
-                    self._write_segment(session, decoded, planned, segment, ref, truncates, spec, app_id,
-                                        txn_version)
-        finally:
-            for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA):
-                session.conf.unset(key)
-        self._recorded[str(ref)] = version * STEPS_PER_VERSION + FIRST_STEP + steps - 1
+            "last_commit_lsn_bigint": planned.last_commit_lsn}}, separators=(",", ":"))
+        for index, segment in enumerate(planned.segments):
+            step = version * STEPS_PER_VERSION + FIRST_STEP + index
+            metadata = self.ledger.claim(session, ref, app_id, step, base)
+            if metadata is None:
+                continue  # written by a run that crashed before silver's writes or progress
+            if new_keys_are_new and planned.ops <= {"I"} and not truncates.points and segment.key is not None:
+                self._append_inserts(session, decoded, segment, planned.inserts, ref, metadata)
+            else:
+                session.conf.set(USER_METADATA, metadata)
+                try:
+                    self._write_segment(session, decoded, planned, segment, ref, truncates, spec)
+                finally:
+                    session.conf.unset(USER_METADATA)
+            self.ledger.wrote(ref, app_id, step)
         self._set_shape(session, planned, ref)
         return delta_version(session, ref)
 
     def _write_segment(self, session, decoded, planned, work: TableWork, ref: TableRef, truncates: Truncates,
-                       spec: HistorySpec, app_id: str, txn_version: int) -> None:
+                       spec: HistorySpec) -> None:
+        """The segment's versions in one MERGE (its ``userMetadata``, with the step, is set on ``session``)."""
         from pyspark.sql import functions as F
 
         h = self.columns
@@ -139,12 +142,10 @@ class HistoryTables:
             versions = keyed_versions(events, open_rows, work, h, truncates, tracked)
         # Materialised: the MERGE reads its source twice, and the source reads the table it changes.
         versions = versions.localCheckpoint()
-        session.conf.set(TXN_APP_ID, app_id)
-        session.conf.set(TXN_VERSION, str(txn_version))
         merge_versions(session, ref, versions, work, h, truncates, keyed=work.key is not None)
 
-    def _append_inserts(self, session, decoded, work: TableWork, inserts: int, ref: TableRef, app_id: str,
-                        txn_version: int) -> None:
+    def _append_inserts(self, session, decoded, work: TableWork, inserts: int, ref: TableRef,
+                        metadata: str) -> None:
         """A batch that only inserts keys of the relation's own identity: each insert is a new key's first
         version, still open. One append, no read of the history table."""
         from pyspark.sql import functions as F
@@ -158,7 +159,7 @@ class HistoryTables:
             F.lit("insert").alias(h.operation), F.lit(None).cast("string").alias(h.closed_by),
             F.lit(1).cast("bigint").alias(h.copies), F.lit(True).alias(h.is_current))
         rows = rows.coalesce(append_files(inserts, len(work.columns)))
-        ref.append(rows, app_id, txn_version, session.conf.get(USER_METADATA))
+        ref.append(rows, None, 0, metadata)
 
     def _seed(self, session, planned, ref: TableRef, app_id: str, version: int) -> None:
         """Silver's rows as the history's first open versions (one append, guarded like every write)."""
@@ -184,9 +185,13 @@ class HistoryTables:
                            F.col(quote_ident(p + "commit_ts")).alias(h.valid_from_ts),
                            F.lit(None).cast("timestamp").alias(h.valid_to_ts), F.lit("snapshot").alias(h.operation),
                            F.lit(None).cast("string").alias(h.closed_by), F.lit(True).alias(h.is_current))
-        metadata = json.dumps({"cdc_apply": {"source": work.source, "relation": work.qualified_name,
-                                             "history": True, "part": "seed from silver"}}, separators=(",", ":"))
-        ref.append(rows, app_id, version * STEPS_PER_VERSION + SEED_STEP, metadata)
+        metadata = self.ledger.claim(session, ref, app_id, version * STEPS_PER_VERSION + SEED_STEP, json.dumps(
+            {"cdc_apply": {"source": work.source, "relation": work.qualified_name, "history": True,
+                           "part": "seed from silver"}}, separators=(",", ":")))
+        if metadata is None:
+            return  # seeded by a run that crashed before the batch's versions
+        ref.append(rows, None, 0, metadata)
+        self.ledger.wrote(ref, app_id, version * STEPS_PER_VERSION + SEED_STEP)
 
     # -- the table itself -------------------------------------------------------------------
     def _check_spec(self, planned, spec: HistorySpec) -> None:
@@ -203,10 +208,9 @@ class HistoryTables:
             raise ConfigError(f"track_columns {missing} are not columns of {work.qualified_name}", key=key)
 
     def _recorded_version(self, session, ref: TableRef, app_id: str, work: TableWork, version: int) -> int | None:
-        """The history table's recorded txnVersion (read once per process; later batches keep it here)."""
-        if str(ref) not in self._recorded:
-            self._recorded[str(ref)] = recorded_txn_version(session, ref, app_id)
-        recorded = self._recorded[str(ref)]
+        """The history table's newest ledger step (None: none; read once per process, kept by the ledger)."""
+        newest = self.ledger.newest(session, ref, app_id)
+        recorded = None if newest < 0 else newest
         if recorded is not None and recorded // STEPS_PER_VERSION > version:
             raise StateError(
                 f"history table {ref} holds writes of apply version {recorded // STEPS_PER_VERSION} of pipeline "
@@ -231,7 +235,6 @@ class HistoryTables:
                              "silver.history_suffix", table=work.qualified_name, source=work.source)
         if props[PROP_HISTORY_OF] != owner:  # a new relation under the name: its history starts anew
             self._create(session, planned, ref, replace_table=True)
-            self._recorded.pop(str(ref), None)
             return
         reflected = props.get(PROP_VERSION_SEQ)
         chain = planned.chain
