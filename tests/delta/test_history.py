@@ -3,6 +3,8 @@ reference applier went through (the history capture: three batches, applied thro
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from history_capture import COLUMNS, DOC, as_of, expected, reference_states
@@ -95,9 +97,19 @@ def test_history_columns_follow_silver_through_add_rename_and_drop(history_run):
 
 def test_each_batch_wrote_one_history_commit_per_table_though_crashes_made_it_run_again(history_run):
     lake, _, _ = history_run
+    from cdc_apply.delta.history import history_app_id
+    from cdc_apply.delta.ledger import STEPS_PER_VERSION
     from cdc_apply.delta.tables import history_ref
 
-    for name, batches in (("t", 3), ("bag", 3), ("evo", 3), ("tracked", 3)):
+    prefix = history_app_id(lake.config, "hist", 0)[:-1]  # the history's app id, before the relation id
+    # Batch 3 changes nothing in t's history (it updates a key batch 2's truncate removed): its MERGE
+    # commits nothing, and nothing records its step.
+    for name, versions in (("t", [1, 2]), ("bag", [1, 2, 3]), ("evo", [1, 2, 3]), ("tracked", [1, 2, 3])):
         table = history_ref(lake.config, "public", name).delta_table(lake.spark).history()
-        assert table.where("operation IN ('MERGE', 'WRITE')").count() == batches, name
+        tags = [json.loads(r.userMetadata)["cdc_apply"]
+                for r in table.where("operation IN ('MERGE', 'WRITE')").select("userMetadata").collect()]
+        steps = [tag["apply_step"] for tag in tags]
+        assert len(steps) == len(set(steps)), name       # no history write twice
+        assert sorted(step // STEPS_PER_VERSION for step in steps) == versions, name
+        assert len({tag["app"] for tag in tags}) == 1 and tags[0]["app"].startswith(prefix), name
     assert not history_ref(lake.config, "public", "plain").exists(lake.spark)
