@@ -15,7 +15,7 @@ applied never shows half.
 
 Command line (prints each table, or writes it with ``--out``)::
 
-    python -m cdc_apply.delta.as_of --config conf/shop.toml --lsn 16/B374D848 --tables public.orders,public.lines
+    cdc-apply as-of --config conf/shop.toml --lsn 16/B374D848 --tables public.orders,public.lines
 """
 
 from __future__ import annotations
@@ -158,6 +158,10 @@ def _newest_commit(spark, books: Bookkeeping, source: str, cap: int | None) -> i
 
 
 def _history_of(spark, config: Config, source: str, rel) -> TableRef | None:
+    """The relation's history table, when the configuration keeps one (a history no longer kept stops
+    at the batch it was turned off: it cannot answer later LSNs)."""
+    if config.history_for(rel.latest.qualified_name) is None:
+        return None
     first = rel.versions[0]
     ref = history_ref(config, first.namespace, first.name, source)
     return ref if ref.exists(spark) else None
@@ -233,14 +237,8 @@ def _time_travel(spark, ref: TableRef, version: int | None, name: str):
                         "vacuumed: keep a history table for reads this far back", table=name) from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from cdc_apply.config import load_config
-    from cdc_apply.errors import CdcApplyError
-
-    parser = argparse.ArgumentParser(prog="python -m cdc_apply.delta.as_of",
-                                     description="silver tables of one source as of one PostgreSQL commit LSN")
+def add_arguments(parser) -> None:
+    """The options of ``cdc-apply as-of`` (and ``python -m cdc_apply.delta.as_of``)."""
     parser.add_argument("--config", required=True, metavar="FILE")
     parser.add_argument("--lsn", required=True, help="X/Y (as PostgreSQL prints it) or a number")
     parser.add_argument("--tables", default=None, help="comma-separated qualified names (default: every table)")
@@ -248,15 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", choices=METHODS, default="auto")
     parser.add_argument("--show", type=int, default=20, metavar="N", help="rows printed per table (default 20)")
     parser.add_argument("--out", default=None, metavar="DIR", help="write each table as Parquet under DIR instead")
-    args = parser.parse_args(argv)
+
+
+def run_cli(args) -> int:
+    """Print (or write under ``--out``) each table as of the LSN; a :class:`CdcApplyError` propagates."""
+    from cdc_apply.config import load_config
     from cdc_apply.spark import spark_session
 
-    try:
-        result = read_as_of(spark_session("cdc_apply-as-of"), load_config(args.config), args.lsn,
-                            args.tables.split(",") if args.tables else None, args.source, args.method)
-    except CdcApplyError as err:
-        print(f"as_of: error: {err}")
-        return 2
+    config = load_config(args.config)
+    result = read_as_of(spark_session(f"cdc_apply-as-of-{config.pipeline}"), config, args.lsn,
+                        args.tables.split(",") if args.tables else None, args.source, args.method)
     print(f"source {result.source}: as of {result.lsn_text} ({result.lsn}), asked {lsn_text(result.requested_lsn)}, "
           f"by {result.method}{'' if result.exact else ' (a batch end: later commits up to the LSN asked are not shown)'}")
     for name, frame in result.frames.items():
@@ -267,6 +266,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}:")
             frame.show(args.show, truncate=False)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from cdc_apply.errors import CdcApplyError
+
+    parser = argparse.ArgumentParser(prog="python -m cdc_apply.delta.as_of",
+                                     description="silver tables of one source as of one PostgreSQL commit LSN")
+    add_arguments(parser)
+    try:
+        return run_cli(parser.parse_args(argv))
+    except CdcApplyError as err:
+        print(f"as_of: error: {err}")
+        return 2
 
 
 if __name__ == "__main__":
