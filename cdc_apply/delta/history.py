@@ -16,7 +16,7 @@ from silver: a batch re-run after its history write finds the step recorded and 
 silver holds by then.
 
 A history table enabled for a silver table that already has rows starts from silver's rows (one
-append, ``operation = 'snapshot'``, valid from each row's last commit LSN); it is complete for
+append, ``operation = 'seed'``, valid from each row's last commit LSN); it is complete for
 states from the previous batch's end on, which its property ``cdc_apply.history_complete_from_lsn``
 records (0: complete from the table's first change).
 """
@@ -183,7 +183,7 @@ class HistoryTables:
         rows = rows.select("*", F.col(quote_ident(p + "commit_lsn")).alias(h.valid_from_lsn),
                            F.lit(None).cast("bigint").alias(h.valid_to_lsn),
                            F.col(quote_ident(p + "commit_ts")).alias(h.valid_from_ts),
-                           F.lit(None).cast("timestamp").alias(h.valid_to_ts), F.lit("snapshot").alias(h.operation),
+                           F.lit(None).cast("timestamp").alias(h.valid_to_ts), F.lit("seed").alias(h.operation),
                            F.lit(None).cast("string").alias(h.closed_by), F.lit(True).alias(h.is_current))
         metadata = self.ledger.claim(session, ref, app_id, version * STEPS_PER_VERSION + SEED_STEP, json.dumps(
             {"cdc_apply": {"source": work.source, "relation": work.qualified_name, "history": True,

@@ -31,6 +31,7 @@ from typing import Sequence
 from cdc_apply.delta.merge import TableWork, null_safe_equal
 from cdc_apply.delta.tables import quote_ident
 from cdc_apply.errors import ApplyError
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
 
 EVENT_META = ("_commit_lsn", "_commit_ts", "_xid", "_origin", "_user")
 
@@ -63,36 +64,40 @@ class HistoryColumns:
 
 @dataclass(frozen=True)
 class Truncates:
-    """The batch's truncates of one table, in commit order: (commit LSN, seq, commit timestamp)."""
+    """The batch's truncates of one table, in commit order: (commit LSN, seq, commit timestamp, cause) —
+    the cause ``'truncate'``, or ``'snapshot'`` for a lander's snapshot (which empties the table at its
+    LSN before its rows: docs/SNAPSHOTS.md)."""
 
-    points: tuple[tuple[int, int, datetime | None], ...] = ()
+    points: tuple[tuple[int, int, datetime | None, str], ...] = ()
 
     def epoch(self, lsn_col: str = "_commit_lsn", seq_col: str = "_seq"):
         """How many truncates come before an event (at ``(lsn, seq)``) in commit order."""
         from pyspark.sql import functions as F
 
         terms = [((F.col(lsn_col) > lsn) | ((F.col(lsn_col) == lsn) & (F.col(seq_col) > seq))).cast("int")
-                 for lsn, seq, _ in self.points]
+                 for lsn, seq, *_ in self.points]
         return reduce(lambda a, b: a + b, terms, F.lit(0))
 
     def epoch_of_version(self, from_col: str):
         """Epoch of a version that began at commit LSN ``from_col``: truncates at or before that commit."""
         from pyspark.sql import functions as F
 
-        terms = [(F.col(from_col) >= lsn).cast("int") for lsn, _, _ in self.points]
+        terms = [(F.col(from_col) >= lsn).cast("int") for lsn, *_ in self.points]
         return reduce(lambda a, b: a + b, terms, F.lit(0))
 
     def at(self, epoch_col: str):
-        """(LSN, timestamp) of the truncate that ends epoch ``epoch_col`` (null for the last epoch)."""
+        """(LSN, timestamp, cause) of the truncate that ends epoch ``epoch_col`` (null for the last epoch)."""
         from pyspark.sql import functions as F
 
         if not self.points:
-            return F.lit(None).cast("bigint"), F.lit(None).cast("timestamp")
-        lsns = F.array(*[F.lit(lsn).cast("bigint") for lsn, _, _ in self.points])
-        stamps = F.array(*[F.lit(ts).cast("timestamp") for _, _, ts in self.points])
+            return F.lit(None).cast("bigint"), F.lit(None).cast("timestamp"), F.lit(None).cast("string")
+        lsns = F.array(*[F.lit(p[0]).cast("bigint") for p in self.points])
+        stamps = F.array(*[F.lit(p[2]).cast("timestamp") for p in self.points])
+        causes = F.array(*[F.lit(p[3]) for p in self.points])
         index = F.col(epoch_col) + 1
         inside = F.col(epoch_col) < len(self.points)
-        return F.when(inside, F.element_at(lsns, index)), F.when(inside, F.element_at(stamps, index))
+        return (F.when(inside, F.element_at(lsns, index)), F.when(inside, F.element_at(stamps, index)),
+                F.when(inside, F.element_at(causes, index)))
 
 
 def _event_meta(work: TableWork) -> dict[str, str]:
@@ -170,7 +175,8 @@ def keyed_versions(events, open_rows, work: TableWork, h: HistoryColumns, trunca
                          F.lit(False))
     opened = F.when(F.col("_kind") == "P", F.col("_vop")).when(
         F.coalesce(prev_present, F.lit(False)) & ~F.col("_reset"), F.lit("update")).when(
-        F.col("_ck") == "M", F.lit("move")).otherwise(F.lit("insert"))
+        F.col("_ck") == "M", F.lit("move")).when(F.col("_xid") == SNAPSHOT_XID, F.lit("snapshot")).otherwise(
+        F.lit("insert"))
     starts = F.col("_present") & (prev_present.isNull() | ~prev_present | F.col("_reset") | changed)
     groups = groups.select("*", starts.alias("_starts"), opened.alias("_opened"))
     start = F.struct((F.col("_kind") == "P").alias("prior"), F.coalesce("_vf_lsn", "_grp").alias("lsn"),
@@ -182,10 +188,10 @@ def keyed_versions(events, open_rows, work: TableWork, h: HistoryColumns, trunca
         F.lead("_cause").over(g).alias("_nc"),
         F.last(F.when(F.col("_starts"), start), ignorenulls=True).over(g_to_here).alias("_start"))
     ends = marked.where(F.col("_present") & (F.col("_ng").isNull() | ~F.col("_np") | F.col("_ns")))
-    cut_lsn, cut_ts = truncates.at("_epoch")
+    cut_lsn, cut_ts, cut_cause = truncates.at("_epoch")
     has_next = F.col("_ng").isNotNull()
     closed_by = F.when(has_next, F.coalesce(F.col("_nc"), F.when(F.col("_np"), F.lit("update"))
-                                            .otherwise(F.lit("delete")))).when(cut_lsn.isNotNull(), F.lit("truncate"))
+                                            .otherwise(F.lit("delete")))).otherwise(cut_cause)
     valid_to = F.when(has_next, F.col("_ng")).otherwise(cut_lsn)
     meta = {src: col for col, src in work.meta}
     out = [F.col(f"v_{i}").alias(c.name) for i, c in enumerate(work.columns)]
@@ -251,18 +257,20 @@ def keyless_versions(projected, history, work: TableWork, h: HistoryColumns, tru
     marked = changes.select("*", F.lead("_grp").over(g).alias("_ng"), F.lead("_commit_ts").over(g).alias("_nts"),
                             F.lead("_kind").over(g).alias("_nk"))
     versions = marked.where(F.col("_count") > 0)
-    cut_lsn, cut_ts = truncates.at("_epoch")
+    cut_lsn, cut_ts, cut_cause = truncates.at("_epoch")
     has_next = F.col("_ng").isNotNull()
     valid_to = F.when(has_next, F.col("_ng")).otherwise(cut_lsn)
     prior_flag = F.col("_kind") == "P"
+    opened = F.when((F.col("_kind") == "I") & (F.col("_xid") == SNAPSHOT_XID), F.lit("snapshot")).otherwise(
+        kinds[F.col("_kind")])
     out = [F.col(f"v_{i}").alias(c.name) for i, c in enumerate(work.columns)]
     out += [F.col(src).alias(col) for src, col in meta.items()]
     out += [F.when(prior_flag, F.col("_vf_lsn")).otherwise(F.col("_grp")).alias(h.valid_from_lsn),
             valid_to.alias(h.valid_to_lsn),
             F.when(prior_flag, F.col("_vf_ts")).otherwise(F.col("_commit_ts")).alias(h.valid_from_ts),
             F.when(has_next, F.col("_nts")).otherwise(cut_ts).alias(h.valid_to_ts),
-            F.when(prior_flag, F.col("_vop")).otherwise(kinds[F.col("_kind")]).alias(h.operation),
-            F.when(has_next, kinds[F.col("_nk")]).when(cut_lsn.isNotNull(), F.lit("truncate")).alias(h.closed_by),
+            F.when(prior_flag, F.col("_vop")).otherwise(opened).alias(h.operation),
+            F.when(has_next, kinds[F.col("_nk")]).otherwise(cut_cause).alias(h.closed_by),
             F.col("_count").alias(h.copies), valid_to.isNull().alias(h.is_current), prior_flag.alias("_prior")]
     # A value whose count the batch left as it was keeps its open version untouched.
     return versions.select(*out).where(~F.col("_prior") | F.col(h.valid_to_lsn).isNotNull())
@@ -291,14 +299,15 @@ def merge_versions(spark, target, versions, work: TableWork, h: HistoryColumns, 
                                      values={quote_ident(c): F.col(f"s.{quote_ident(c)}") for c in everything}))
     if truncates.points:
         frm = F.col(f"t.{quote_ident(h.valid_from_lsn)}")
-        lsn, ts = None, None
-        for point_lsn, _, point_ts in reversed(truncates.points):
+        lsn, ts, cause = None, None, None
+        for point_lsn, _, point_ts, point_cause in reversed(truncates.points):
             lsn = F.when(frm < point_lsn, F.lit(point_lsn).cast("bigint")).otherwise(lsn)
             ts = F.when(frm < point_lsn, F.lit(point_ts).cast("timestamp")).otherwise(ts)
+            cause = F.when(frm < point_lsn, F.lit(point_cause)).otherwise(cause)
         builder = builder.whenNotMatchedBySourceUpdate(
             condition=F.col(f"t.{quote_ident(h.is_current)}") & (frm < truncates.points[-1][0]),
             set={quote_ident(h.valid_to_lsn): lsn, quote_ident(h.valid_to_ts): ts,
-                 quote_ident(h.closed_by): F.lit("truncate"), quote_ident(h.is_current): F.lit(False)})
+                 quote_ident(h.closed_by): cause, quote_ident(h.is_current): F.lit(False)})
     builder.execute()
 
 

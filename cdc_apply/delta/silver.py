@@ -34,6 +34,7 @@ from cdc_apply.delta.tables import (
 )
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError, StateError
 from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
 PROP_SOURCE = "cdc_apply.source"
@@ -74,7 +75,7 @@ class _Planned:
     ops: frozenset[str]  # change kinds of this table in the batch (I, U, D)
     inserts: int
     history: HistorySpec | None = None  # the table keeps a history table
-    truncates: tuple[tuple[int, int, object], ...] = ()  # every truncate of the batch: (commit LSN, seq, commit ts)
+    truncates: tuple[tuple[int, int, object, str], ...] = ()  # every truncate: (commit LSN, seq, commit ts, cause)
     previous_lsn: int | None = None     # the source's last applied commit LSN before the batch
 
     @property
@@ -150,8 +151,10 @@ class SilverTables:
                     entry["truncate"] = point
                 committed = plan.sources[t.source].committed
                 ts = committed[t.txn].commit_ts if 0 <= t.txn < len(committed) else None
+                snapshot = 0 <= t.txn < len(committed) and committed[t.txn].xid == SNAPSHOT_XID
                 entry.setdefault("truncates", []).append(
-                    (t.commit_lsn, t.seq, m.pg_timestamp_to_datetime(ts) if ts is not None else None))
+                    (t.commit_lsn, t.seq, m.pg_timestamp_to_datetime(ts) if ts is not None else None,
+                     "snapshot" if snapshot else "truncate"))
         works = []
         pool = pool_columns(plan.decode)
         for (source, rid), info in sorted(touched.items()):
