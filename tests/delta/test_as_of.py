@@ -94,5 +94,8 @@ def test_progress_records_each_changed_tables_delta_version_per_batch(history_ru
     assert set(by_batch[1]) == {"public.t", "public.bag", "public.evo", "public.tracked", "public.plain"}
     assert all(r.history_version is None for b in by_batch.values() for n, r in b.items() if n == "public.plain")
     assert all(r.history_version is not None for b in by_batch.values() for n, r in b.items() if n != "public.plain")
-    versions = [by_batch[v]["public.t"].silver_version for v in (1, 2, 3)]
+    versions = [by_batch[v]["public.tracked"].silver_version for v in (1, 2, 3)]
     assert versions == sorted(versions) and len(set(versions)) == 3
+    # Batch 3's only change of t updates a key its truncate removed: the MERGE commits nothing.
+    versions = [by_batch[v]["public.t"].silver_version for v in (1, 2, 3)]
+    assert versions[0] < versions[1] == versions[2]
