@@ -53,9 +53,13 @@ bench: setup
 SOAK_SEED ?= 1122
 SOAK_TRANSACTIONS ?= 100000
 SOAK_CONFIGS ?= v1,v4_parallel_binary
+# SOAK_HISTORY=1: history tables on, checked against the source's state after every transaction and
+# read_as_of against PostgreSQL at each checkpoint (docs/HISTORY.md).
+SOAK_HISTORY ?=
 soak: setup
 	@$(VPY) -m cdc_apply.testing.differential --seed $(SOAK_SEED) --transactions $(SOAK_TRANSACTIONS) \
-		--checkpoints 8 --configs $(SOAK_CONFIGS) --workdir bench/work/soak --result bench/soak.json
+		--checkpoints 8 --configs $(SOAK_CONFIGS) --workdir bench/work/soak --result bench/soak.json \
+		$(if $(SOAK_HISTORY),--history)
 
 clean-setup:
 	rm -rf $(VENV) .jars

@@ -8,6 +8,11 @@ The Python API (details in :mod:`cdc_apply.api`)::
     reports = cdc_apply.apply(spark, "pipeline.toml")  # bronze -> silver, once; one report per batch
     entries = cdc_apply.status(spark, "pipeline.toml") # per source: applied seq, lag, health
     summary = cdc_apply.land("pipeline.toml")          # PostgreSQL slot -> bronze, until idle
+    as_of = cdc_apply.read_as_of(spark, "pipeline.toml", "16/B374D848", ["public.orders"])  # docs/HISTORY.md
+    as_of["public.orders"].show()                      # silver as of one source commit
+
+``as_of_views`` registers the same as SQL views, ``register_lsn_functions`` the SQL functions
+``cdc_lsn_text`` / ``cdc_lsn`` (BIGINT LSN <-> PostgreSQL's ``X/Y``).
 
 ``cdc_apply.pgoutput`` and the planning core import no Spark; importing this package does not
 start or import Spark either.
@@ -24,9 +29,12 @@ from typing import Any
 # in sys.modules and leave the names alone. Both are plain-Python packages of one docstring.
 import cdc_apply.apply as _planning_package  # noqa: F401
 import cdc_apply.land as _lander_package  # noqa: F401
-from cdc_apply.api import apply, exit_code, land, load_config, status
+from cdc_apply.api import (
+    apply, as_of_views, exit_code, land, load_config, read_as_of, register_lsn_functions, status,
+)
 from cdc_apply.errors import (
     ApplyError,
+    AsOfError,
     CdcApplyError,
     ConfigError,
     DecodeError,
@@ -49,6 +57,7 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
 
 __all__ = [
     "ApplyError",
+    "AsOfError",
     "CdcApplyError",
     "ConfigError",
     "DecodeError",
@@ -58,10 +67,13 @@ __all__ = [
     "StateError",
     "__version__",
     "apply",
+    "as_of_views",
     "configure_logging",
     "exit_code",
     "land",
     "load_config",
+    "read_as_of",
+    "register_lsn_functions",
     "spark_session",
     "status",
 ]

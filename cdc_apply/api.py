@@ -10,6 +10,13 @@
     reports = cdc_apply.apply(spark, config)            # everything landed so far, then return
     for source in cdc_apply.status(spark, config):
         print(source["source"], source["health"], source["lag_seq"])
+    tables = cdc_apply.read_as_of(spark, config, "16/B374D848", ["public.orders", "public.lines"])
+    tables["public.orders"].show()                      # both as of the same source commit
+
+For analysts (docs/HISTORY.md): :func:`read_as_of` gives DataFrames of several silver tables as of one
+source commit LSN, :func:`as_of_views` the same as SQL temporary views, and
+:func:`register_lsn_functions` the SQL functions ``cdc_lsn_text`` / ``cdc_lsn`` between the BIGINT LSNs
+the tables hold and PostgreSQL's ``X/Y`` text.
 
 Each function is a thin wrapper over the entry point the ``cdc-apply`` command uses
 (``ApplyPipeline``, ``read_status``, ``Lander``), so both behave the same. Progress goes to the
@@ -29,6 +36,7 @@ from cdc_apply.config import Config, as_config
 from cdc_apply.log import LineLog
 
 if TYPE_CHECKING:  # for annotations only: importing them at run time would import Spark
+    from cdc_apply.delta.as_of import AsOf
     from cdc_apply.delta.pipeline import BatchReport
     from cdc_apply.land.lander import LandSummary
 
@@ -175,3 +183,41 @@ def land(config: ConfigLike, *, spark: Any = None, once: bool = True, stop: thre
         return Lander(config, spark, out=stream, stop=stop).run(once=once)
     finally:
         stream.flush()
+
+
+def read_as_of(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str] | None = None, *,
+               source: str | None = None, method: str = "auto") -> "AsOf":
+    """Silver tables of one source as of one commit LSN (``16/B374D848`` or the BIGINT the tables hold):
+    an :class:`~cdc_apply.delta.as_of.AsOf` whose ``frames`` (or ``result["ns.name"]``) are DataFrames,
+    every one showing the same commit — the newest applied at or below ``lsn``.
+
+    ``tables``: qualified names (default: every table of the source); ``source``: needed when the
+    pipeline applies several; ``method``: ``"auto"`` (from history tables when every table asked keeps
+    one complete at that LSN — any commit — else Delta time travel to the newest batch end at or below
+    it), ``"history"`` or ``"time travel"``. The result says which (``method``), the LSN shown (``lsn``,
+    ``lsn_text``) and whether it is the newest applied commit at or below ``lsn`` (``exact``). An
+    :class:`~cdc_apply.errors.AsOfError` when it cannot be answered (docs/HISTORY.md).
+    """
+    from cdc_apply.delta.as_of import read_as_of as _read
+
+    return _read(spark, as_config(config), lsn, tables, source, method)
+
+
+def as_of_views(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str] | None = None, *,
+                source: str | None = None, method: str = "auto", prefix: str = "") -> "AsOf":
+    """:func:`read_as_of`, each table registered as a temporary view ``<prefix><relation name>`` for SQL
+    (``<prefix><namespace>__<name>`` when two tables share a name); also registers the LSN functions."""
+    from cdc_apply.delta.as_of import as_of_views as _views
+    from cdc_apply.delta.lsn import register_lsn_functions as _functions
+
+    result = _views(spark, as_config(config), lsn, tables, source, method, prefix)
+    _functions(spark)
+    return result
+
+
+def register_lsn_functions(spark: Any, schema: str | None = None) -> None:
+    """SQL functions ``cdc_lsn_text(BIGINT) -> 'X/Y'`` and ``cdc_lsn('X/Y') -> BIGINT``: temporary, or
+    permanent in ``schema`` (a catalog that keeps SQL functions: Unity Catalog, a Hive metastore)."""
+    from cdc_apply.delta.lsn import register_lsn_functions as _functions
+
+    _functions(spark, schema)

@@ -107,3 +107,9 @@ class PathError(CdcApplyError):
     """A table's path would leave the root it belongs under (silver root, state location)."""
 
     summary = "table path outside its root"
+
+
+class AsOfError(CdcApplyError):
+    """Silver tables cannot be read as of the LSN asked for (unknown table, history too short, vacuumed)."""
+
+    summary = "cannot read as of that LSN"

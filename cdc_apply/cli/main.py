@@ -1,4 +1,4 @@
-"""``cdc-apply``: apply, land, inspect, status, demo.
+"""``cdc-apply``: apply, land, inspect, status, optimize, as-of, demo.
 
 Each subcommand lives in its own module and is imported only when used, so
 ``cdc-apply inspect --hex`` starts without a JVM.
@@ -80,6 +80,12 @@ def _optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _as_of(args: argparse.Namespace) -> int:
+    from cdc_apply.delta.as_of import run_cli
+
+    return run_cli(args)
+
+
 def version_text() -> str:
     """``cdc-apply --version``: this package, the Spark it was built for and the Delta artifact it uses."""
     from importlib import metadata
@@ -137,6 +143,20 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--config", required=True, metavar="FILE")
     optimize.add_argument("--table", action="append", metavar="NS.NAME", help="only this table (repeatable)")
     optimize.set_defaults(run=_optimize)
+
+    as_of = sub.add_parser("as-of", help="print silver tables as of one source commit LSN (docs/HISTORY.md)",
+                           description="Silver tables of one source as they were after one PostgreSQL commit: the "
+                                       "newest applied commit at or below --lsn, from history tables where every "
+                                       "table keeps one, else by Delta time travel to the newest batch end.")
+    as_of.add_argument("--config", required=True, metavar="FILE")
+    as_of.add_argument("--lsn", required=True, help="X/Y (as PostgreSQL prints it) or a number")
+    as_of.add_argument("--tables", default=None, metavar="NS.NAME,...",
+                       help="comma-separated qualified names (default: every table)")
+    as_of.add_argument("--source", default=None, help="needed when the pipeline applies several sources")
+    as_of.add_argument("--method", choices=("auto", "history", "time travel"), default="auto")
+    as_of.add_argument("--show", type=int, default=20, metavar="N", help="rows printed per table (default 20)")
+    as_of.add_argument("--out", default=None, metavar="DIR", help="write each table as Parquet under DIR instead")
+    as_of.set_defaults(run=_as_of)
 
     demo = sub.add_parser("demo", help="run the end-to-end demo on an embedded default")
     demo.add_argument("--workdir", default="demo-data", help="folder for the demo's tables (default: demo-data)")

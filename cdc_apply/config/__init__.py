@@ -59,6 +59,11 @@ class SilverConfig:
     # a pass that writes deletion vectors (and leaves readers none to apply). 0: every such MERGE rewrites.
     rewrite_share: float = 0.5
     change_data_feed: bool = True
+    # Tables that keep a history table (docs/HISTORY.md): wildcards like apply.tables. [tables."ns.t"] history
+    # = true/false decides for one table over these.
+    history: tuple[str, ...] = ()
+    # History tables live beside silver's: <silver.path><suffix>/<ns>/<rel>, or the template's table + suffix.
+    history_suffix: str = "_history"
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,15 @@ class ApplyConfig:
 @dataclass(frozen=True)
 class TableConfig:
     key: tuple[str, ...] = ()            # key columns (for REPLICA IDENTITY FULL tables with a primary key)
+    history: bool | None = None          # keep a history table (None: as silver.history says)
+    track_columns: tuple[str, ...] = ()  # history: only changes of these columns open a version (default: all)
+
+
+@dataclass(frozen=True)
+class HistorySpec:
+    """A table's history settings: ``track_columns`` empty means every column opens versions."""
+
+    track_columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,6 +158,15 @@ class Config:
     def key_for(self, qualified_name: str) -> tuple[str, ...]:
         table = self.tables.get(qualified_name)
         return table.key if table else ()
+
+    def history_for(self, qualified_name: str) -> HistorySpec | None:
+        """The table's history settings, or None when it keeps no history table."""
+        table = self.tables.get(qualified_name)
+        enabled = table.history if table is not None and table.history is not None else any(
+            _match(p, qualified_name) for p in self.silver.history)
+        if not enabled:
+            return None
+        return HistorySpec(table.track_columns if table is not None else ())
 
     @property
     def checkpoint_location(self) -> str:
@@ -274,6 +297,8 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         raise ConfigError("set state.path, or both state.schema and state.checkpoint", key="state.path")
     if not silver.metadata_prefix:
         raise ConfigError("must not be empty", key="silver.metadata_prefix")
+    if not silver.history_suffix or "/" in silver.history_suffix or "." in silver.history_suffix:
+        raise ConfigError("must be a non-empty suffix without '/' or '.'", key="silver.history_suffix")
     if not silver.rewrite_share >= 0:
         raise ConfigError("must be 0 or more (0: a large MERGE always rewrites)", key="silver.rewrite_share")
     bronze = BronzeConfig(**{**bronze.__dict__, "path": _resolve(bronze.path, base)})
@@ -281,7 +306,8 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
     state = StateConfig(**{**state.__dict__, "path": _resolve(state.path, base),
                            "checkpoint": _resolve(state.checkpoint, base)})
     _check_separate({"bronze.path": bronze.path, "silver.path": silver.path, "state.path": state.path,
-                     "state.checkpoint": state.checkpoint})
+                     "state.checkpoint": state.checkpoint,
+                     "silver.history_suffix": silver.path.rstrip("/") + silver.history_suffix if silver.path else None})
     apply = _section(ApplyConfig, raw.get("apply"), "apply")
     if apply.parallelism < 1:
         raise ConfigError("must be at least 1", key="apply.parallelism")
@@ -292,6 +318,11 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
     if not isinstance(tables_raw, Mapping):
         raise ConfigError("expected a table of tables", key="tables")
     tables = {name: _section(TableConfig, value, f"tables.{name}") for name, value in tables_raw.items()}
+    for name, table in tables.items():
+        keeps = table.history if table.history is not None else any(_match(p, name) for p in silver.history)
+        if table.track_columns and not keeps:
+            raise ConfigError("track_columns needs history (it says which changes open a version)",
+                              key=f"tables.{name}.track_columns")
     source = _section(SourceConfig, raw.get("source"), "source")
     if source.proto_version not in (1, 2, 3, 4):
         raise ConfigError("must be 1, 2, 3 or 4", key="source.proto_version")

@@ -6,7 +6,8 @@ type_cache         one row per Type message that named a type anew
 transactions       one row per applied transaction, with per-table counts and truncate flags
 messages           logical decoding messages ('M'), transactional and not
 quarantine         messages that could not be decoded or applied (on_error = "quarantine")
-progress           per source and apply version: applied-through seq and commit LSN, carried state, lag
+progress           per source and apply version: applied-through seq and commit LSN, carried state, lag,
+                   and the Delta version of every silver (and history) table the batch changed
 failures           one row per failed batch attempt: the source (NULL: every source), version, error
 =================  ==========================================================
 
@@ -70,6 +71,9 @@ SCHEMAS: dict[str, list[tuple[str, str]]] = {
         ("messages", "BIGINT"), ("transactions", "BIGINT"), ("carried", "INT"),
         ("oldest_needed_seq", "BIGINT"), ("lag_seq", "BIGINT"), ("lag_seconds", "DOUBLE"),
         ("updated_at", "TIMESTAMP"),
+        # The Delta version each table the batch changed has after it (time travel to batch ends: as_of.py).
+        ("tables", "ARRAY<STRUCT<relation_id: BIGINT, table: STRING, silver_version: BIGINT, "
+                   "history_version: BIGINT, last_commit_lsn: BIGINT>>"),
     ],
     "failures": [
         ("source", "STRING"), ("apply_version", "BIGINT"), ("error", "STRING"), ("failed_at", "TIMESTAMP"),

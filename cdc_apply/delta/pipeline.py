@@ -88,6 +88,8 @@ class BatchReport:
     # parallel), logs (transactions, messages, quarantine), progress.
     phases: dict[str, float] = field(default_factory=dict)
     clock: float = field(default_factory=time.monotonic, repr=False)  # end of the last phase marked
+    # (source, relation id, table, stats) of every table the batch applied: the progress rows record versions
+    written: list[tuple] = field(default_factory=list, repr=False)
 
     def line(self) -> str:
         parts = [f"batch {self.batch_id} (v{self.apply_version})", f"{self.messages} msgs",
@@ -143,8 +145,10 @@ class ApplyPipeline:
             create_table(spark, expanded_ref(config), EXPANDED_DDL, {"delta.appendOnly": "true"},
                          comment=f"cdc_apply: pgoutput messages transcoded from GaussDB sources of {config.pipeline}")
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc_apply-lag")
-        # Tests inject crashes here: called with "table:<ns.name>", "logs" and "progress".
+        # Tests inject crashes here: called with "table:<ns.name>", "history:<ns.name>" (after a table's
+        # history write, before its silver writes), "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
+        self.silver.fault = self._fault
         self.reports: list[BatchReport] = []
 
     def _messages(self):
@@ -337,6 +341,7 @@ class ApplyPipeline:
             several = len(plan.sources) > 1
             for work, stats in pool.map(run, works):
                 report.tables[f"{work.source}:{work.qualified_name}" if several else work.qualified_name] = stats
+                report.written.append((work.source, work.relation_id, work.qualified_name, stats))
         report.mark("tables")
         self._fault("logs")
         self.logs.write_logs(plan, decoded, counts, truncates, version)
@@ -384,9 +389,11 @@ class ApplyPipeline:
             report.lag_seq = max(report.lag_seq, lag_seq)
             if lag_s is not None:
                 report.lag_seconds = max(report.lag_seconds or 0.0, lag_s)
+            tables = [(rid, name, t.delta_version, t.history_version, t.last_commit_lsn)
+                      for s, rid, name, t in report.written if s == source]
             rows.append((source, version, batch_id, state.applied_seq, state.last_commit_lsn, commit_ts,
                          state.last_end_lsn, state.to_json(), bronze_max.get(source), int(stats[source].n),
-                         len(batch.committed), carried, state.oldest_needed_seq(), lag_seq, lag_s, now))
+                         len(batch.committed), carried, state.oldest_needed_seq(), lag_seq, lag_s, now, tables))
         self.books.append(self.spark, "progress", rows, version)
 
     # -- the streaming query --------------------------------------------------------------

@@ -18,7 +18,8 @@ from cdc_apply.apply.changes_plan import Pool, pool_columns
 from cdc_apply.apply.plan import BatchPlan
 from cdc_apply.apply.schema import RelationHistory, RelationVersion, SchemaHistory
 from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
-from cdc_apply.config import Config
+from cdc_apply.config import Config, HistorySpec
+from cdc_apply.delta.history import HistoryTables
 from cdc_apply.delta.merge import (
     BATCH_SETTINGS, PERSISTENT_DVS, MergeResult, SlotMap, TableWork, append_new_keys, append_rows, key_range,
     collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
@@ -28,11 +29,12 @@ from cdc_apply.delta.ledger import (
 )
 from cdc_apply.delta.merge_moves import resolve_moves
 from cdc_apply.delta.tables import (
-    USER_METADATA, TableRef, apply_schema_ops, create_table, set_properties, silver_properties, silver_ref,
-    table_properties,
+    USER_METADATA, TableRef, apply_schema_ops, create_table, delta_version, set_properties, silver_properties,
+    silver_ref, table_properties,
 )
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError, StateError
 from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
 PROP_SOURCE = "cdc_apply.source"
@@ -43,9 +45,11 @@ PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
 
 def commit_metadata(source: str, relation: str, last_commit_lsn: int) -> str:
     """What each silver data commit says in ``userMetadata`` (``DESCRIBE HISTORY``): the source, the
-    relation and the commit LSN of the last transaction it applies."""
+    relation and the commit LSN of the last transaction it applies, as PostgreSQL writes it (``X/Y``)
+    and as the BIGINT silver's and the bookkeeping's LSN columns hold."""
     return json.dumps({"cdc_apply": {"source": source, "relation": relation,
-                                     "last_commit_lsn": m.format_lsn(last_commit_lsn)}}, separators=(",", ":"))
+                                     "last_commit_lsn": m.format_lsn(last_commit_lsn),
+                                     "last_commit_lsn_bigint": last_commit_lsn}}, separators=(",", ":"))
 
 
 @dataclass
@@ -55,6 +59,9 @@ class TableStats:
     deleted: int = 0
     truncated: bool = False
     seconds: float = 0.0  # wall time of the table's work (tables run in parallel: they overlap)
+    delta_version: int | None = None    # the silver table's Delta version after the batch
+    history_version: int | None = None  # the history table's, when it keeps one
+    last_commit_lsn: int | None = None  # of the batch's last change (or truncate) of the table
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,9 @@ class _Planned:
     last_commit_lsn: int
     ops: frozenset[str]  # change kinds of this table in the batch (I, U, D)
     inserts: int
+    history: HistorySpec | None = None  # the table keeps a history table
+    truncates: tuple[tuple[int, int, object, str], ...] = ()  # every truncate: (commit LSN, seq, commit ts, cause)
+    previous_lsn: int | None = None     # the source's last applied commit LSN before the batch
 
     @property
     def has_rows(self) -> bool:
@@ -89,6 +99,8 @@ class SilverTables:
         self.ledger = SilverLedger()
         # Tables this process created or emptied and has not written since: a MERGE into them is an append.
         self._empty: set[str] = set()
+        self.history = HistoryTables(config, self.metadata(), self.ledger)
+        self.fault: Callable[[str], None] = lambda point: None  # tests inject crashes (ApplyPipeline's hook)
         # The properties this process last set on each table (set again only when they change).
         self._properties: dict[str, dict[str, str]] = {}
 
@@ -137,6 +149,12 @@ class SilverTables:
                 point = (t.commit_lsn, t.seq, t.trunc_options)
                 if entry["truncate"] is None or point[:2] > entry["truncate"][:2]:
                     entry["truncate"] = point
+                committed = plan.sources[t.source].committed
+                ts = committed[t.txn].commit_ts if 0 <= t.txn < len(committed) else None
+                snapshot = 0 <= t.txn < len(committed) and committed[t.txn].xid == SNAPSHOT_XID
+                entry.setdefault("truncates", []).append(
+                    (t.commit_lsn, t.seq, m.pg_timestamp_to_datetime(ts) if ts is not None else None,
+                     "snapshot" if snapshot else "truncate"))
         works = []
         pool = pool_columns(plan.decode)
         for (source, rid), info in sorted(touched.items()):
@@ -189,7 +207,9 @@ class SilverTables:
             toast_moves=info["moved_toast"] > 0, defaults=defaults)
             for key, slot_maps in segments)
         return _Planned(works[-1], works, chain, type_of, info["rows"], info["lsn"], frozenset(info["ops"]),
-                        info["inserts"])
+                        info["inserts"], self.config.history_for(latest.qualified_name),
+                        tuple(sorted(info.get("truncates", ()), key=lambda t: t[:2])),
+                        plan.sources[source].previous.last_commit_lsn)
 
     # -- applying (one thread per table) -------------------------------------------------
     def apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
@@ -218,7 +238,13 @@ class SilverTables:
         app_id = f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
         self._check_not_ahead(session, work, app_id, version)
         self._ensure_schema(session, planned)
-        stats = TableStats(truncated=work.truncate_after is not None)
+        stats = TableStats(truncated=work.truncate_after is not None, last_commit_lsn=planned.last_commit_lsn)
+        if planned.history is not None:  # before silver's writes: see cdc_apply.delta.history
+            silver_newest = self.ledger.newest(session, work.ref, app_id)
+            stats.history_version = self.history.apply(session, decoded, planned, version,
+                                                       None if silver_newest < 0 else silver_newest,
+                                                       planned.previous_lsn, self._new_keys_are_new(work))
+            self.fault(f"history:{work.qualified_name}")
         base = commit_metadata(work.source, work.qualified_name, planned.last_commit_lsn)
 
         def write(step: int, action):
@@ -251,6 +277,7 @@ class SilverTables:
         if self._properties.get(str(work.ref)) != props:
             set_properties(session, work.ref, props)
             self._properties[str(work.ref)] = props
+        stats.delta_version = delta_version(session, work.ref)
         return stats
 
     def _check_not_ahead(self, session, work: TableWork, app_id: str, version: int) -> None:

@@ -109,9 +109,10 @@ class TableRef:
             writer.saveAsTable(self.name)
 
 
-def _catalog_name(template: str, namespace: str, name: str, source: str) -> str:
-    parts = template.split(".")
-    return ".".join(quote_ident(p.format(namespace=namespace, name=name, source=source)) for p in parts)
+def _catalog_name(template: str, namespace: str, name: str, source: str, suffix: str = "") -> str:
+    parts = [p.format(namespace=namespace, name=name, source=source) for p in template.split(".")]
+    parts[-1] += suffix
+    return ".".join(quote_ident(p) for p in parts)
 
 
 def silver_ref(config: Config, namespace: str, name: str, source: str = "") -> TableRef:
@@ -123,6 +124,16 @@ def silver_ref(config: Config, namespace: str, name: str, source: str = "") -> T
         names = [source, namespace, name] if config.silver.source_in_path else [namespace, name]
         return TableRef(path=_child_path(config.silver.path, names, f"{namespace}.{name}"))
     return TableRef(name=_catalog_name(config.silver.table_template, namespace, name, source))  # type: ignore[arg-type]
+
+
+def history_ref(config: Config, namespace: str, name: str, source: str = "") -> TableRef:
+    """Where a silver table's history table lives: the same layout under ``<silver path><history_suffix>``,
+    or the catalog table named by the template with ``history_suffix`` appended to its table name."""
+    suffix = config.silver.history_suffix
+    if config.silver.path is not None:
+        names = [source, namespace, name] if config.silver.source_in_path else [namespace, name]
+        return TableRef(path=_child_path(config.silver.path.rstrip("/") + suffix, names, f"{namespace}.{name}"))
+    return TableRef(name=_catalog_name(config.silver.table_template, namespace, name, source, suffix))  # type: ignore[arg-type]
 
 
 def state_ref(config: Config, table: str) -> TableRef:
@@ -178,7 +189,7 @@ USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str | None = None,
-                     fills: Sequence[tuple] = ()) -> None:
+                     fills: Sequence[tuple] = (), fill_where: str | None = None) -> None:
     """Run schema operations against the table, each guarded by its current schema.
 
     The chain is netted first (:func:`cdc_apply.apply.schema_net.net_schema_ops`), then consecutive
@@ -192,7 +203,8 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str |
 
     ``fills`` (silver column, value) set a column just added in every row the table holds — its
     missing value — as the last step: one UPDATE, guarded like the others (a re-run after the batch's
-    MERGE must not overwrite what the MERGE wrote).
+    MERGE must not overwrite what the MERGE wrote); ``fill_where`` limits it to the rows that hold
+    (a history table fills only its open versions: older ones predate the column).
     """
     # One step per commit: the adds together, the drops together, each rename; a retype rebuilds its
     # column in several commits, each guarded by the temporary column's name, so it is re-run.
@@ -211,7 +223,7 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str |
                                                      separators=(",", ":")))
         try:
             if run[0].kind == "fill":
-                _fill(spark, ref, run, values)
+                _fill(spark, ref, run, values, fill_where)
             else:
                 _apply_step(spark, ref, run)
         finally:
@@ -219,12 +231,12 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str |
                 spark.conf.unset(USER_METADATA)
 
 
-def _fill(spark, ref: TableRef, run: Sequence[SchemaOp], values: dict) -> None:
-    """Set columns just added to their missing values in every row (one UPDATE commit)."""
+def _fill(spark, ref: TableRef, run: Sequence[SchemaOp], values: dict, where: str | None = None) -> None:
+    """Set columns just added to their missing values in every row (or those ``where`` holds for; one UPDATE)."""
     from pyspark.sql import functions as F
 
-    ref.delta_table(spark).update(set={quote_ident(o.column): F.lit(values[o.column]).cast(o.spark_ddl)
-                                       for o in run})
+    ref.delta_table(spark).update(condition=where, set={quote_ident(o.column): F.lit(values[o.column]).cast(o.spark_ddl)
+                                                        for o in run})
 
 
 def _steps_done(spark, ref: TableRef, chain: str, steps: int) -> int:
@@ -301,6 +313,21 @@ def _rewrite_column(spark, ref: TableRef, op: SchemaOp) -> None:
         spark.sql(f"UPDATE {ref.sql} SET {quote_ident(temp)} = CAST({quote_ident(op.column)} AS {op.spark_ddl})")
         spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMN {quote_ident(op.column)}")
     spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {quote_ident(temp)} TO {quote_ident(op.column)}")
+
+
+def delta_version(spark, ref: TableRef) -> int | None:
+    """The table's newest Delta version this JVM knows (its own commits included), without reading the
+    log again: the cached snapshot Delta keeps per table. Falls back to ``DESCRIBE HISTORY`` (one small
+    job) where the JVM is out of reach (Spark Connect); None for a table that does not exist."""
+    try:
+        location = ref.path or spark.sql(f"DESCRIBE DETAIL {ref.sql}").first().location
+        log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+        version = int(log.unsafeVolatileSnapshot().version())
+        return version if version >= 0 else None
+    except Exception:  # noqa: BLE001 - no JVM access: ask the table
+        if not ref.exists(spark):
+            return None
+        return int(ref.delta_table(spark).history(1).select("version").first()[0])
 
 
 def recorded_txn_version(spark, ref: TableRef, app_id: str) -> int | None:

@@ -48,17 +48,19 @@ class Outcome:
         return not self.failures
 
 
-def replay_command(seed: int, transactions: int, checkpoints: int, configs) -> str:
+def replay_command(seed: int, transactions: int, checkpoints: int, configs, history: bool = False) -> str:
     return (f".venv/bin/python -m cdc_apply.testing.differential --seed {seed} --transactions {transactions} "
-            f"--checkpoints {checkpoints} --configs {','.join(configs)}")
+            f"--checkpoints {checkpoints} --configs {','.join(configs)}" + (" --history" if history else ""))
 
 
-def _lake(root: Path, extra: dict | None = None) -> dict:
+def _lake(root: Path, extra: dict | None = None, history: bool = False) -> dict:
     raw = {"pipeline": "differential",
            "bronze": {"path": str(root / "bronze")},
            "silver": {"path": str(root / "silver"), "source_in_path": True},
            "state": {"path": str(root / "state")},
            "apply": {"parallelism": 6}}
+    if history:
+        raw["silver"]["history"] = [f"{schema}.*" for schema in SCHEMAS]
     for section, values in (extra or {}).items():
         raw.setdefault(section, {}).update(values)
     return raw
@@ -66,8 +68,14 @@ def _lake(root: Path, extra: dict | None = None) -> dict:
 
 def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int = 2,
                      configs=tuple(CONFIGS), root: Path | None = None, out: TextIO = sys.stdout,
-                     large_rows: int = 300) -> Outcome:
-    """Run the workload in ``checkpoints`` parts; after each, land every configuration, apply, compare."""
+                     large_rows: int = 300, history: bool = False) -> Outcome:
+    """Run the workload in ``checkpoints`` parts; after each, land every configuration, apply, compare.
+
+    ``history``: every table keeps a history table; the source's state after every transaction is
+    recorded, and at each checkpoint the history tables must hold each of those states and
+    ``read_as_of`` must equal PostgreSQL (history at this checkpoint, time travel at the one before).
+    """
+    from cdc_apply.testing.history_check import SourceRecord
     from cdc_apply.delta.bronze import create_bronze_table
     from cdc_apply.delta.pipeline import ApplyPipeline
     from cdc_apply.land.lander import Lander
@@ -86,7 +94,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
             two_phase = "true" if CONFIGS[name]["two_phase"] else "false"
             pg.execute(f"SELECT pg_create_logical_replication_slot('diff_{name}', 'pgoutput', false, {two_phase})",
                        dbname="diff")
-        lake = parse_config(_lake(root))
+        lake = parse_config(_lake(root, history=history))
         create_bronze_table(spark, lake.bronze.path)
         landers = {name: parse_config(_lake(root, {
             "source": {"name": name, "dsn": pg.dsn("diff"), "slot": f"diff_{name}", "publication": "diff_pub",
@@ -98,9 +106,13 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
             with conn.cursor() as cur:
                 cur.execute(sql)
 
-        workload = Workload(seed, execute, large_rows=large_rows)
+        record = SourceRecord(tuple(SCHEMAS)) if history else None
+        workload = Workload(seed, record.recorder(conn, execute) if record else execute, large_rows=large_rows)
+        if record:
+            record.take(conn)  # the state before the first transaction
         pipeline = ApplyPipeline(spark, lake, out=out)
         per_part = max(transactions // checkpoints, 1)
+        seen = 0
         for part in range(checkpoints):
             workload.run(per_part)
             print(f"[differential seed={seed}] checkpoint {part + 1}/{checkpoints}: "
@@ -119,6 +131,12 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
                 for check in checks:
                     if not check.equal:
                         outcome.failures.append(f"checkpoint {part + 1}, {name}: {check.line()}")
+            if record:
+                t3 = time.monotonic()
+                outcome.failures += _check_history(spark, lake, configs, record, part, seen)
+                seen = len(record.states)
+                print(f"[differential seed={seed}] checkpoint {part + 1}: history and read_as_of checked "
+                      f"({time.monotonic() - t3:.0f} s)", file=out)
             outcome.checkpoints.append(results)
             print(f"[differential seed={seed}] checkpoint {part + 1}: "
                   + ", ".join(f"{n} {'ok' if all(c.equal for c in cs) else 'DIFFERS'}" for n, cs in results.items())
@@ -128,8 +146,25 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
         pg.destroy()
     outcome.seconds = time.monotonic() - started
     if outcome.failures:
-        outcome.failures.append("replay: " + replay_command(seed, transactions, checkpoints, configs))
+        outcome.failures.append("replay: " + replay_command(seed, transactions, checkpoints, configs, history))
     return outcome
+
+
+def _check_history(spark, lake, configs, record, part: int, seen: int) -> list[str]:
+    """This part's recorded states against every configuration's history tables; ``read_as_of`` at
+    this checkpoint (history) and at the one before (time travel to a batch end) against PostgreSQL."""
+    from cdc_apply.testing.history_check import check_as_of, check_history
+
+    failures = []
+    now_lsn, now = record.states[-1]
+    for name in configs:
+        found = check_history(spark, lake, name, record.states[seen:])
+        found += check_as_of(spark, lake, name, now_lsn, now, method="history")
+        if part > 0:
+            then_lsn, then = record.states[seen - 1]
+            found += check_as_of(spark, lake, name, then_lsn, then, method="time travel")
+        failures += [f"checkpoint {part + 1}, {name}: {f}" for f in found]
+    return failures
 
 
 def write_result(path: Path, args, configs, outcome: Outcome) -> None:
@@ -155,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-rows", type=int, default=300, help="rows per large (streamed) transaction")
     parser.add_argument("--workdir", default=None, help="keep the lake here (default: a temporary folder)")
     parser.add_argument("--result", default=None, help="write the outcome as JSON to this file")
+    parser.add_argument("--history", action="store_true",
+                        help="history tables on, checked against the source's state after every transaction "
+                             "(records every state: for small runs)")
     args = parser.parse_args(argv)
     configs = [c for c in args.configs.split(",") if c]
     unknown = [c for c in configs if c not in CONFIGS]
@@ -167,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root)
     spark = spark_session("cdc_apply-differential")
     outcome = run_differential(spark, args.seed, args.transactions, args.checkpoints, configs, root,
-                               large_rows=args.large_rows)
+                               large_rows=args.large_rows, history=args.history)
     print(f"seed {args.seed}: {args.transactions} transactions, {args.checkpoints} checkpoints, "
           f"{len(configs)} configs, {outcome.seconds:.0f}s: {'OK' if outcome.ok else 'FAILED'}")
     for failure in outcome.failures:

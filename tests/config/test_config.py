@@ -42,6 +42,7 @@ def test_the_example_loads_with_every_commented_option_enabled():
     config = parse_config(tomllib.loads(text), ROOT / "conf")
     assert config.bronze.table == "main.cdc.bronze" and config.silver.table_template
     assert config.state.schema == "main.cdc" and config.key_for("public.audit") == ("id",)
+    assert config.history_for("public.audit") == c.HistorySpec(("status",)) and config.silver.history_suffix
     assert config.format_of("gaussdb_src") == "gaussdb" and config.bronze.max_bytes_per_trigger == "1g"
     # ... and the example names every option of every section.
     for name, cls in [("bronze", c.BronzeConfig), ("silver", c.SilverConfig), ("state", c.StateConfig),

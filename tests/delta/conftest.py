@@ -66,3 +66,15 @@ def rules_run(lake_factory):
     lake = lake_factory("rules")
     pipeline, printed = apply_rules(lake)
     return lake, pipeline, printed
+
+
+@pytest.fixture(scope="session")
+def history_run(lake_factory):
+    """The history capture (``history_capture``) applied with history tables through two crashes — after
+    a table's history write and before its silver writes in the first batch, before the second
+    batch's progress — then to the end: (lake, rows, pipeline)."""
+    from history_capture import CONFIG, apply_history
+
+    lake = lake_factory("history", **CONFIG)
+    rows, _, pipeline = apply_history(lake, crashes=(("history:public.t", 1), ("progress", 2)))
+    return lake, rows, pipeline
