@@ -110,6 +110,7 @@ class SourceConfig:
     snapshot: str = "initial"
     snapshot_workers: int = 4            # connections copying at once
     snapshot_check_seconds: float = 30.0  # when_needed: how often the publications are compared with bronze
+    snapshot_batch_bytes: int = 1024 * 1024 * 1024  # copied rows per bronze commit (and one at the end of a round)
     ddl_events: bool = False             # install the event trigger that reports ADD COLUMN defaults and rewrites
 
 

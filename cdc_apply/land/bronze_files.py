@@ -26,6 +26,8 @@ from cdc_apply.errors import LandError
 from cdc_apply.land.bronze_writer import BronzeWriter
 from cdc_apply.land.state import ResumeState
 
+FILE_BYTES = 64 * 1024 * 1024      # payload bytes per Parquet file of a direct append
+
 SCHEMA = pa.schema([
     pa.field("source", pa.string(), nullable=False),
     pa.field("seq", pa.int64(), nullable=False),
@@ -48,13 +50,22 @@ def bronze_batch(source: str, first_seq: int, payloads: pa.Array, landed_at: dat
 
 
 class ArrowAppender:
-    """One Delta commit per call, from Arrow payload arrays; see the module docstring."""
+    """Rows added in seq order, committed to bronze in one Delta commit per :meth:`commit`; see the module
+    docstring. Direct: rows go to Parquet files in the table's folder as they come (at most
+    :data:`FILE_BYTES` held), and a commit only lists them; until then no reader sees them, and after a
+    crash they stay unreferenced (VACUUM removes them). Through Spark: rows are held until the commit."""
 
     def __init__(self, writer: BronzeWriter, direct: bool = True) -> None:
         """``direct=False``: always through Spark (the fallback, also for tests)."""
         self.writer = writer
         self.spark = writer.spark
         self._folder = self._direct_folder() if direct else None
+        self._held: list[pa.Array] = []
+        self._held_bytes = 0
+        self._files: list[tuple[str, int, int, int, int]] = []   # name, size, rows, first seq, last seq
+        self._next_seq: int | None = None
+        self._first_seq: int | None = None
+        self.staged_bytes = 0                                    # payload bytes added since the last commit
 
     @property
     def direct(self) -> bool:
@@ -79,20 +90,53 @@ class ArrowAppender:
                  and (not mapping.isDefined() or mapping.get() == "none"))
         return location if plain else None
 
-    def append(self, payloads: list[pa.Array], first_seq: int, state: ResumeState) -> None:
-        """Append ``payloads`` (in order, numbered from ``first_seq``) with ``state`` as one commit."""
-        landed_at = datetime.now(timezone.utc)
-        batches, seq = [], first_seq
-        for array in payloads:
-            if len(array):
+    def add(self, payloads: pa.Array, first_seq: int) -> None:
+        """The next rows, numbered from ``first_seq`` (which must follow the rows added before)."""
+        if self._next_seq is not None and first_seq != self._next_seq:
+            raise LandError(f"snapshot rows numbered from seq {first_seq}, expected {self._next_seq}")
+        if self._first_seq is None:
+            self._first_seq = first_seq
+        self._next_seq = first_seq + len(payloads)
+        self._held.append(payloads)
+        self._held_bytes += payloads.nbytes
+        self.staged_bytes += payloads.nbytes
+        if self._folder is not None and self._held_bytes >= FILE_BYTES:
+            self._write_file()
+
+    def commit(self, state: ResumeState) -> None:
+        """One Delta commit with every row added since the last one, and ``state`` (its last_seq: the last row's)."""
+        if self._next_seq is None or self._next_seq - 1 != state.last_seq:
+            raise LandError(f"a snapshot commit through seq {state.last_seq} does not match the rows added "
+                            f"(through {None if self._next_seq is None else self._next_seq - 1})")
+        if self._folder is not None:
+            self._write_file()
+            self._commit_files(state)
+        else:
+            landed_at = datetime.now(timezone.utc)
+            batches, seq = [], self._first_seq
+            for array in self._held:
                 batches.append(bronze_batch(self.writer.source, seq, array, landed_at))
                 seq += len(array)
-        if seq - first_seq != state.last_seq - first_seq + 1:
-            raise LandError(f"a snapshot batch of {seq - first_seq} rows does not end at seq {state.last_seq}")
-        if self._folder is not None:
-            self._append_direct(batches, first_seq, seq - 1, state)
-        else:
             self._append_spark(pa.Table.from_batches(batches, schema=SCHEMA), state)
+        self._held, self._held_bytes, self._files = [], 0, []
+        self._first_seq, self.staged_bytes = None, 0
+
+    def _write_file(self) -> None:
+        import pyarrow.parquet as pq
+
+        if not self._held:
+            return
+        first = self._next_seq - sum(len(a) for a in self._held)
+        landed_at = datetime.now(timezone.utc)
+        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        path = os.path.join(self._folder, name)
+        seq = first
+        with pq.ParquetWriter(path, SCHEMA, compression="snappy") as out:
+            for array in self._held:
+                out.write_batch(bronze_batch(self.writer.source, seq, array, landed_at))
+                seq += len(array)
+        self._files.append((name, os.path.getsize(path), seq - first, first, seq - 1))
+        self._held, self._held_bytes = [], 0
 
     def _append_spark(self, table: pa.Table, state: ResumeState) -> None:
         from cdc_apply.delta.bronze import bronze_schema
@@ -111,40 +155,29 @@ class ArrowAppender:
                             "another run): run one lander per source, then start this one again",
                             table=str(self.writer.ref), app_id=self.writer.app_id)
 
-    def _append_direct(self, batches: list[pa.RecordBatch], first: int, last: int, state: ResumeState) -> None:
-        import pyarrow.parquet as pq
-
+    def _commit_files(self, state: ResumeState) -> None:
         writer, jvm = self.writer, self.spark._jvm
-        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-        path = os.path.join(self._folder, name)
-        rows = 0
-        with pq.ParquetWriter(path, SCHEMA, compression="snappy") as out:
-            for batch in batches:
-                out.write_batch(batch)
-                rows += batch.num_rows
-        stats = json.dumps({"numRecords": rows, "minValues": {"seq": first, "lsn": 0},
-                            "maxValues": {"seq": last, "lsn": 0},
-                            "nullCount": {"source": 0, "seq": 0, "lsn": 0, "payload": 0, "landed_at": 0}})
         now = int(time.time() * 1000)
         none = jvm.scala.Option.empty()
         delta = jvm.org.apache.spark.sql.delta
+        actions = jvm.java.util.ArrayList()
+        for name, size, rows, first, last in self._files:
+            stats = json.dumps({"numRecords": rows, "minValues": {"seq": first, "lsn": 0},
+                                "maxValues": {"seq": last, "lsn": 0},
+                                "nullCount": {"source": 0, "seq": 0, "lsn": 0, "payload": 0, "landed_at": 0}})
+            actions.add(delta.actions.AddFile(name, jvm.scala.collection.immutable.HashMap(), size, now, True, stats,
+                                              None, None, none, none, none, none, none))
+        actions.add(delta.actions.SetTransaction(writer.app_id, state.batch, jvm.scala.Some(jvm.java.lang.Long(now))))
+        operation = delta.DeltaOperations.Write(jvm.org.apache.spark.sql.SaveMode.Append, none, none,
+                                                jvm.scala.Some(state.to_json(writer.app_id, writer.run_id)),
+                                                none, none, none, none, none)
         try:
-            log = writer._delta_log()
-            txn = log.startTransaction()
+            txn = writer._delta_log().startTransaction()
+            # Read inside the transaction: a commit of the same batch by another process conflicts with it.
             self._check_version(int(txn.txnVersion(writer.app_id)), state.batch)
-            add = delta.actions.AddFile(name, jvm.scala.collection.immutable.HashMap(), os.path.getsize(path), now,
-                                        True, stats, None, None, none, none, none, none, none)
-            mark = delta.actions.SetTransaction(writer.app_id, state.batch, jvm.scala.Some(jvm.java.lang.Long(now)))
-            operation = delta.DeltaOperations.Write(jvm.org.apache.spark.sql.SaveMode.Append, none, none,
-                                                    jvm.scala.Some(state.to_json(writer.app_id, writer.run_id)),
-                                                    none, none, none, none, none)
-            actions = jvm.java.util.ArrayList()
-            actions.add(add)
-            actions.add(mark)
             txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq(), operation)
         except LandError:
-            os.remove(path)
             raise
-        except Exception as exc:  # a JVM error (a conflicting commit, storage): the file stays unreferenced
+        except Exception as exc:  # a JVM error (a conflicting commit, storage): the files stay unreferenced
             raise LandError(f"committing a snapshot batch to Delta failed: {str(exc).splitlines()[0]}",
                             table=str(writer.ref), batch=state.batch) from None

@@ -72,7 +72,9 @@ BEGIN
         inherited := NULL;
         -- A partitioned table has no rows of its own: its partitions hold the missing values, and a
         -- publication via the root names the root.
-        FOR part IN SELECT relid, isleaf FROM pg_partition_tree(altered) ORDER BY level DESC
+        FOR part IN SELECT t.relid::oid AS relid, t.isleaf, t.level FROM pg_partition_tree(altered) t
+                    UNION ALL SELECT altered, true, 0 WHERE NOT EXISTS (SELECT FROM pg_partition_tree(altered))
+                    ORDER BY 3 DESC
         LOOP
             columns := cdc_apply.column_defaults(part.relid);
             IF NOT part.isleaf AND columns = '{{}}'::jsonb THEN
@@ -81,7 +83,7 @@ BEGIN
             IF columns <> '{{}}'::jsonb THEN
                 inherited := coalesce(inherited, columns);
                 PERFORM pg_logical_emit_message(true, 'cdc_apply.column_defaults',
-                    jsonb_build_object('relation_id', part.relid, 'columns', columns)::text);
+                    jsonb_build_object('relation_id', part.relid::int8, 'columns', columns)::text);
             END IF;
         END LOOP;
     END LOOP;
@@ -94,7 +96,7 @@ AS $fn$
 -- {VERSION_MARK}
 BEGIN
     PERFORM pg_logical_emit_message(true, 'cdc_apply.snapshot_request',
-        jsonb_build_object('relation_ids', jsonb_build_array(pg_event_trigger_table_rewrite_oid()),
+        jsonb_build_object('relation_ids', jsonb_build_array(pg_event_trigger_table_rewrite_oid()::int8),
                            'reason', 'table_rewrite')::text);
 END
 $fn$;

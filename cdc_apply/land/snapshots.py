@@ -219,10 +219,14 @@ class Snapshots:
                 shapes[-1][1].append(ALL_TABLES)
             chunks = [copier.plan(i, shape) for i, (shape, _) in enumerate(shapes)]
             results = copier.copy([s for s, _ in shapes], [c for table in chunks for c in table])
+            landing = _Landing(self, state)
             for (shape, serves), table_chunks in zip(shapes, chunks):
-                state = self._land_table(state, shape, serves, point, table_chunks, results)
+                self._land_table(landing, shape, serves, point, table_chunks, results)
+            landing.commit()
+            state = landing.state
         finally:
             copier.close()
+        self.say(f"snapshots through seq {state.last_seq} are in bronze")
         return state
 
     def _shape(self, copier: TableCopier, relation: catalog.PublishedRelation) -> catalog.TableShape | None:
@@ -244,30 +248,14 @@ class Snapshots:
                      "own (foreign tables) and are not copied; PostgreSQL does not publish their changes either")
         return then
 
-    def _land_table(self, state: ResumeState, shape: catalog.TableShape, serves: list, point: ConsistentPoint,
-                    chunks: list, results: Iterator[ChunkResult]) -> ResumeState:
-        """One table's snapshot stream into bronze: a commit whenever ``land.batch_bytes`` of rows are ready,
-        and the last with the Stream Commit."""
+    def _land_table(self, landing: "_Landing", shape: catalog.TableShape, serves: list, point: ConsistentPoint,
+                    chunks: list, results: Iterator[ChunkResult]) -> None:
+        """One table's snapshot stream: the head and the first chunk's rows in the first block, one block per
+        further chunk with rows, the Stream Commit at the snapshot's LSN."""
         name, relation = shape.published.qualified_name, shape.relation
-        tracker = OutputTracker.starting_at(state, self.source.name)
-        arrays: list[pa.Array] = []
-        pending_bytes, rows, blocks_done = 0, 0, 0
+        rows, blocks_done = 0, 0
         total_blocks = sum(c.blocks for c in chunks) or 1
         started = shown = time.monotonic()
-
-        def frame(messages) -> None:
-            payloads = [encode(message) for message in messages]
-            for payload in payloads:
-                tracker.add(tracker.last_seq + 1, 0, payload)
-            arrays.append(pa.array(payloads, pa.binary()))
-
-        def flush() -> None:
-            nonlocal state, arrays, pending_bytes
-            new = tracker.state(state.batch + 1)
-            self.appender.append(arrays, state.last_seq + 1, new)
-            state, arrays, pending_bytes = new, [], 0
-            self.lander.probe("snapshot_appended", state=state, table=name)
-
         marker = snapshot_marker(relation, point.lsn, len(chunks))
         content = {**json.loads(marker.content), "serves": serves}
         head = [m.StreamStart(SNAPSHOT_XID, True),
@@ -278,30 +266,65 @@ class Snapshots:
             result = next(results)
             blocks_done += result.chunk.blocks
             if len(result.payloads) or not opened:
-                frame(head if not opened else [m.StreamStart(SNAPSHOT_XID, False)])
+                landing.frame(head if not opened else [m.StreamStart(SNAPSHOT_XID, False)])
                 opened = True
-                tracker.add_snapshot_rows(len(result.payloads))
-                arrays.append(result.payloads)
+                landing.rows(result.payloads)
                 rows += len(result.payloads)
-                pending_bytes += result.payloads.nbytes
-                frame([m.StreamStop()])
-                if pending_bytes >= self.lander.land.batch_bytes:
-                    flush()
+                landing.frame([m.StreamStop()])
+                if landing.due:
+                    landing.commit(name)
             now = time.monotonic()
             if now - shown >= PROGRESS_SECONDS:
                 shown = now
                 done_share = blocks_done / total_blocks
-                rate = rows / max(now - started, 1e-9)
                 left = (now - started) * (1 - done_share) / max(done_share, 1e-9)
                 self.say(f"snapshot {name}: {rows:,} rows, ~{done_share:.0%} of {total_blocks:,} blocks, "
-                         f"{rate:,.0f} rows/s, ETA {_eta(left)}")
+                         f"{rows / max(now - started, 1e-9):,.0f} rows/s, ETA {_eta(left)}")
         if not opened:
-            frame(head + [m.StreamStop()])
-        frame([m.StreamCommit(SNAPSHOT_XID, 0, point.lsn, point.lsn, point.taken_at)])
-        flush()
+            landing.frame(head + [m.StreamStop()])
+        landing.frame([m.StreamCommit(SNAPSHOT_XID, 0, point.lsn, point.lsn, point.taken_at)])
+        if landing.due:
+            landing.commit(name)
         seconds = time.monotonic() - started
         self.tables += 1
         self.rows += rows
         self.say(f"snapshot {name}: {rows:,} rows in {seconds:.1f} s ({rows / max(seconds, 1e-9):,.0f} rows/s), "
-                 f"consistent with lsn {m.format_lsn(point.lsn)}, through seq {state.last_seq}")
-        return state
+                 f"consistent with lsn {m.format_lsn(point.lsn)}")
+
+
+class _Landing:
+    """The snapshot rows of one round not yet committed to bronze, and the resume state after them."""
+
+    def __init__(self, owner: Snapshots, state: ResumeState) -> None:
+        self.owner = owner
+        self.state = state
+        self.tracker = OutputTracker.starting_at(state, owner.source.name)
+        self.appender = owner.appender
+        batch = owner.source.snapshot_batch_bytes
+        # Rows waiting for a commit through Spark are held in memory: then land.batch_bytes bounds them too.
+        self.limit = batch if self.appender.direct else min(batch, owner.lander.land.batch_bytes)
+
+    @property
+    def due(self) -> bool:
+        return self.appender.staged_bytes >= self.limit
+
+    def frame(self, messages) -> None:
+        payloads = [encode(message) for message in messages]
+        first = self.tracker.last_seq + 1
+        for payload in payloads:
+            self.tracker.add(self.tracker.last_seq + 1, 0, payload)
+        self.appender.add(pa.array(payloads, pa.binary()), first)
+
+    def rows(self, payloads: pa.Array) -> None:
+        first = self.tracker.last_seq + 1
+        self.tracker.add_snapshot_rows(len(payloads))
+        self.appender.add(payloads, first)
+
+    def commit(self, table: str = "") -> None:
+        """Everything framed so far as one bronze commit (never inside a block: callers commit after a Stop)."""
+        if self.tracker.last_seq == self.state.last_seq:
+            return
+        state = self.tracker.state(self.state.batch + 1)
+        self.appender.commit(state)
+        self.state = state
+        self.owner.lander.probe("snapshot_appended", state=state, table=table)
