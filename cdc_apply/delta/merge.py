@@ -27,7 +27,7 @@ from functools import reduce
 from typing import Sequence
 
 from cdc_apply.apply.tables import SilverColumn
-from cdc_apply.delta.tables import USER_METADATA, TableRef, quote_ident
+from cdc_apply.delta.tables import TableRef, quote_ident
 from cdc_apply.errors import ApplyError
 
 # The collapse's output is materialised (localCheckpoint) as row blocks, one per partition; a block
@@ -57,8 +57,6 @@ PERSISTENT_DVS = "spark.databricks.delta.merge.deletionVectors.persistent"
 # table's rows costs more than the choice can save.
 REWRITE_MIN_CHANGES = 10_000
 
-TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
 
 @dataclass(frozen=True)
@@ -407,10 +405,10 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     return MergeResult(row.get("num_inserted_rows", 0) or 0, 0, row.get("num_deleted_rows", 0) or 0)
 
 
-def append_new_keys(spark, collapsed, work: TableWork, txn_version: int) -> int:
+def append_new_keys(spark, collapsed, work: TableWork, metadata: str) -> int:
     """Append the collapsed rows of keys new in this batch (``_new``, kept and complete): rows no silver
-    row can match. Its own ``txnVersion``; ``userMetadata`` marks it as the batch's new-key part.
-    Returns how many rows it wrote."""
+    row can match. Its ``userMetadata`` marks it as the batch's new-key part. Returns how many rows
+    it wrote."""
     from pyspark.sql import functions as F
 
     rows = collapsed.where(F.col("_new") & (F.col("_action") == "upsert") & F.col("_complete"))
@@ -418,11 +416,21 @@ def append_new_keys(spark, collapsed, work: TableWork, txn_version: int) -> int:
     meta = [F.col(src).alias(col) for col, src in work.meta]
     count = rows.count()
     if count:
-        metadata = json.loads(spark.conf.get(USER_METADATA))
-        metadata["cdc_apply"]["part"] = "new keys"
-        work.ref.append(rows.select(*values, *meta).coalesce(append_files(count, len(work.columns))),
-                        spark.conf.get(TXN_APP_ID), txn_version, json.dumps(metadata, separators=(",", ":")))
+        tagged = json.loads(metadata)
+        tagged["cdc_apply"]["part"] = "new keys"
+        out = rows.select(*values, *meta).coalesce(append_files(count, len(work.columns)))
+        work.ref.append(_key_sorted(out, work), None, 0, json.dumps(tagged, separators=(",", ":")))
     return count
+
+
+def _key_sorted(rows, work: TableWork):
+    """Rows sorted by key within each file written: the file's min/max statistics then bound a key
+    range tightly, and a MERGE limited to a batch's key range (merge_keyed) skips the other files."""
+    from pyspark.sql import functions as F
+
+    if not work.key:
+        return rows
+    return rows.sortWithinPartitions(*[F.col(quote_ident(work.columns[i].name)) for i in work.key_index])
 
 
 def append_files(rows: int, columns: int) -> int:
@@ -430,22 +438,21 @@ def append_files(rows: int, columns: int) -> int:
     return max(1, -(-rows * (columns + 2) // CELLS_PER_FILE))
 
 
-def append_rows(spark, projected, work: TableWork, rows_hint: int | None = None) -> MergeResult:
+def append_rows(spark, projected, work: TableWork, metadata: str, inserts: int) -> MergeResult:
     """Inserts only, where a MERGE has nothing to match: append the new rows as they are.
 
-    Used for keyless tables whose batch only inserts (each Insert adds one copy) and for keyed tables
-    known to be empty (created or truncated and not written since). The write carries the session's
-    ``txnAppId``/``txnVersion`` like the MERGE it replaces. ``rows_hint`` (the batch's inserts of the
-    table) sizes the files: without it each partition of the decoded batch writes one.
+    Used for keyless tables whose batch only inserts (each Insert adds one copy) and for keyed batches
+    whose keys are all new. The write carries ``metadata`` (its step: see cdc_apply.delta.ledger).
+    ``inserts`` (the batch's Inserts of the table, from its counts) is what the append writes, and
+    sizes the files: otherwise each partition of the decoded batch would write one.
     """
     from pyspark.sql import functions as F
 
     values = [F.col(f"n_{i}").alias(c.name) for i, c in enumerate(work.columns)]
     meta = [F.col(src).alias(col) for col, src in work.meta]
     rows = projected.where(F.col("_op") == "I").select(*values, *meta)
-    if rows_hint is not None:
-        # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
-        # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
-        rows = rows.coalesce(append_files(rows_hint, len(work.columns)))
-    work.ref.append(rows, spark.conf.get(TXN_APP_ID), int(spark.conf.get(TXN_VERSION)), spark.conf.get(USER_METADATA))
-    return MergeResult(inserted=-1)  # counted from the batch's own counts by the caller
+    # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
+    # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
+    rows = rows.coalesce(append_files(inserts, len(work.columns)))
+    work.ref.append(_key_sorted(rows, work), None, 0, metadata)
+    return MergeResult(inserted=inserts)

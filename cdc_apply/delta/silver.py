@@ -20,14 +20,16 @@ from cdc_apply.apply.schema import RelationHistory, RelationVersion, SchemaHisto
 from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
 from cdc_apply.config import Config
 from cdc_apply.delta.merge import (
-    BATCH_SETTINGS, PERSISTENT_DVS, TXN_APP_ID, TXN_VERSION, MergeResult, SlotMap, TableWork, append_new_keys,
-    append_rows, key_range,
+    BATCH_SETTINGS, PERSISTENT_DVS, MergeResult, SlotMap, TableWork, append_new_keys, append_rows, key_range,
     collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
+)
+from cdc_apply.delta.ledger import (
+    MAX_SEGMENTS, STEPS_PER_VERSION, SilverLedger, merge_step, new_keys_step, truncate_step,
 )
 from cdc_apply.delta.merge_moves import resolve_moves
 from cdc_apply.delta.tables import (
     USER_METADATA, TableRef, apply_schema_ops, create_table, set_properties, silver_properties, silver_ref,
-    recorded_txn_version, table_properties,
+    table_properties,
 )
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError, StateError
 from cdc_apply.pgoutput import messages as m
@@ -37,9 +39,6 @@ PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
 PROP_RELATION_ID = "cdc_apply.relation_id"
 PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
-# A silver write's txnVersion is apply version * STEPS_PER_VERSION + its step within the batch: 1 the
-# truncate, 2 + 2k the MERGE of identity segment k, 3 + 2k the append of its new keys.
-STEPS_PER_VERSION = 64
 
 
 def commit_metadata(source: str, relation: str, last_commit_lsn: int) -> str:
@@ -87,6 +86,7 @@ class SilverTables:
         self._known: dict[str, tuple[str, int, int]] = {}
         self._checked: set[str] = set()  # tables whose recorded apply version was checked (_check_not_ahead)
         self.quarantined_sources: set[str] = set()  # sources with a quarantined change (the pipeline keeps it)
+        self.ledger = SilverLedger()
         # Tables this process created or emptied and has not written since: a MERGE into them is an append.
         self._empty: set[str] = set()
         # The properties this process last set on each table (set again only when they change).
@@ -219,27 +219,32 @@ class SilverTables:
         self._check_not_ahead(session, work, app_id, version)
         self._ensure_schema(session, planned)
         stats = TableStats(truncated=work.truncate_after is not None)
-        session.conf.set(USER_METADATA, commit_metadata(work.source, work.qualified_name, planned.last_commit_lsn))
+        base = commit_metadata(work.source, work.qualified_name, planned.last_commit_lsn)
+
+        def write(step: int, action):
+            """Run ``action(metadata)`` as the write of ``step`` unless the table has it (a re-run)."""
+            metadata = self.ledger.claim(session, work.ref, app_id, step, base)
+            if metadata is None:
+                return None
+            session.conf.set(USER_METADATA, metadata)
+            try:
+                result = action(metadata)
+            finally:
+                session.conf.unset(USER_METADATA)
+            self.ledger.wrote(work.ref, app_id, step)
+            return result
+
         if work.truncate_after is not None:
-            session.conf.set(TXN_APP_ID, app_id)
-            session.conf.set(TXN_VERSION, str(version * STEPS_PER_VERSION + 1))
-            work.ref.delta_table(session).delete()
-            self._empty.add(str(work.ref))
+            if write(truncate_step(version), lambda _: work.ref.delta_table(session).delete()) is not None:
+                self._empty.add(str(work.ref))
         if planned.has_rows:
             self._choose_deletion_vectors(session, work, planned)
-            for step, segment in enumerate(planned.segments):
-                session.conf.set(TXN_APP_ID, app_id)
-                # Delta skips a write whose txnVersion is not above the last it saw: steps only go up.
-                session.conf.set(TXN_VERSION, str(version * STEPS_PER_VERSION + 2 + 2 * step))
-                result = self._merge(session, decoded, segment, planned,
-                                     version * STEPS_PER_VERSION + 3 + 2 * step if step < 30 else None)
+            for segment_index, segment in enumerate(planned.segments):
+                result = self._merge(session, decoded, segment, planned, version, segment_index, write)
                 self._empty.discard(str(work.ref))
-                stats.inserted += result.inserted if result.inserted >= 0 else planned.inserts
+                stats.inserted += result.inserted
                 stats.updated += result.updated
                 stats.deleted += result.deleted
-        session.conf.unset(TXN_APP_ID)
-        session.conf.unset(TXN_VERSION)
-        session.conf.unset(USER_METADATA)
         props = {PROP_SOURCE: work.source, PROP_RELATION: work.qualified_name,
                  PROP_RELATION_ID: str(work.relation_id), PROP_VERSION_SEQ: str(planned.chain[-1].seq)}
         # A property commit only when what it says changes (new table, rename, new relation version):
@@ -252,15 +257,15 @@ class SilverTables:
     def _check_not_ahead(self, session, work: TableWork, app_id: str, version: int) -> None:
         """Once per table and process: silver must not hold writes of a later apply version than this
         batch's. It does when the state was lost or restored from an older copy — apply versions then
-        start again below what Delta has seen, and Delta would skip every write as done while progress
-        moves on."""
+        start again below what the table has seen, and every write would be skipped as done while
+        progress moves on."""
         if str(work.ref) in self._checked:
             return
-        recorded = recorded_txn_version(session, work.ref, app_id) if work.ref.exists(session) else None
-        if recorded is not None and recorded // STEPS_PER_VERSION > version:
+        newest = self.ledger.newest(session, work.ref, app_id)
+        if newest // STEPS_PER_VERSION > version:
             state = self.config.state.path or self.config.state.schema
             raise StateError(
-                f"silver table {work.ref} holds writes of apply version {recorded // STEPS_PER_VERSION} of pipeline "
+                f"silver table {work.ref} holds writes of apply version {newest // STEPS_PER_VERSION} of pipeline "
                 f"{self.config.pipeline!r}, but the state at {state} is about to apply version {version}: the state "
                 "was lost or restored from an older copy, and applying now would skip writes. Restore the state "
                 "folder, or remove the silver tables together with the state to rebuild them from bronze",
@@ -274,17 +279,21 @@ class SilverTables:
         silver to be written by cdc_apply alone."""
         return not self.config.key_for(work.qualified_name) and work.source not in self.quarantined_sources
 
-    def _merge(self, session, decoded, work: TableWork, planned: _Planned, new_keys_version: int | None) -> MergeResult:
+    def _merge(self, session, decoded, work: TableWork, planned: _Planned, version: int, segment: int,
+               write) -> MergeResult:
+        """One identity segment's writes, each through ``write(step, action)`` (skipped when done)."""
         projected = project(decoded, work)
         empty = str(work.ref) in self._empty
         insert_only = planned.ops <= {"I"}
+        step = merge_step(version, segment)
+        done = MergeResult(0)
         if work.key is None:
             if insert_only:  # each Insert adds one copy: exactly an append
-                return append_rows(session, projected, work, planned.inserts)
-            return merge_keyless(session, projected, work, target_empty=empty)
-        new_keys = new_keys_version is not None and self._new_keys_are_new(work)
+                return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
+            return write(step, lambda _: merge_keyless(session, projected, work, target_empty=empty)) or done
+        new_keys = segment < MAX_SEGMENTS and self._new_keys_are_new(work)
         if insert_only and (empty or new_keys):  # every key is new: one append, no join with silver
-            return append_rows(session, projected, work, planned.inserts)
+            return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
         events = key_events(projected, work)
         if work.toast_moves:
             target = None if work.truncate_after is not None else work.ref.read(session)
@@ -295,14 +304,13 @@ class SilverTables:
         collapsed = collapse(events, work, work.has_toast, partitions).localCheckpoint()
         if not new_keys:
             rows, low, high = key_range(collapsed, work)
-            return merge_keyed(session, collapsed, work, (low, high))
-        # Keys the batch inserted first are appended; only the others are joined with silver (first:
-        # the append's txnVersion is the higher one).
+            return write(step, lambda _: merge_keyed(session, collapsed, work, (low, high))) or done
+        # Keys the batch inserted first are appended; only the others are joined with silver.
         rest = collapsed.where("NOT _new")
         rows, low, high = key_range(rest, work)
-        merged = merge_keyed(session, rest, work, (low, high)) if rows else MergeResult(0)
-        appended = append_new_keys(session, collapsed, work, new_keys_version)
-        return MergeResult(merged.inserted + appended, merged.updated, merged.deleted)
+        merged = (write(step, lambda _: merge_keyed(session, rest, work, (low, high))) if rows else None) or done
+        appended = write(new_keys_step(version, segment), lambda meta: append_new_keys(session, collapsed, work, meta))
+        return MergeResult(merged.inserted + (appended or 0), merged.updated, merged.deleted)
 
     def _choose_deletion_vectors(self, session, work: TableWork, planned: _Planned) -> None:
         """Once per table and batch, before its MERGEs: mark rows, or rewrite the files they touch."""
