@@ -131,7 +131,7 @@ class SourceServer:
             raise LandError(f"user {user!r} may not open a replication connection: run ALTER ROLE "
                             f"{quote_ident(user)} REPLICATION; as a superuser", dsn=self.target.shown)
         self.check_publications()
-        if source.ddl_events:
+        if self.source.ddl_events:
             from cdc_apply.land import ddl_events
 
             if ddl_events.install(self, self.source_file or "FILE"):
