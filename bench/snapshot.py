@@ -183,13 +183,16 @@ def run(rows: int, workers: int, keep: bool) -> dict:
         assert silver_rows == rows, (silver_rows, rows)
         total = land_seconds + apply_seconds
         details = {
+            "measured_at": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                          text=True).stdout.strip(),
             "rows": rows, "workers": workers, "table_bytes": table_bytes,
             "bronze_bytes": _du(WORK / "bronze"), "floor_parquet_bytes": _du(WORK / "floor"),
             "land_seconds": round(land_seconds, 1), "apply_seconds": round(apply_seconds, 1),
             "floor_seconds": round(floor_seconds, 1),
             "land_rows_per_second": round(rows / land_seconds),
             "land_vs_copy_floor": round(land_seconds / floor_seconds, 2),
-            "snapshot_lines": [line for line in log.getvalue().splitlines() if "snapshot" in line][-3:],
+            "log": [line for line in log.getvalue().splitlines()       # the copy, the landing, the apply batch
+                     if " rows in " in line or "] done:" in line or line.startswith("batch ")],
         }
         out = {"snapshot_rows_per_second": round(rows / total),
                "snapshot_vs_copy_floor": round(total / floor_seconds, 2), "snapshot": details}
