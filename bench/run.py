@@ -84,6 +84,8 @@ STEPS: tuple[Step, ...] = (
          what="lander and apply together against PostgreSQL at fixed offered rates"),
     Step("small_batch", "small_batch", ("--reps", "5"),
          what="small batches by shape: 1,000 changes over ten tables, insert-only vs append, recent vs random keys"),
+    Step("snapshot", "snapshot", ("--rows", "10000000"),
+         what="a 10M-row table PostgreSQL -> bronze -> silver by the initial snapshot, vs binary COPY into Parquet"),
 )
 
 

@@ -76,22 +76,26 @@ DEFAULTS_PREFIX = "cdc_apply.column_defaults"
 
 class _Defaults:
     """Column missing values from the source's event trigger (docs/SNAPSHOTS.md), in commit order:
-    a Relation version that adds a column takes the value announced before it for that column."""
+    a Relation version that adds a column takes the value announced before it for that column — by a
+    transaction committed before it, or by the transaction it is in (ALTER TABLE and the first change
+    under the new definition in one transaction: the trigger's message precedes that Relation)."""
 
     def __init__(self, carried: Sequence[tuple[int, str, str]], committed: Sequence[DecidedTxn]) -> None:
         self.pending: dict[int, dict[str, str]] = {}
         for relation_id, column, value in carried:
             self.pending.setdefault(relation_id, {})[column] = value
-        self.announced = sorted((t.decide_seq, content) for t in committed
+        self.announced = sorted((t.decide_seq, t.ranges, content) for t in committed
                                 for prefix, content in t.directives if prefix == DEFAULTS_PREFIX)
-        self.next = 0
+        self.taken = [False] * len(self.announced)
 
     def _take(self, upto: int) -> None:
-        while self.next < len(self.announced) and self.announced[self.next][0] < upto:
-            body = json.loads(self.announced[self.next][1])
+        for index, (decided, ranges, content) in enumerate(self.announced):
+            if self.taken[index] or not (decided < upto or any(a <= upto <= b for a, b in ranges)):
+                continue
+            body = json.loads(content)
             self.pending.setdefault(int(body["relation_id"]), {}).update(
                 {str(k): str(v) for k, v in body["columns"].items()})
-            self.next += 1
+            self.taken[index] = True
 
     def before(self, seq: int, message) -> dict[str, str] | None:
         self._take(seq)

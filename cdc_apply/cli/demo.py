@@ -1,8 +1,10 @@
 """``cdc-apply demo`` (``make demo``): the whole path on an embedded PostgreSQL 18.
 
-PostgreSQL 18 (embedded, ``wal_level = logical``) → the shop workload → the
-lander (protocol 4, streaming parallel, two-phase) → bronze → the apply job →
-silver; then the silver tables an analyst would look at, and a check that
+PostgreSQL 18 (embedded, ``wal_level = logical``) holding the shop's rows →
+the lander creates the slot and copies them under its exported snapshot
+(``source.snapshot = "initial"``) → the rest of the shop workload, streamed
+(protocol 4, streaming parallel, two-phase; the DDL event trigger reports
+``ADD COLUMN ... DEFAULT``) → bronze → the apply job → silver; then the silver tables an analyst would look at, and a check that
 every silver table equals its source table, row for row (exit 1 if not).
 """
 
@@ -30,6 +32,9 @@ proto_version = 4
 streaming = "parallel"
 two_phase = true
 messages = true
+create_slot = true
+snapshot = "initial"
+ddl_events = true
 [land]
 batch_messages = 5000
 idle_exit_seconds = 2.0
@@ -46,7 +51,7 @@ class _Clock:
 
 def run_demo(workdir: str = "demo-data") -> int:
     from cdc_apply.config import load_config
-    from cdc_apply.demo.shop import SCHEMA, run_workload
+    from cdc_apply.demo.shop import CHANGES, EXISTING, SCHEMA, run_workload
     from cdc_apply.testing.postgres import start_postgres
 
     clock = _Clock()
@@ -68,11 +73,14 @@ def run_demo(workdir: str = "demo-data") -> int:
         spark = spark_session("cdc_apply-demo")
         from cdc_apply.api import apply, land
 
-        # The slot must exist before the workload runs, or its changes are never decoded.
+        clock.say("the shop already holds rows (no slot yet)")
+        execute = lambda sql: pg.execute(sql, dbname="shop")  # noqa: E731
+        run_workload(execute, clock.say, EXISTING)
         pg.execute("CREATE PUBLICATION demo_pub FOR ALL TABLES", dbname="shop")
-        pg.execute("SELECT pg_create_logical_replication_slot('demo_slot', 'pgoutput', false, true)", dbname="shop")
-        clock.say("running the shop workload")
-        run_workload(lambda sql: pg.execute(sql, dbname="shop"), clock.say)
+        clock.say("the lander creates the slot and copies the existing rows (snapshot = \"initial\")")
+        land(config, spark=spark, once=True, out=sys.stdout)
+        clock.say("running the rest of the shop workload")
+        run_workload(execute, clock.say, CHANGES)
         clock.say("landing the slot into bronze (cdc-apply land --once)")
         land(config, spark=spark, once=True, out=sys.stdout)
         clock.say("applying bronze to silver (cdc-apply apply --once)")

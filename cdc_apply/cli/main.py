@@ -1,4 +1,4 @@
-"""``cdc-apply``: apply, land, inspect, status, optimize, as-of, demo.
+"""``cdc-apply``: apply, land, snapshot, inspect, status, optimize, as-of, demo.
 
 Each subcommand lives in its own module and is imported only when used, so
 ``cdc-apply inspect --hex`` starts without a JVM.
@@ -58,6 +58,12 @@ def _land(args: argparse.Namespace) -> int:
     from cdc_apply.cli.land_cmd import run_land
 
     return run_land(args.config, once=args.once)
+
+
+def _snapshot(args: argparse.Namespace) -> int:
+    from cdc_apply.cli.snapshot_cmd import run_snapshot
+
+    return run_snapshot(args.config, args.table, ddl_events_sql=args.ddl_events_sql)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -122,6 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
     land.add_argument("--config", required=True, metavar="FILE", help="a TOML configuration (see conf/example.toml)")
     land.add_argument("--once", action="store_true", help="stop when the slot has nothing more to send")
     land.set_defaults(run=_land)
+
+    snapshot = sub.add_parser("snapshot", help="ask the lander to copy tables again while the stream flows")
+    snapshot.add_argument("--config", required=True, metavar="FILE", help="a TOML configuration (see conf/example.toml)")
+    snapshot.add_argument("--table", action="append", default=[], metavar="NS.NAME",
+                          help="a published table to copy again (repeat for several)")
+    snapshot.add_argument("--ddl-events-sql", action="store_true",
+                          help="print the event trigger SQL of source.ddl_events (for a superuser to run)")
+    snapshot.set_defaults(run=_snapshot)
 
     status = sub.add_parser(
         "status", help="show per-source progress, pending transactions and lag",

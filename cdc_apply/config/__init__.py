@@ -118,6 +118,14 @@ class SourceConfig:
     create_publication: bool = False
     publication_tables: tuple[str, ...] = ()  # empty: FOR ALL TABLES
     connect_timeout: float = 10.0        # seconds libpq waits for the server before "unreachable"
+    # Existing rows into bronze (docs/SNAPSHOTS.md): "initial" copies every published table when the lander
+    # creates the slot, "when_needed" also tables added to the publication later, "never" none. Requests
+    # (cdc-apply snapshot, the DDL event trigger) are served in every mode but "never".
+    snapshot: str = "initial"
+    snapshot_workers: int = 4            # connections copying at once
+    snapshot_check_seconds: float = 30.0  # when_needed: how often the publications are compared with bronze
+    snapshot_batch_bytes: int = 1024 * 1024 * 1024  # copied rows per bronze commit (and one at the end of a round)
+    ddl_events: bool = False             # install the event trigger that reports ADD COLUMN defaults and rewrites
 
 
 @dataclass(frozen=True)
@@ -191,6 +199,7 @@ _CHOICES = {
     "apply.numeric": ("decimal", "string"),
     "source.streaming": ("off", "on", "parallel"),
     "source.origin": ("any", "none"),
+    "source.snapshot": ("initial", "when_needed", "never"),
     "gaussdb.commit_position": ("lsn", "csn"),
     "gaussdb.heartbeat_unit": ("s", "ms", "us", "auto"),
 }
@@ -326,6 +335,10 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
     source = _section(SourceConfig, raw.get("source"), "source")
     if source.proto_version not in (1, 2, 3, 4):
         raise ConfigError("must be 1, 2, 3 or 4", key="source.proto_version")
+    if source.snapshot_workers < 1:
+        raise ConfigError("must be at least 1", key="source.snapshot_workers")
+    if not source.snapshot_check_seconds > 0:
+        raise ConfigError("must be more than 0", key="source.snapshot_check_seconds")
     land = _section(LandConfig, raw.get("land"), "land")
     gaussdb = _section(GaussdbConfig, raw.get("gaussdb"), "gaussdb")
     pipeline = raw.get("pipeline", None)

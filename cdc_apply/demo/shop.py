@@ -83,7 +83,7 @@ INSERT INTO orders (id, customer_id, status, total) VALUES (1, 1, 'new', 10.00),
 INSERT INTO order_lines VALUES (1, 0, 'sku-1', 1, 10.00), (2, 0, 'sku-2', 2, 10.00);
 COMMIT;"""),
     ("ALTER TABLE", """
-ALTER TABLE customers ADD COLUMN loyalty_points int;
+ALTER TABLE customers ADD COLUMN loyalty_points int DEFAULT 0;
 ALTER TABLE customers RENAME COLUMN tier TO segment;
 UPDATE customers SET loyalty_points = id * 10, segment = 'gold' WHERE id % 20 = 0;
 ALTER TABLE products DROP COLUMN legacy_code;
@@ -93,9 +93,15 @@ INSERT INTO orders (id, customer_id, status, total) VALUES (3, 7, 'new', 1234567
 )
 
 
-def run_workload(execute: Callable[[str], object], say: Callable[[str], None] = print) -> None:
-    """Run every step through ``execute`` (one SQL string at a time, autocommit)."""
-    for title, sql in STEPS:
+# The rows the shop holds before replication starts (a snapshot brings them into silver); the rest are
+# changes the slot decodes.
+EXISTING, CHANGES = STEPS[:1], STEPS[1:]
+
+
+def run_workload(execute: Callable[[str], object], say: Callable[[str], None] = print,
+                 steps: tuple[tuple[str, str], ...] = STEPS) -> None:
+    """Run ``steps`` (default: every step) through ``execute`` (one SQL string at a time, autocommit)."""
+    for title, sql in steps:
         say(f"  workload: {title}")
         for statement in (sql if isinstance(sql, list) else [sql]):
             execute(statement)

@@ -60,7 +60,7 @@ class BronzeWriter:
         self.rebuilt_from_rows = True
         rows = mine.select("seq", "lsn", "payload").orderBy("seq").toLocalIterator()
         return rebuild_state(((r.seq, r.lsn, bytes(r.payload)) for r in rows),
-                             batch=max(written or 0, state.batch if state else 0))
+                             batch=max(written or 0, state.batch if state else 0), source=self.source)
 
     def _ensure_table(self) -> None:
         if self.ref.path is not None:

@@ -26,6 +26,7 @@ from cdc_apply.land.options import SESSION_SETTINGS, replication_options
 from cdc_apply.land.reader import ReplicationReader, StreamInterrupted
 from cdc_apply.land.sequencer import Batch, Sequencer, StreamDiverged
 from cdc_apply.land.server import SourceServer
+from cdc_apply.land.snapshots import Snapshots
 from cdc_apply.land.state import ResumeState
 from cdc_apply.pgoutput.messages import format_lsn
 
@@ -104,6 +105,7 @@ class Lander:
         self.probe = probe or (lambda event, **info: None)
         self.writer = BronzeWriter(spark, bronze_ref(config), config.source.name)
         self.server = SourceServer(self.dsn, config.source, config.source.connect_timeout)
+        self.server.source_file = config.origin_file
         self.state = ResumeState()
         self.reports: list[BatchReport] = []
         self.replayed = 0
@@ -111,6 +113,7 @@ class Lander:
         # One append may run while the next batch is read: (future, batch, started).
         self._inflight: tuple[Future, Batch, float] | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self.snapshots = Snapshots(self)
 
     def say(self, text: str) -> None:
         print(f"[land {self.source.name}] {text}", file=self.out, flush=True)
@@ -121,7 +124,8 @@ class Lander:
         started = time.monotonic()
         self.server.connect()
         self.server.preflight()
-        landed = self.writer.open()
+        # A snapshot left open is closed first; a slot the lander creates comes with its initial snapshot.
+        landed = self.snapshots.initial(self.snapshots.close_open(self.writer.open()))
         slot = self.server.ensure_slot(landed)
         unchecked = landed.landed and landed.confirmed_lsn is None
         # From here on the slot may stand where it stands now (checked above, or not checkable).
@@ -139,12 +143,14 @@ class Lander:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bronze-append")
         try:
             while not self.stop.is_set():
+                if self.state.txn is None and self.snapshots.due(self.state):
+                    self.state = self.snapshots.take(self.state)
                 reader, seq = self._reader(), None
                 try:
                     self._start(reader)
-                    seq = Sequencer(self.state, frozenset(supersede))
-                    self._session(reader, seq, once)
-                    break
+                    seq = Sequencer(self.state, frozenset(supersede), self.source.name)
+                    if self._session(reader, seq, once) and not self.snapshots.due(self.state):
+                        break
                 except StreamDiverged as err:
                     self._land(seq, reader, confirm=False)
                     diverged[err.xid] = diverged.get(err.xid, 0) + 1
@@ -168,6 +174,8 @@ class Lander:
         summary = LandSummary(tuple(self.reports), self.replayed, self.reconnects,
                               time.monotonic() - started, self.state)
         rate = summary.messages / summary.seconds if summary.seconds > 0 else 0.0
+        if self.snapshots.tables:
+            self.say(f"snapshots: {self.snapshots.tables} tables, {self.snapshots.rows:,} rows")
         self.say(f"done: {len(summary.batches)} batches, {summary.messages} messages, "
                  f"{human_bytes(summary.nbytes)} in {summary.seconds:.1f} s ({rate:.0f} messages/s); "
                  f"{summary.replayed} re-sent messages skipped; resume lsn {format_lsn(self.state.resume_lsn)}")
@@ -225,8 +233,9 @@ class Lander:
         return attempt
 
     # -- one replication session ------------------------------------------------------------
-    def _session(self, reader: ReplicationReader, seq: Sequencer, once: bool) -> None:
-        """Stream until idle (``once``) or stopped."""
+    def _session(self, reader: ReplicationReader, seq: Sequencer, once: bool) -> bool:
+        """Stream until idle (``once``) or stopped (True), or until a snapshot is due and bronze is between units
+        (False: the caller takes it, then streams again from bronze's resume point)."""
         land = self.land
         now = time.monotonic()
         last_data, pending_since, last_forward, orphan_check = now, None, now, 0.0
@@ -234,7 +243,10 @@ class Lander:
         while True:
             if self.stop.is_set():
                 self._land(seq, reader)
-                return
+                return True
+            if self._inflight is None and seq.between_units and self.snapshots.due(self.state, now):
+                self._land(seq, reader)
+                return False
             message = reader.read(POLL_SECONDS)
             now = time.monotonic()
             if message is not None:
@@ -280,7 +292,7 @@ class Lander:
                 self._land(seq, reader)
                 if self._may_follow(seq, reader) and reader.wal_end - reader.flush_lsn >= FOLLOW_BYTES:
                     self._follow(reader)
-                return
+                return True
             if now - probe_at >= 0.25:
                 reader.request_keepalive()
                 probe_at = now

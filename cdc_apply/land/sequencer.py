@@ -96,12 +96,13 @@ class Sequencer:
 
     landed: ResumeState
     supersede: frozenset[int] = frozenset()
+    source: str | None = None      # whose snapshot requests the resume state follows
     replayed: int = 0
     rows: list[tuple[int, int, bytes]] = field(default_factory=list)
     nbytes: int = 0
 
     def __post_init__(self) -> None:
-        self._out = OutputTracker.starting_at(self.landed)
+        self._out = OutputTracker.starting_at(self.landed, self.source)
         self._deferred: list[tuple[int, bytes]] = []
         self._txn: _Incoming | None = None
         self._block: _Incoming | None = None
@@ -345,6 +346,11 @@ class Sequencer:
         """Everything received is in bronze and nothing is open: the flush may follow wal_end."""
         return (not self.rows and not self._deferred and self._txn is None and self._block is None
                 and self._out.txn is None and self._out.block is None)
+
+    @property
+    def between_units(self) -> bool:
+        """Nothing numbered is inside a transaction or a stream block: bronze may take a unit of the lander's here."""
+        return self._out.txn is None and self._out.block is None and not self._deferred
 
     def take(self, batch: int) -> Batch | None:
         """The rows up to the last point a batch may end at, as batch number ``batch``.

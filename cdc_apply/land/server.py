@@ -51,6 +51,7 @@ class SourceServer:
         self.connect_timeout = connect_timeout
         self.target = Target.of(dsn)
         self.created: list[str] = []     # what preflight created, for the log
+        self.source_file: str | None = None  # the configuration file, named in what to run
         self._conn = None
 
     def connect(self) -> None:
@@ -74,6 +75,11 @@ class SourceServer:
                 self._conn.close()
             finally:
                 self._conn = None
+
+    def cursor(self):
+        """A cursor of the session (connecting first): for catalog questions asked a statement at a time."""
+        self.connect()
+        return self._conn.cursor()
 
     def query(self, sql: str, params: tuple = ()) -> list[tuple]:
         self.connect()
@@ -125,6 +131,11 @@ class SourceServer:
             raise LandError(f"user {user!r} may not open a replication connection: run ALTER ROLE "
                             f"{quote_ident(user)} REPLICATION; as a superuser", dsn=self.target.shown)
         self.check_publications()
+        if self.source.ddl_events:
+            from cdc_apply.land import ddl_events
+
+            if ddl_events.install(self, self.source_file or "FILE"):
+                self.created.append("the DDL event triggers (source.ddl_events)")
         return self.slot()
 
     def check_publications(self) -> None:

@@ -24,6 +24,11 @@ and can also be rebuilt from the bronze rows alone (:func:`rebuild_state`).
   A slot that stands past ``max(resume_lsn, confirmed_lsn)`` is not the one
   bronze was landed from (dropped and created again, or advanced by hand).
   ``None``: not known (state rebuilt from rows, or written by an older lander).
+* ``snapshots``: tables with a snapshot in bronze, snapshot requests not served
+  yet, and a snapshot left open (:mod:`cdc_apply.land.snapshot_state`). The
+  lander's snapshot stream (xid 2) is not among ``streams``: it is never sent
+  again by the server, and its Stream Commit does not move ``resume_lsn``
+  (the snapshot's LSN belongs to another slot's position, docs/SNAPSHOTS.md).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from cdc_apply.land import framing as f
+from cdc_apply.land.snapshot_state import SnapshotState, SnapshotTracker, is_snapshot_stream
 
 STATE_VERSION = 1
 
@@ -69,6 +75,7 @@ class ResumeState:
     prepared: tuple[tuple[str, int], ...] = ()
     messages: int = 0            # messages landed so far (all runs), for progress only
     confirmed_lsn: int | None = 0
+    snapshots: SnapshotState = SnapshotState()
 
     @property
     def landed(self) -> bool:
@@ -86,6 +93,8 @@ class ResumeState:
             "prepared": [list(p) for p in self.prepared],
             "confirmed": self.confirmed_lsn,
         }
+        if not self.snapshots.empty:
+            body["snap"] = self.snapshots.to_body()
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -103,6 +112,7 @@ class ResumeState:
             prepared=tuple((str(g), int(lsn)) for g, lsn in body["prepared"]),
             messages=int(body.get("messages", 0)),
             confirmed_lsn=None if body.get("confirmed") is None else int(body["confirmed"]),
+            snapshots=SnapshotState.from_body(body.get("snap")),
         )
 
 
@@ -132,15 +142,25 @@ class OutputTracker:
     block: int | None = None                           # xid of the open stream block
     streams: dict[int, _Unit] = field(default_factory=dict)
     prepared: dict[str, int] = field(default_factory=dict)
+    snap: SnapshotTracker = field(default_factory=lambda: SnapshotTracker(None))
 
     @classmethod
-    def starting_at(cls, state: ResumeState) -> "OutputTracker":
+    def starting_at(cls, state: ResumeState, source: str | None = None) -> "OutputTracker":
+        """``source``: whose snapshot requests count (``None``: every request)."""
         t = cls(state, state.last_seq, state.resume_lsn, state.messages)
+        t.snap = SnapshotTracker.of(state.snapshots, source)
         if state.txn is not None:
             t.txn = (state.txn.kind, state.txn.key, state.txn.xid, _Unit(state.txn.count, state.txn.digest))
         t.streams = {s.xid: _Unit(s.count, s.digest) for s in state.streams}
         t.prepared = dict(state.prepared)
         return t
+
+    def add_snapshot_rows(self, count: int) -> None:
+        """Account for ``count`` Inserts landed inside a block of the lander's snapshot stream (xid 2)."""
+        if self.block is None or not is_snapshot_stream(self.block):
+            raise ValueError("snapshot rows outside a block of the snapshot stream")
+        self.last_seq += count
+        self.messages += count
 
     def _complete(self, lsn: int) -> None:
         self.resume_lsn = max(self.resume_lsn, lsn)
@@ -153,20 +173,28 @@ class OutputTracker:
         if self.block is not None:
             if kind == f.STREAM_STOP:
                 self.block = None
+            elif is_snapshot_stream(self.block):
+                self.snap.in_snapshot(payload)     # no digest: never sent again, never matched
             elif kind not in f.SCHEMA_KINDS:
                 self.streams.setdefault(self.block, _Unit()).add(payload)
+                if kind == f.MESSAGE:
+                    self.snap.message(payload, f"s{self.block}")
             return
         if self.txn is not None:
             if kind == f.COMMIT:
                 self.txn = None
                 self._complete(f.commit_end(payload))
+                self.snap.committed("t")
             elif kind == f.PREPARE:
                 self.txn = None
                 end, gid = f.prepare(payload)
                 self.prepared[gid] = end
                 self._complete(end)
+                self.snap.prepared("t", gid)
             elif kind not in f.SCHEMA_KINDS:
                 self.txn[3].add(payload)
+                if kind == f.MESSAGE:
+                    self.snap.message(payload, "t")
             return
         if kind == f.BEGIN:
             key, xid = f.begin(payload)
@@ -177,34 +205,46 @@ class OutputTracker:
         elif kind == f.STREAM_START:
             xid, first = f.stream_start(payload)
             self.block = xid
-            if first or xid not in self.streams:
+            if (first or xid not in self.streams) and not is_snapshot_stream(xid):
                 self.streams[xid] = _Unit()
         elif kind == f.STREAM_ABORT:
             xid, subxid = f.stream_abort(payload)
-            if xid == subxid:
+            if is_snapshot_stream(xid):
+                self.snap.snapshot_aborted()
+            elif xid == subxid:
                 self.streams.pop(xid, None)
+                self.snap.dropped(f"s{xid}")
                 self._complete(lsn)   # the abort record's end; 0 for the lander's own aborts
             elif xid in self.streams:
                 self.streams[xid].add(payload)
         elif kind == f.STREAM_COMMIT:
             xid, end = f.stream_commit(payload)
+            if is_snapshot_stream(xid):
+                self.snap.snapshot_committed()     # its LSN is another slot's: resume_lsn stays
+                return
             self.streams.pop(xid, None)
             self._complete(end)
+            self.snap.committed(f"s{xid}")
         elif kind == f.STREAM_PREPARE:
             end, gid = f.prepare(payload)
-            self.streams.pop(f.prepared_xid(payload), None)
+            xid = f.prepared_xid(payload)
+            self.streams.pop(xid, None)
             self.prepared[gid] = end
             self._complete(end)
+            self.snap.prepared(f"s{xid}", gid)
         elif kind == f.COMMIT_PREPARED:
             end, gid = f.prepare(payload)
             self.prepared.pop(gid, None)
             self._complete(end)
+            self.snap.committed("p" + gid)
         elif kind == f.ROLLBACK_PREPARED:
             end, gid = f.rollback_prepared(payload)
             self.prepared.pop(gid, None)
             self._complete(end)
+            self.snap.dropped("p" + gid)
         elif kind == f.MESSAGE and not f.message_is_transactional(payload):
             self._complete(lsn)
+            self.snap.message(payload, None)
 
     def state(self, batch: int | None = None) -> ResumeState:
         txn = None
@@ -216,16 +256,16 @@ class OutputTracker:
             resume_lsn=self.resume_lsn, txn=txn,
             streams=tuple(OpenStream(x, u.count, u.digest) for x, u in sorted(self.streams.items())),
             prepared=tuple(sorted(self.prepared.items())), messages=self.messages,
-            confirmed_lsn=self.base.confirmed_lsn)
+            confirmed_lsn=self.base.confirmed_lsn, snapshots=self.snap.state())
 
 
-def rebuild_state(rows: Iterable[tuple[int, int, bytes]], batch: int = 0) -> ResumeState:
+def rebuild_state(rows: Iterable[tuple[int, int, bytes]], batch: int = 0, source: str | None = None) -> ResumeState:
     """The resume state after bronze rows ``(seq, lsn, payload)`` of one source, in seq order.
 
     Used when no lander commit metadata describes the table (it was written by
     something else, or its Delta history was cleaned up).
     """
-    tracker = OutputTracker.starting_at(ResumeState(confirmed_lsn=None))
+    tracker = OutputTracker.starting_at(ResumeState(confirmed_lsn=None), source)
     for seq, lsn, payload in rows:
         tracker.add(seq, lsn, payload)
     return replace(tracker.state(), batch=batch)
