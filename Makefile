@@ -6,8 +6,11 @@ PYTHON ?= python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# make test runs the suite in this many worker processes (pytest-xdist; each worker has its own Spark
+# session and PostgreSQL); PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 
-.PHONY: setup demo test bench soak clean-setup
+.PHONY: setup demo test test-fast bench soak wheel clean-setup
 
 setup: $(VENV)/.installed
 	@$(VPY) -m cdc_apply.spark.jars
@@ -22,10 +25,25 @@ demo: setup
 	@$(VENV)/bin/cdc-apply demo
 
 test: setup
-	@$(VPY) -m pytest $(PYTEST_ARGS)
+	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
+# The fast lane: the tests that need no JVM, no PostgreSQL and no wheel build (pure Python; no Delta
+# jars needed). `make test` runs these and the rest.
+test-fast: $(VENV)/.installed
+	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not spark and not postgres and not packaging" $(PYTEST_ARGS)
+
+# The wheel a cluster installs (dist/cdc_apply-<version>-py3-none-any.whl); built offline with the
+# virtualenv's setuptools.
+wheel: setup
+	@rm -rf build    # setuptools' staging folder: files left there from an earlier build would be packaged
+	@$(VPY) -m pip wheel -q --no-deps --no-build-isolation --no-index --wheel-dir dist .
+	@ls dist/cdc_apply-*.whl
+
+# Every benchmark through one runner (~4 hours on 2 cores; a quiet machine), or some of them:
+#   make bench BENCHES="decode wide"     (the steps: .venv/bin/python -m bench.run --list)
+BENCHES ?=
 bench: setup
-	@$(VPY) bench/run.py
+	@$(VPY) -m bench.run $(BENCHES)
 
 # The differential soak: >= 100,000 seeded random transactions, silver compared with PostgreSQL at
 # 8 checkpoints. Two configurations span the protocol (1: text, no streaming, no two-phase; 4: parallel

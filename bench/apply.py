@@ -1,6 +1,7 @@
 """Apply benchmarks: bronze -> silver on Spark, against baselines measured in the same run.
 
-    .venv/bin/python bench/apply.py [--reps 5] [--base 100000] [--changes 50000] [--large-mb 128]
+    .venv/bin/python -m bench.apply [--reps 5] [--base 100000] [--changes 50000] [--large-mb 128]
+    .venv/bin/python -m bench.apply --large-only [--large-mb 1024]
 
 The input is a real capture (PostgreSQL 18, pgoutput protocol 1, text format) of ``TABLES``
 tables: a base load (``--base`` rows, inserted through bronze like any change) and then
@@ -31,16 +32,14 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import threading
 import time
 from functools import partial
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
+from bench.results import merge_results
 
-from bench.results import merge_results  # noqa: E402
+BENCH = Path(__file__).resolve().parent
 
 WORK = Path(os.environ.get("CDC_APPLY_BENCH_WORK", BENCH / "work" / "apply")).resolve()  # Delta needs absolute paths
 TABLES = 10
@@ -315,14 +314,14 @@ def delta_metrics(spark, table: Path) -> dict:
 def decode_floor(spark, captured: list, reps: int) -> dict:
     """Decode stage vs an identity mapInArrow over the same bronze rows, interleaved."""
     from cdc_apply.apply.changes import decode_batches, output_ddl
-    from cdc_apply.delta.pipeline import CHANGE_HEX, _first_byte_hex
+    from cdc_apply.delta.payload_columns import is_change
 
     def identity(batches):
         yield from batches
 
     jobs = []
     for fresh, plan in captured:
-        changes = fresh.where(_first_byte_hex().isin(*CHANGE_HEX)).select("source", "seq", "lsn", "payload")
+        changes = fresh.where(is_change()).select("source", "seq", "lsn", "payload")
         changes = changes.repartition(spark.sparkContext.defaultParallelism).cache()
         changes.count()
         jobs.append((changes, plan))
@@ -615,7 +614,7 @@ def print_table(out: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.apply", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--base", type=int, default=100_000)
     parser.add_argument("--changes", type=int, default=50_000)

@@ -5,6 +5,8 @@ of eight common column types (int4, int8, text, numeric(12,2), timestamptz, bool
 varchar), read from a PostgreSQL 18 slot with ``pg_logical_slot_get_binary_changes``
 (pgoutput protocol 1, text format). The first call runs the server and the workload
 (about a minute); later calls read ``bench/work/decode_capture.arrow``.
+
+    .venv/bin/python -m bench.capture     # capture if needed, then print what the capture holds
 """
 
 from __future__ import annotations
@@ -112,9 +114,19 @@ def load_capture(path: Path = CAPTURE) -> tuple[pa.Table, dict]:
     return table, json.loads(table.schema.metadata[b"bench"])
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.capture", description=(
+        "Capture the decode benchmark's workload from PostgreSQL 18 if bench/work/decode_capture.arrow is "
+        "missing or stale, then print what the capture holds."))
+    parser.parse_args(argv)
     table, meta = load_capture()
     kinds: dict[str, int] = {}
     for p in table.column("payload").to_pylist():
         kinds[chr(p[0])] = kinds.get(chr(p[0]), 0) + 1
     print(meta, table.num_rows, sorted(kinds.items()))
+
+
+if __name__ == "__main__":
+    main()

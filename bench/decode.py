@@ -1,10 +1,10 @@
 """Decode benchmark: pgoutput bytes -> typed Arrow columns, against pypgoutput and the reference decoder.
 
-    .venv/bin/python bench/decode.py [--reps 5] [--no-before] [--no-stage] [--no-write]
+    .venv/bin/python -m bench.decode [--reps 5] [--no-before] [--no-stage] [--no-write]
 
 or, from Python, ``from bench.decode import run; results = run()``.
 
-The input is a real capture (``bench/capture.py``: PostgreSQL 18, pgoutput protocol 1, text
+The input is a real capture (``bench.capture``: PostgreSQL 18, pgoutput protocol 1, text
 format, >= 200,000 Insert/Update/Delete messages over eight common column types), cached under
 ``bench/work/``. Every contender gets the same messages: the Relation messages and the
 Insert/Update/Delete messages of the capture.
@@ -48,22 +48,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-BENCH = Path(__file__).resolve().parent
+from bench.capture import load_capture
+from bench.results import merge_results
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.columnar import walk_dml, walk_dml_reference
+from cdc_apply.pgoutput.decoder import decode_message
+from cdc_apply.pgoutput.types import resolve_column_type
+from cdc_apply.pgoutput.values import convert_binary, convert_text
+
 PYPGOUTPUT = "pypgoutput==0.0.3"
-
-if __package__:
-    from .capture import load_capture
-    from .results import merge_results
-else:  # run as a script
-    sys.path.insert(0, str(BENCH.parent))
-    from bench.capture import load_capture
-    from bench.results import merge_results
-
-from cdc_apply.pgoutput import messages as m  # noqa: E402
-from cdc_apply.pgoutput.columnar import walk_dml, walk_dml_reference  # noqa: E402
-from cdc_apply.pgoutput.decoder import decode_message  # noqa: E402
-from cdc_apply.pgoutput.types import resolve_column_type  # noqa: E402
-from cdc_apply.pgoutput.values import convert_binary, convert_text  # noqa: E402
 
 _R, _I, _U, _D = (ord(c) for c in "RIUD")
 
@@ -308,7 +301,7 @@ def print_table(results: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.decode", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions (default 5)")
     parser.add_argument("--no-before", action="store_true", help="skip the pre-vectorisation walk")
     parser.add_argument("--no-stage", action="store_true", help="skip the decode stage (changes.decode_batches)")

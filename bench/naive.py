@@ -1,6 +1,6 @@
 """The naive design — one MERGE per source transaction — against our batches, on a sample.
 
-    .venv/bin/python bench/naive.py [--transactions 8] [--reps 5]
+    .venv/bin/python -m bench.naive [--transactions 8] [--reps 5]
 
 The sample is the first ``--transactions`` change transactions of ``bench/apply.py``'s capture
 (PostgreSQL 18, ten tables, ~60 rows per transaction: updates, inserts, deletes, key moves,
@@ -23,15 +23,10 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import sys
 import time
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-
-from bench.apply import WORK, _read, _spread, apply_once, capture, lake_config, write_bronze  # noqa: E402
-from bench.results import merge_results  # noqa: E402
+from bench.apply import WORK, _read, _spread, apply_once, capture, lake_config, write_bronze
+from bench.results import merge_results
 
 VARIANTS = ("per_txn", "batched")
 
@@ -105,7 +100,7 @@ def run(transactions: int = 8, reps: int = 5, write: bool = True) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.naive", description=__doc__.splitlines()[0])
     parser.add_argument("--transactions", type=int, default=8)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--no-write", action="store_true")

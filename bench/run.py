@@ -1,47 +1,133 @@
-"""``make bench``: every benchmark in turn; each merges its keys into bench/results.json."""
+"""The benchmarks' one runner (``make bench``): each step in its own process, in order; each merges its
+keys into bench/results.json.
+
+    .venv/bin/python -m bench.run                      # every step (~4 hours on 2 cores)
+    .venv/bin/python -m bench.run decode wide          # the steps named, in the order given
+    .venv/bin/python -m bench.run sweep                # a module's name: every step that runs it
+    .venv/bin/python -m bench.run --list               # the steps and their commands
+    .venv/bin/python -m bench.run --dry-run [names]    # print the commands only
+
+Run from the repository root. Every step is ``python -m bench.<module> ...`` with this interpreter, the
+repository root as working directory (so ``bench`` and ``cdc_apply`` import from this checkout), its
+own JVM where it starts Spark. The runner stops at the first step that fails (exit code 1). To run a
+benchmark with other arguments, run its module: ``python -m bench.<module> --help``.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.results import read_results
 
-from bench import decode  # noqa: E402
-from bench.results import read_results  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "bench" / "work"
 
 
-def main() -> int:
-    decode.run(reps=5)
-    from bench import apply as apply_bench
+@dataclass(frozen=True)
+class Step:
+    name: str
+    module: str                     # bench.<module>
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    prefix: tuple[str, ...] = ()    # e.g. taskset
+    what: str = ""
 
-    apply_bench.run(reps=5)
-    # The issue's 1 GB transaction (plain and streamed): its own process and capture folder.
-    subprocess.run([sys.executable, str(Path(__file__).with_name("apply.py")), "--large-only", "--large-mb", "1024"],
-                   check=True, env={**os.environ, "CDC_APPLY_BENCH_WORK": str(Path(__file__).with_name("work") / "large")})
-    from bench import naive
+    def command(self) -> list[str]:
+        return [*self.prefix, sys.executable, "-m", f"bench.{self.module}", *self.args]
 
-    naive.run(transactions=8, reps=5)
-    from bench import wide
+    def shell(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return " ".join(filter(None, [env, shlex.join(self.command())]))
 
-    wide.run(columns=120, reps=5)
-    # The sustained figures: the sweep's largest batch replaces apply.py's 50k-change ones. Its own
-    # process: its own capture folder and Spark session.
-    sweep = [sys.executable, str(Path(__file__).with_name("sweep.py"))]
-    subprocess.run([*sweep, "--headline", "--reps", "5", "--sizes", "1000000",
-                    "--variants", "parallel,serial,serial_nocdf", "--tag", "local2_1m"], check=True)
-    subprocess.run([*sweep, "--reps", "5", "--sizes", "1000,10000,100000", "--variants", "parallel",
-                    "--tag", "local2_small"], check=True)
-    # The scaling curve's first point: the same 1M batch on one core (two cores: the headline).
-    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-    subprocess.run([*pin, *sweep, "--master", "local[1]", "--reps", "5", "--sizes", "1000000", "--variants",
-                    "parallel", "--tag", "local1_1core_1m" if pin else "local1_1m"], check=True)
-    # Lander and apply together against PostgreSQL at fixed offered rates.
-    subprocess.run([sys.executable, str(Path(__file__).with_name("sustained.py")), "--rates",
-                    "200,1000,4000,8000,16000", "--seconds", "60"], check=True)
+
+def _pin() -> tuple[tuple[str, ...], str]:
+    """The one-core point of the scaling curve: pinned to CPU 0 with taskset where there is one."""
+    if shutil.which("taskset"):
+        return ("taskset", "-c", "0"), "local1_1core_1m"
+    return (), "local1_1m"
+
+
+_PIN, _PIN_TAG = _pin()
+
+# `make bench`, in this order. The sweep's headline run replaces apply.py's changes_per_second and
+# merge_vs_append with the ~1M-change batch's (a job that keeps up runs batches that large).
+STEPS: tuple[Step, ...] = (
+    Step("decode", "decode", ("--reps", "5"),
+         what="pgoutput bytes -> typed Arrow columns, against pypgoutput and the reference decoder"),
+    Step("apply", "apply", ("--reps", "5"),
+         what="bronze -> silver on the 100k-row capture: MERGE vs append, decode floor, a 128 MB transaction"),
+    Step("apply_large", "apply", ("--large-only", "--large-mb", "1024"),
+         env={"CDC_APPLY_BENCH_WORK": str(WORK / "large")},
+         what="the 1 GB transaction, plain and streamed (its own capture folder)"),
+    Step("naive", "naive", ("--transactions", "8", "--reps", "5"),
+         what="one batch per source transaction vs one batch"),
+    Step("wide", "wide", ("--columns", "120", "--reps", "5"),
+         what="a 120-column MERGE source with constraint propagation on vs off"),
+    Step("sweep_headline", "sweep", ("--headline", "--reps", "5", "--sizes", "1000000",
+                                     "--variants", "parallel,serial,serial_nocdf", "--tag", "local2_1m"),
+         what="the ~1M-change batch on the 1M-row base: changes_per_second, merge_vs_append, Delta's floor"),
+    Step("sweep_small", "sweep", ("--reps", "5", "--sizes", "1000,10000,100000", "--variants", "parallel",
+                                  "--tag", "local2_small"),
+         what="batches of 1,000, 10,000 and 100,000 changes"),
+    Step("sweep_1core", "sweep", ("--master", "local[1]", "--reps", "5", "--sizes", "1000000",
+                                  "--variants", "parallel", "--tag", _PIN_TAG), prefix=_PIN,
+         what="the ~1M-change batch on one core (the scaling curve's first point)"),
+    Step("sustained", "sustained", ("--rates", "200,1000,4000,8000,16000", "--seconds", "60"),
+         what="lander and apply together against PostgreSQL at fixed offered rates"),
+    Step("small_batch", "small_batch", ("--reps", "5"),
+         what="small batches by shape: 1,000 changes over ten tables, insert-only vs append, recent vs random keys"),
+)
+
+
+def select(names: list[str]) -> list[Step]:
+    """The steps named (a step's name, or a module's: every step that runs it), in the order given."""
+    if not names:
+        return list(STEPS)
+    chosen: list[Step] = []
+    for name in names:
+        matches = [s for s in STEPS if name in (s.name, s.module)]
+        if not matches:
+            raise SystemExit(f"unknown benchmark {name!r}; the steps: {', '.join(s.name for s in STEPS)} "
+                             f"(or a module: {', '.join(sorted({s.module for s in STEPS}))})")
+        chosen += [s for s in matches if s not in chosen]
+    return chosen
+
+
+def run_step(step: Step) -> int:
+    print(f"\n[bench] {step.name}: {step.shell()}", flush=True)
+    started = time.monotonic()
+    code = subprocess.run(step.command(), cwd=ROOT, env={**os.environ, **step.env}).returncode
+    print(f"[bench] {step.name}: {'done' if code == 0 else f'failed (exit code {code})'} "
+          f"in {time.monotonic() - started:.0f} s", flush=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="steps or modules to run (default: every step, in order)")
+    parser.add_argument("--list", action="store_true", help="list the steps and their commands")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    args = parser.parse_args(argv)
+    if args.list:
+        for step in STEPS:
+            print(f"{step.name:15s} {step.what}\n{'':15s} {step.shell()}")
+        return 0
+    steps = select(args.names)
+    if args.dry_run:
+        for step in steps:
+            print(step.shell())
+        return 0
+    for step in steps:
+        if run_step(step):
+            return 1
     results = read_results()
     print("\nbench/results.json:")
     for key in sorted(results):

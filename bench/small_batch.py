@@ -1,13 +1,16 @@
 """Small batches, by shape: a job's batch of 1,000 changes over ten tables, an insert-only batch against
 a plain append of the same rows, and a batch of recent keys against one of random keys.
 
-Each repetition is one child process (its own JVM) running one apply job over a bronze table built
-with ``StreamBuilder``: a base batch (2,000 rows per table), then the measured batches, each its own
-micro-batch of the same running job. ``--previous REV`` runs the same children on another commit of
-cdc_apply (checked out into bench/work/previous, imported through PYTHONPATH) interleaved with the
-current code: ``small_batch_vs_previous`` is current / previous, same run, same machine.
+Each repetition is one child process (its own JVM: ``python -m bench.small_batch --child``) running
+one apply job over a bronze table built with ``StreamBuilder``: a base batch (2,000 rows per table),
+then the measured batches, each its own micro-batch of the same running job. ``--previous REV`` runs
+the same children on another commit of cdc_apply, interleaved with the current code:
+``small_batch_vs_previous`` is current / previous, same run, same machine. That commit is checked out
+into bench/work/previous, and its children import its ``cdc_apply`` through PYTHONPATH (a folder
+holding only a link to that checkout's package, so ``bench`` still comes from this checkout: the
+previous commit may have no bench.small_batch, or another one).
 
-    .venv/bin/python bench/small_batch.py --reps 5 --previous c9068a9
+    .venv/bin/python -m bench.small_batch --reps 5 --previous c9068a9
 
 Keys merged into bench/results.json: ``small_batch_seconds``, ``small_batch_vs_previous``,
 ``insert_only_vs_append``, ``hot_vs_random_keys`` and the details under ``small_batch``.
@@ -26,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.results import merge_results
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = 10
@@ -129,11 +134,16 @@ def child(seed: int) -> dict:
 
 
 def _run_child(seed: int, code: Path | None) -> dict:
+    """One repetition in its own process: ``python -m bench.small_batch --child``, importing this
+    checkout's cdc_apply, or with ``code`` (a folder holding only a ``cdc_apply`` package, see
+    :func:`_import_path`) that one's."""
     env = dict(os.environ)
     if code is not None:  # PYTHONPATH's path finder runs before the editable install's finder
         env["PYTHONPATH"] = f"{code}{os.pathsep}{ROOT}"
         env["CDC_APPLY_JARS"] = str(ROOT / ".jars")  # the checkout's own .jars/ is never set up
-    proc = subprocess.run([sys.executable, str(Path(__file__)), "--child", "--seed", str(seed)],
+    # `-m` puts the working directory first on sys.path: this checkout (bench and cdc_apply), or the
+    # folder that holds only the previous cdc_apply (bench then comes from ROOT, on PYTHONPATH).
+    proc = subprocess.run([sys.executable, "-m", "bench.small_batch", "--child", "--seed", str(seed)],
                           capture_output=True, text=True, env=env, cwd=str(code or ROOT))
     if proc.returncode:
         raise RuntimeError(f"bench child failed:\n{proc.stderr[-4000:]}")
@@ -150,13 +160,25 @@ def _checkout(rev: str) -> Path:
     return where
 
 
+def _import_path(checkout: Path) -> Path:
+    """A folder whose only entry is a link to ``checkout``'s cdc_apply package: first on the children's
+    sys.path, it gives them that commit's cdc_apply and leaves ``bench`` to this checkout."""
+    folder = ROOT / "bench" / "work" / "previous_import"
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "cdc_apply"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(checkout / "cdc_apply", target_is_directory=True)
+    return folder
+
+
 def _median(values):
     values = list(values)
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def run(reps: int = 3, previous: str | None = None, seed: int = 26) -> dict:
-    code_previous = _checkout(previous) if previous else None
+    code_previous = _import_path(_checkout(previous)) if previous else None
     current, before = [], []
     for rep in range(reps):
         order = [("current", None), ("previous", code_previous)] if previous else [("current", None)]
@@ -186,15 +208,13 @@ def run(reps: int = 3, previous: str | None = None, seed: int = 26) -> dict:
         details["previous"] = {"rev": previous, **{k: _median(r[k]["seconds"] for r in before)
                                                    for k in ("changes", "insert_only", "hot", "random")}}
     out["small_batch"] = details
-    from bench.results import merge_results  # noqa: E402 - only the parent writes results
-
     merge_results(out)
     print(json.dumps({k: v for k, v in out.items() if k != "small_batch"}, indent=2))
     return out
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.small_batch", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--previous", help="another commit to measure in the same run (e.g. c9068a9)")
     parser.add_argument("--seed", type=int, default=26)
@@ -203,7 +223,6 @@ def main() -> int:
     if args.child:
         print(json.dumps(child(args.seed), default=str))
         return 0
-    sys.path.insert(0, str(ROOT))
     run(args.reps, args.previous, args.seed)
     return 0
 

@@ -1,6 +1,6 @@
 """Sustained: the lander and the apply job running together against PostgreSQL at fixed offered rates.
 
-    .venv/bin/python bench/sustained.py [--rates 200,1000,4000] [--seconds 90] [--trigger "2 seconds"]
+    .venv/bin/python -m bench.sustained [--rates 200,1000,4000] [--seconds 90] [--trigger "2 seconds"]
 
 An embedded PostgreSQL 18 gets a table ``ev`` (``id int8`` primary key, ``n int4``, ``v text``,
 ``at timestamptz``) of ``--preload`` rows. One process then runs, concurrently:
@@ -27,16 +27,12 @@ import json
 import os
 import random
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-
-from bench.results import merge_results  # noqa: E402
+from bench.results import merge_results
 
 ROWS_PER_TXN = 10
 
@@ -203,7 +199,7 @@ def lag_bounded(window: dict, batch_seconds: float) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.sustained", description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="200,1000,4000", help="changed rows per second, one window each")
     parser.add_argument("--seconds", type=float, default=90.0)
     parser.add_argument("--trigger", default="2 seconds")

@@ -1,6 +1,6 @@
 """Batch-size sweep: apply throughput and per-batch latency from small to very large batches.
 
-    .venv/bin/python bench/sweep.py [--base 1000000] [--changes 1000000]
+    .venv/bin/python -m bench.sweep [--base 1000000] [--changes 1000000]
         [--sizes 1000,10000,100000,1000000] [--reps 3] [--master local[2]] [--tag local2]
         [--variants parallel,nodv,dv,nocdf,serial,serial_nocdf] [--conf spark.key=value ...]
 
@@ -34,13 +34,12 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
+# Before bench.apply is imported: its WORK (the capture folder) is read from this variable.
 os.environ.setdefault("CDC_APPLY_BENCH_WORK", str(BENCH / "work" / "sweep"))
-sys.path.insert(0, str(BENCH.parent))
 
 from bench.results import merge_results, read_results  # noqa: E402
 from bench.apply import (  # noqa: E402
@@ -243,7 +242,7 @@ def print_table(s: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=int, default=1_000_000)
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--sizes", default="1000,10000,100000,1000000")

@@ -1,6 +1,6 @@
 """A wide table's MERGE source: what Catalyst's constraint propagation costs, measured in one run.
 
-    .venv/bin/python bench/wide.py [--columns 120] [--versions 40] [--rows 2000] [--reps 5]
+    .venv/bin/python -m bench.wide [--columns 120] [--versions 40] [--rows 2000] [--reps 5]
 
 The differential soak alters one table in 1 % of its transactions; by its sixth checkpoint that
 table has ~300 columns and a batch holds ~125 of its relation versions. Its MERGE source — the
@@ -20,15 +20,10 @@ Results merge into ``bench/results.json`` under ``wide``.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-
-from bench.apply import _spread  # noqa: E402
-from bench.results import merge_results  # noqa: E402
+from bench.apply import _spread
+from bench.results import merge_results
 
 SETTING = "spark.sql.constraintPropagation.enabled"
 
@@ -98,7 +93,7 @@ def run(columns: int = 120, versions: int = 40, rows: int = 2000, reps: int = 5,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.wide", description=__doc__.splitlines()[0])
     parser.add_argument("--columns", type=int, default=120)
     parser.add_argument("--versions", type=int, default=40)
     parser.add_argument("--rows", type=int, default=2000)

@@ -1,9 +1,11 @@
-"""spark-submit / Databricks entry point for the apply job.
+"""spark-submit entry point for the apply job (a copy works anywhere cdc_apply is installed).
 
-    spark-submit jobs/apply_changes.py --config conf/example.toml [--once]
+    spark-submit [--master ...] [--packages io.delta:delta-spark_4.1_2.13:4.4.0] \
+        jobs/apply_changes.py --config pipeline.toml [--once] [--progress-seconds S]
 
-On Databricks, run it as a Python script task with the same arguments; the
-cluster's session (with Delta) is used as it is.
+The session keeps spark-submit's master, memory and jars (README, "Spark sessions and Databricks").
+On Databricks, run the installed wheel's `cdc-apply` entry point as a Python wheel task instead
+(jobs/databricks.yml).
 """
 
 import sys

@@ -1,6 +1,6 @@
-"""spark-submit / Databricks entry point for the lander.
+"""spark-submit entry point for the lander (a copy works anywhere cdc_apply is installed).
 
-    spark-submit jobs/land_postgres.py --config conf/example.toml [--once]
+    spark-submit [--packages io.delta:delta-spark_4.1_2.13:4.4.0] jobs/land_postgres.py --config pipeline.toml [--once]
 """
 
 import sys

@@ -1,4 +1,4 @@
-"""``cdc-apply apply`` and ``cdc-apply status``."""
+"""``cdc-apply apply`` and ``cdc-apply status``: the Python API (:mod:`cdc_apply.api`) behind a command."""
 
 from __future__ import annotations
 
@@ -8,31 +8,31 @@ import sys
 from cdc_apply.config import load_config
 
 
-def run_apply(config_path: str, once: bool = False) -> int:
-    from cdc_apply.delta.pipeline import ApplyPipeline
+def run_apply(config_path: str, once: bool = False, progress_seconds: float | None = None) -> int:
+    """Apply until done (``once``) or stopped; the batch lines go to stdout and the ``cdc_apply.apply`` log."""
+    from cdc_apply.api import PROGRESS_SECONDS, apply
     from cdc_apply.spark import spark_session
 
     config = load_config(config_path)
     spark = spark_session(f"cdc_apply-apply-{config.pipeline}")
-    pipeline = ApplyPipeline(spark, config)
-    print(f"cdc-apply: applying {pipeline.bronze} -> {config.silver.path or config.silver.table_template} "
-          f"({'once' if once else 'every ' + config.apply.trigger_interval}), apply version {pipeline.version}",
-          flush=True)
-    pipeline.run(once=once)
+    apply(spark, config, once=once, out=sys.stdout,
+          progress_seconds=PROGRESS_SECONDS if progress_seconds is None else progress_seconds)
     return 0
 
 
 def run_status(config_path: str, as_json: bool = False, quarantine_hours: float = 24.0,
                max_lag_seconds: float | None = None) -> int:
-    """Print each source's status; the exit code is the least healthy source's (see ``EXIT_CODES``)."""
-    from datetime import timedelta
+    """Print each source's status; the exit code is the least healthy source's (see ``EXIT_CODES``).
 
-    from cdc_apply.delta.status import read_status, worst_exit_code
+    ``as_json``: one JSON object per source, one per line (nothing when the pipeline has applied
+    nothing yet); timestamps as ``YYYY-MM-DD HH:MM:SS[.ffffff]`` strings in the driver process's local time.
+    """
+    from cdc_apply.api import exit_code, status
     from cdc_apply.spark import spark_session
 
     config = load_config(config_path)
     spark = spark_session(f"cdc_apply-status-{config.pipeline}")
-    entries = read_status(spark, config, timedelta(hours=quarantine_hours), max_lag_seconds)
+    entries = status(spark, config, quarantine_hours=quarantine_hours, max_lag_seconds=max_lag_seconds)
     for entry in entries:
         if as_json:
             print(json.dumps(entry, default=str))
@@ -41,4 +41,4 @@ def run_status(config_path: str, as_json: bool = False, quarantine_hours: float 
     if not entries and not as_json:
         print(f"cdc-apply: pipeline {config.pipeline!r} has applied nothing yet")
     sys.stdout.flush()
-    return worst_exit_code(entries)
+    return exit_code(entries)

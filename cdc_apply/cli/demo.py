@@ -66,7 +66,7 @@ def run_demo(workdir: str = "demo-data") -> int:
         from cdc_apply.spark import spark_session
 
         spark = spark_session("cdc_apply-demo")
-        from cdc_apply.land.lander import Lander
+        from cdc_apply.api import apply, land
 
         # The slot must exist before the workload runs, or its changes are never decoded.
         pg.execute("CREATE PUBLICATION demo_pub FOR ALL TABLES", dbname="shop")
@@ -74,11 +74,9 @@ def run_demo(workdir: str = "demo-data") -> int:
         clock.say("running the shop workload")
         run_workload(lambda sql: pg.execute(sql, dbname="shop"), clock.say)
         clock.say("landing the slot into bronze (cdc-apply land --once)")
-        Lander(config, spark, out=sys.stdout).run(once=True)
+        land(config, spark=spark, once=True, out=sys.stdout)
         clock.say("applying bronze to silver (cdc-apply apply --once)")
-        from cdc_apply.delta.pipeline import ApplyPipeline
-
-        ApplyPipeline(spark, config).run(once=True)
+        apply(spark, config, once=True, out=sys.stdout)
         _show(spark, config, clock)
         clock.say("checking every silver table against PostgreSQL")
         from cdc_apply.testing.compare import compare_with_postgres

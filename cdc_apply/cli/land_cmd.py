@@ -7,6 +7,7 @@ confirmed, then the command exits 0.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 
 from cdc_apply.config import load_config
@@ -14,23 +15,9 @@ from cdc_apply.config import load_config
 
 def run_land(config_path: str, once: bool = False) -> int:
     """Run the lander of ``config_path``; ``once``: stop when the slot has nothing more to send."""
-    from cdc_apply.land.dsn import resolve_dsn
-    from cdc_apply.land.lander import Lander
-    from cdc_apply.land.options import replication_options
-    from cdc_apply.land.server import SourceServer
-    from cdc_apply.spark import spark_session
+    from cdc_apply.api import land
 
     config = load_config(config_path)
-    # Everything that can be wrong with the source is said before Spark starts (that takes a while).
-    replication_options(config.source)
-    server = SourceServer(resolve_dsn(config.source), config.source, config.source.connect_timeout)
-    try:
-        server.connect()
-        server.preflight()
-    finally:
-        server.close()
-    if server.created:
-        print(f"[land {config.source.name}] created {' and '.join(server.created)}", flush=True)
     stop = threading.Event()
     previous = {}
 
@@ -41,8 +28,7 @@ def run_land(config_path: str, once: bool = False) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_signal)
     try:
-        spark = spark_session(f"cdc_apply-land-{config.source.name}")
-        Lander(config, spark, stop=stop).run(once=once)
+        land(config, once=once, stop=stop, out=sys.stdout)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -2,15 +2,25 @@
 
 Each subcommand lives in its own module and is imported only when used, so
 ``cdc-apply inspect --hex`` starts without a JVM.
+
+Output: the results (batch lines, status, inspected messages) go to stdout as they always have; log
+records (which session was built, live progress of a long batch, errors) go to stderr at
+``--log-level`` (``$CDC_APPLY_LOG_LEVEL``, default INFO). Lines already on stdout are not repeated there.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from typing import Callable
 
 from cdc_apply.errors import CdcApplyError
+from cdc_apply.log import PRINTED, configure_logging
+
+log = logging.getLogger("cdc_apply.cli")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -41,7 +51,7 @@ def _inspect(args: argparse.Namespace) -> int:
 def _apply(args: argparse.Namespace) -> int:
     from cdc_apply.cli.apply_cmd import run_apply
 
-    return run_apply(args.config, once=args.once)
+    return run_apply(args.config, once=args.once, progress_seconds=args.progress_seconds)
 
 
 def _land(args: argparse.Namespace) -> int:
@@ -57,16 +67,49 @@ def _status(args: argparse.Namespace) -> int:
                       max_lag_seconds=args.max_lag_seconds)
 
 
+def _optimize(args: argparse.Namespace) -> int:
+    from cdc_apply.config import load_config
+    from cdc_apply.delta.maintenance import optimize_silver
+    from cdc_apply.spark import spark_session
+
+    config = load_config(args.config)
+    spark = spark_session(f"cdc_apply-optimize-{config.pipeline}")
+    for done in optimize_silver(spark, config, args.table or None):
+        key = f"zorder by {', '.join(done.key)}" if done.key else "no key"
+        print(f"{done.table}: {done.files_removed} files -> {done.files_added} ({key})", flush=True)
+    return 0
+
+
+def version_text() -> str:
+    """``cdc-apply --version``: this package, the Spark it was built for and the Delta artifact it uses."""
+    from importlib import metadata
+
+    from cdc_apply import __version__
+    from cdc_apply.spark.jars import DELTA_ARTIFACT
+
+    try:
+        pyspark = metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        pyspark = "not installed (the cluster's Spark is used)"
+    return f"cdc-apply {__version__} (pyspark {pyspark}, Delta {DELTA_ARTIFACT})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cdc-apply",
         description="Apply PostgreSQL logical replication (pgoutput) to Delta Lake tables.",
     )
+    parser.add_argument("--version", action="version", version=version_text())
+    parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper,
+                        default=os.environ.get("CDC_APPLY_LOG_LEVEL", "INFO").upper(),
+                        help="log records shown on stderr from this level (default INFO, or $CDC_APPLY_LOG_LEVEL)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     apply = sub.add_parser("apply", help="apply bronze to silver (Structured Streaming)")
     apply.add_argument("--config", required=True, metavar="FILE", help="a TOML configuration (see conf/example.toml)")
     apply.add_argument("--once", action="store_true", help="process everything available, then stop")
+    apply.add_argument("--progress-seconds", type=float, default=None, metavar="S",
+                       help="log a live progress line every S seconds while a batch runs (default 30; 0: never)")
     apply.set_defaults(run=_apply)
 
     land = sub.add_parser("land", help="land a PostgreSQL replication slot into bronze")
@@ -88,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exit code 5 when a source's lag is above this (default: never)")
     status.set_defaults(run=_status)
 
+    optimize = sub.add_parser("optimize", help="compact silver tables, Z-ordered by key (maintenance)",
+                              description="OPTIMIZE each silver table of the pipeline, ZORDER BY its key: fewer "
+                                          "files, each a narrow key range, so a MERGE of recent keys reads fewer.")
+    optimize.add_argument("--config", required=True, metavar="FILE")
+    optimize.add_argument("--table", action="append", metavar="NS.NAME", help="only this table (repeatable)")
+    optimize.set_defaults(run=_optimize)
+
     demo = sub.add_parser("demo", help="run the end-to-end demo on an embedded default")
     demo.add_argument("--workdir", default="demo-data", help="folder for the demo's tables (default: demo-data)")
     demo.set_defaults(run=_demo)
@@ -105,14 +155,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; return its exit code (0 ok, 2 a cdc_apply error, ``status``'s codes)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Records also propagate: the command's process has no root handler, and a caller running main()
+    # in-process (tests) keeps seeing them.
+    configure_logging(args.log_level, skip_printed=True, propagate=True)
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
     except CdcApplyError as err:
         print(f"cdc-apply: error: {err}", file=sys.stderr)
+        log.error("%s", err, extra={PRINTED: True})
         return 2
+
+
+def run() -> None:
+    """The ``cdc-apply`` console script: :func:`main`, its exit code as the process's.
+
+    Raises ``SystemExit`` only for a non-zero code, so a runner that calls the entry point as a function
+    (a Databricks Python wheel task) fails the task on an error and lets a success return normally.
+    """
+    code = main()
+    if code:
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -323,3 +323,26 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         return parse_config(raw, file.resolve().parent, str(file))
     except ConfigError as err:
         raise err.with_context(file=str(file)) from None
+
+
+def config_from_dict(raw: Mapping[str, Any], base_dir: str | os.PathLike[str] | None = None) -> Config:
+    """A configuration from a dict shaped like the TOML file (``{"bronze": {"path": ...}, ...}``).
+
+    Validated exactly as a file is (every error a :class:`ConfigError` naming the key); relative paths
+    are resolved against ``base_dir`` (default: the current folder).
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"expected a dict of sections, got {type(raw).__name__}")
+    return parse_config(raw, Path(base_dir).resolve() if base_dir is not None else None)
+
+
+def as_config(config: Config | Mapping[str, Any] | str | os.PathLike[str]) -> Config:
+    """A :class:`Config` from what the Python API accepts: a ``Config`` (as it is), a dict shaped like
+    the TOML file (:func:`config_from_dict`), or the path of a TOML file (:func:`load_config`)."""
+    if isinstance(config, Config):
+        return config
+    if isinstance(config, Mapping):
+        return config_from_dict(config)
+    if isinstance(config, (str, os.PathLike)):
+        return load_config(config)
+    raise ConfigError(f"expected a Config, a dict or the path of a TOML file, got {type(config).__name__}")

@@ -18,7 +18,6 @@ from typing import Iterator
 from cdc_apply.errors import ConfigError
 
 BRONZE_DDL = "source STRING NOT NULL, seq BIGINT NOT NULL, lsn BIGINT NOT NULL, payload BINARY NOT NULL, landed_at TIMESTAMP"
-BRONZE_COLUMNS = ("source", "seq", "lsn", "payload", "landed_at")
 REQUIRED_COLUMNS = {"source": "string", "seq": "bigint", "lsn": "bigint", "payload": "binary"}
 
 

@@ -438,22 +438,21 @@ def append_files(rows: int, columns: int) -> int:
     return max(1, -(-rows * (columns + 2) // CELLS_PER_FILE))
 
 
-def append_rows(spark, projected, work: TableWork, metadata: str, rows_hint: int | None = None) -> MergeResult:
+def append_rows(spark, projected, work: TableWork, metadata: str, inserts: int) -> MergeResult:
     """Inserts only, where a MERGE has nothing to match: append the new rows as they are.
 
     Used for keyless tables whose batch only inserts (each Insert adds one copy) and for keyed batches
     whose keys are all new. The write carries ``metadata`` (its step: see cdc_apply.delta.ledger).
-    ``rows_hint`` (the batch's inserts of the table) sizes the files: without it each partition of the
-    decoded batch writes one.
+    ``inserts`` (the batch's Inserts of the table, from its counts) is what the append writes, and
+    sizes the files: otherwise each partition of the decoded batch would write one.
     """
     from pyspark.sql import functions as F
 
     values = [F.col(f"n_{i}").alias(c.name) for i, c in enumerate(work.columns)]
     meta = [F.col(src).alias(col) for col, src in work.meta]
     rows = projected.where(F.col("_op") == "I").select(*values, *meta)
-    if rows_hint is not None:
-        # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
-        # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
-        rows = rows.coalesce(append_files(rows_hint, len(work.columns)))
+    # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
+    # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
+    rows = rows.coalesce(append_files(inserts, len(work.columns)))
     work.ref.append(_key_sorted(rows, work), None, 0, metadata)
-    return MergeResult(inserted=-1)  # counted from the batch's own counts by the caller
+    return MergeResult(inserted=inserts)

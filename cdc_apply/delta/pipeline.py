@@ -10,8 +10,9 @@ Per micro-batch (``foreachBatch``):
 4. append the transactions log, messages, quarantine, schema history and,
    last, progress.
 
-Every Delta write carries ``txnAppId``/``txnVersion`` with the pipeline's own
-apply version (not Spark's batch id), and change rows at or below a source's
+Every write is guarded by the pipeline's own apply version (not Spark's batch
+id): silver commits record their step in ``userMetadata`` (``ledger.py``),
+bookkeeping rows their apply version; change rows at or below a source's
 applied seq are skipped, so a re-run batch — or a replay of bronze from the
 start — changes nothing twice.
 """
@@ -28,25 +29,25 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Callable, Iterator, TextIO
 
-from cdc_apply.apply.assemble import DIRECTIVE_PREFIX
 from cdc_apply.apply.changes import SKIP, decode_batches, output_ddl
 from cdc_apply.apply.plan import BatchPlan, plan_batch
 from cdc_apply.apply.schema import SchemaHistory
 from cdc_apply.apply.state import SourceState
 from cdc_apply.config import Config
-from cdc_apply.delta.bookkeeping import Bookkeeping, relation_row
+from cdc_apply.delta.batch_logs import BatchLogs, now as _now
+from cdc_apply.delta.bookkeeping import Bookkeeping
 from cdc_apply.delta.bronze import check_bronze
+from cdc_apply.delta.bronze_contract import applied_rows, check_late_rows, count_rows
+from cdc_apply.delta.payload_columns import is_change, is_control, is_directive, streamed_xid
+from cdc_apply.delta.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.delta.merge import BATCH_SETTINGS
 from cdc_apply.delta.silver import SilverTables, TableStats
 from cdc_apply.delta.formats import EXPANDED_DDL, Expansion, expand_gaussdb, expanded_ref
 from cdc_apply.delta.tables import bronze_ref, create_table
-from cdc_apply.errors import ApplyError, BronzeError, CdcApplyError, StateError, error_from_text
+from cdc_apply.errors import ApplyError, CdcApplyError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
-# The message kinds as Spark sees the first payload byte (F.hex of it).
-CONTROL_HEX = tuple(sorted(f"{t:02X}" for t in m.CONTROL_TYPES))
-CHANGE_HEX = tuple(sorted(f"{t:02X}" for t in m.CHANGE_TYPES))
 DECODE_MESSAGES_PER_PARTITION = 25_000
 
 
@@ -118,34 +119,6 @@ class BatchReport:
         self.clock = now
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _first_byte_hex():
-    from pyspark.sql import functions as F
-
-    return F.hex(F.substring(F.col("payload"), 1, 1))
-
-
-def _is_control():
-    """Control messages go to the driver; every other row — changes, and null, empty or unknown payloads,
-    which the decode stage turns into errors — goes to the decode."""
-    from pyspark.sql import functions as F
-
-    return F.coalesce(_first_byte_hex().isin(*CONTROL_HEX), F.lit(False))
-
-
-def _is_directive():
-    """cdc_apply's own logical decoding messages (a snapshot, column defaults): the driver reads them
-    with the control messages; they are decoded into the messages log too, like every message."""
-    from pyspark.sql import functions as F
-
-    prefix = DIRECTIVE_PREFIX.encode().hex().upper()
-    at = [F.hex(F.substring(F.col("payload"), start, len(prefix) // 2)) == prefix for start in (11, 15)]
-    return F.coalesce((_first_byte_hex() == "4D") & (at[0] | at[1]), F.lit(False))
-
-
 class ApplyPipeline:
     """Holds the carried state between micro-batches of one apply job."""
 
@@ -164,6 +137,7 @@ class ApplyPipeline:
         self.silver = SilverTables(spark, config)
         self.silver.quarantined_sources = {r.source for r in self.books.ref("quarantine").read(spark)
                                            .select("source").distinct().collect()}
+        self.logs = BatchLogs(spark, config, self.books, self.silver.names_of, self._type_name)
         self.gaussdb_sources = sorted(s for s, f in config.formats.items() if f == "gaussdb")
         if self.gaussdb_sources:
             create_table(spark, expanded_ref(config), EXPANDED_DDL, {"delta.appendOnly": "true"},
@@ -190,11 +164,11 @@ class ApplyPipeline:
 
         if not ranges or not subxids:
             return {}
-        xid = F.conv(F.hex(F.substring("payload", 2, 4)), 16, 10).cast("long")
+        xid = streamed_xid()
         candidates = (self._messages()
                       .where((F.col("source") == source)
                              & F.col("seq").between(min(a for a, _ in ranges), max(b for _, b in ranges))
-                             & _first_byte_hex().isin(*CHANGE_HEX))
+                             & is_change())
                       .select(xid.alias("xid"), "seq").where(F.col("xid").isin(list(subxids))))
         # Outside a stream block the same bytes are a relation OID, so only rows inside the ranges count;
         # a join with the (small) range list, not an OR per range, which grows too deep for the optimizer.
@@ -214,7 +188,7 @@ class ApplyPipeline:
             try:
                 return self._process(df, batch_id)
             except Exception as exc:
-                self._record_failure(_unwrap(exc))
+                self._record_failure(unwrap_error(exc))
                 raise
 
     def _record_failure(self, error: Exception) -> None:
@@ -238,7 +212,7 @@ class ApplyPipeline:
         report = BatchReport(version, batch_id, clock=started)
         if not stats:
             return report
-        self._check_late_rows(stats)
+        check_late_rows(self.spark, self.bronze, self.config, self.states, stats)
         lag_query = self._side.submit(self._bronze_max, sorted(stats))
         last = {source: int(row.last) for source, row in stats.items()}
         expansions: dict[str, Expansion] = {}
@@ -257,9 +231,9 @@ class ApplyPipeline:
             cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= last[source])
             new_rows = cond if new_rows is None else new_rows | cond
         fresh = self._messages().where(new_rows)
-        landed = self._count_rows(fresh)
+        landed = count_rows(fresh)
         controls: dict[str, list] = {s: [] for s in stats}
-        for r in fresh.where(_is_control() | _is_directive()).select("source", "seq", "lsn", "payload").collect():
+        for r in fresh.where(is_control() | is_directive()).select("source", "seq", "lsn", "payload").collect():
             controls[r.source].append((r.seq, r.lsn, bytes(r.payload)))
         inputs = {}
         for source, row in stats.items():
@@ -268,13 +242,13 @@ class ApplyPipeline:
             inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows, last[source])
             report.messages += int(row.n)
         # The decode turns every bad message into an error row, whatever the policy: under "fail" the
-        # batch then stops on the first of them (_first_error), not on whichever task failed first.
+        # batch then stops on the first of them (first_decode_error), not on whichever task failed first.
         plan = plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
                           quarantine=True, table_selected=self.config.table_selected,
                           txn_users={s: e.users for s, e in expansions.items()},
                           quarantine_controls=self.config.apply.on_error == "quarantine")
         states = {s: replace(b.state, format_state=expansions[s].format_state) if s in expansions else
-                  replace(b.state, applied_rows=self._applied_rows(s, b.previous) + landed.get(s, 0))
+                  replace(b.state, applied_rows=applied_rows(self.spark, self.bronze, s, b.previous) + landed.get(s, 0))
                   for s, b in plan.sources.items()}
         decoded = self._decode(fresh, plan, report.messages)
         report.mark("plan")
@@ -293,70 +267,20 @@ class ApplyPipeline:
         print(report.line(), file=self.out, flush=True)
         return report
 
-    # -- the bronze contract ------------------------------------------------------------
-    def _check_late_rows(self, stats) -> None:
-        """Rows at or below a source's applied seq in a micro-batch are a replay of bronze (a lost
-        checkpoint: nothing to do) or rows appended late, below what was applied: an error. Bronze
-        only grows, so a replay finds as many rows there as when they were applied, a late append more."""
-        from pyspark.sql import functions as F
-
-        for source, row in stats.items():
-            state = self.states.get(source)
-            if (state is None or row.first is None or int(row.first) > state.applied_seq
-                    or self.config.format_of(source) != "pgoutput"):
-                continue
-            now = self._rows_through(source, state.applied_seq)
-            if state.applied_rows is not None and now > state.applied_rows:
-                late = sorted(int(r.seq) for r in self.bronze.read(self.spark).where(
-                    (F.col("source") == source) & (F.col("seq") <= state.applied_seq)
-                    & (F.col("seq") >= int(row.first))).select("seq").limit(10_000).collect())
-                raise BronzeError(
-                    f"{now - state.applied_rows} row(s) were appended below the applied seq {state.applied_seq} "
-                    "(bronze rows must be appended in seq order; these would never be applied)",
-                    source=source, seq=late[0] if late else int(row.first), applied_rows=state.applied_rows,
-                    bronze_rows=now)
-
-    def _rows_through(self, source: str, seq: int) -> int:
-        from pyspark.sql import functions as F
-
-        return self.bronze.read(self.spark).where((F.col("source") == source) & (F.col("seq") <= seq)).count()
-
-    def _applied_rows(self, source: str, previous: SourceState) -> int:
-        """Bronze rows of ``source`` with seq <= its previous applied seq (counted once for older states)."""
-        if previous.applied_rows is not None:
-            return previous.applied_rows
-        if previous.applied_seq < 0:
-            return 0
-        return self._rows_through(source, previous.applied_seq)
-
-    def _count_rows(self, fresh) -> dict[str, int]:
-        """Rows per source among the batch's new bronze rows; a (source, seq) found twice is an error
-        before anything is applied (a keyless table would take the change twice)."""
-        from pyspark.sql import functions as F
-
-        per_seq = fresh.groupBy("source", "seq").agg(F.count(F.lit(1)).alias("n"))
-        counted = per_seq.groupBy("source").agg(F.sum("n").alias("rows"), F.max("n").alias("most")).collect()
-        for r in counted:
-            if r.most > 1:
-                dup = per_seq.where((F.col("source") == r.source) & (F.col("n") > 1)).orderBy("seq").first()
-                raise BronzeError(f"(source, seq) landed more than once ({dup.n} rows); (source, seq) must be "
-                                  "unique", source=r.source, seq=int(dup.seq))
-        return {r.source: int(r.rows) for r in counted}
-
     def _decode(self, fresh, plan: BatchPlan, messages: int = 0):
         from pyspark.sql import functions as F
 
         if not plan.has_changes and not any(
                 b.state.applied_seq > b.previous.applied_seq for b in plan.sources.values()):
             return None
-        changes = fresh.where(~_is_control()).select("source", "seq", "lsn", "payload")
+        changes = fresh.where(~is_control()).select("source", "seq", "lsn", "payload")
         reread = None
         for source, batch in plan.sources.items():
             for a, b in batch.reread:
                 cond = (F.col("source") == source) & F.col("seq").between(a, b)
                 reread = cond if reread is None else reread | cond
         if reread is not None:
-            old = (self._messages().where(reread & ~_is_control())
+            old = (self._messages().where(reread & ~is_control())
                    .select("source", "seq", "lsn", "payload"))
             changes = changes.unionByName(old)
         # Enough partitions that each cached block stays small: a block evicted to disk is read back
@@ -372,8 +296,8 @@ class ApplyPipeline:
         from pyspark.sql import functions as F
 
         if decoded is None:
-            self._write_schema(plan, version)
-            report.quarantined = self._write_quarantine(plan, None, version)
+            self.logs.write_schema(plan, version)
+            report.quarantined = self.logs.write_quarantine(plan, None, version)
             report.mark("logs")
             return
         # One job decodes everything (filling the cache) and returns what the driver needs.
@@ -387,12 +311,12 @@ class ApplyPipeline:
                            F.count("error").alias("errors"), F.max("commit_lsn").alias("last_commit_lsn"),
                            F.collect_list(truncate).alias("truncates")).collect())
         except Exception as exc:  # surface the decoder's own error, not a JVM stack trace
-            raise _unwrap(exc) from None
+            raise unwrap_error(exc) from None
         if self.config.apply.on_error == "fail" and any(r.errors for r in counts):
-            raise _first_error(decoded)
+            raise first_decode_error(decoded)
         truncates = sorted((t for r in counts for t in r.truncates), key=lambda t: (t.source, t.seq))
         report.mark("decode")
-        self._write_schema(plan, version)
+        self.logs.write_schema(plan, version)
         report.transactions = sum(len(b.committed) for b in plan.sources.values())
         report.aborted = sum(len(b.assembly.aborted) for b in plan.sources.values())
         # A change quarantined now may have left silver a row PostgreSQL no longer has.
@@ -415,82 +339,8 @@ class ApplyPipeline:
                 report.tables[f"{work.source}:{work.qualified_name}" if several else work.qualified_name] = stats
         report.mark("tables")
         self._fault("logs")
-        self._write_logs(plan, decoded, counts, truncates, version)
+        self.logs.write_logs(plan, decoded, counts, truncates, version)
         report.mark("logs")
-
-    def _write_schema(self, plan: BatchPlan, version: int) -> None:
-        now = _now()
-        rel_rows, type_rows = [], []
-        for source, batch in plan.sources.items():
-            type_name = self._type_name(source)
-            rel_rows += [relation_row(source, v, type_name, version, now) for v in batch.new_versions]
-            type_rows += [(source, t.type_oid, t.namespace, t.name, seq, lsn, version, now)
-                          for seq, lsn, t in batch.new_types]
-        self.books.append(self.spark, "schema_history", rel_rows, version)
-        self.books.append(self.spark, "type_cache", type_rows, version)
-
-    def _write_logs(self, plan: BatchPlan, decoded, counts, truncates, version: int) -> None:
-        from pyspark.sql import functions as F
-
-        slot_names = {k: s.qualified_name for k, s in enumerate(plan.decode.slots)}
-        per_txn: dict[tuple[str, int], dict[str, list]] = {}
-        for r in counts:
-            if r.slot is None or r.txn is None or r.txn < 0 or r.errors:
-                continue
-            table = per_txn.setdefault((r.source, r.txn), {}).setdefault(
-                slot_names[r.slot], [0, 0, 0, False, False, False])
-            table["IUD".index(r.op)] += r.n
-        messages_per_txn: dict[tuple[str, int], int] = {}
-        for r in counts:
-            if r.op == "M" and r.txn is not None and r.txn >= 0:
-                messages_per_txn[(r.source, r.txn)] = messages_per_txn.get((r.source, r.txn), 0) + r.n
-        for t in truncates:
-            names = self.silver.names_of(t.source, t.trunc_relids)
-            for name in names:
-                entry = per_txn.setdefault((t.source, t.txn), {}).setdefault(name, [0, 0, 0, False, False, False])
-                entry[3] = True
-                entry[4] = entry[4] or bool(t.trunc_options & m.TRUNCATE_CASCADE)
-                entry[5] = entry[5] or bool(t.trunc_options & m.TRUNCATE_RESTART_IDENTITY)
-        now = _now()
-        rows = []
-        for source, batch in plan.sources.items():
-            for index, txn in enumerate(batch.committed):
-                tables = per_txn.get((source, index), {})
-                changes = sum(v[0] + v[1] + v[2] for v in tables.values())
-                if (self.config.apply.skip_empty_transactions and not tables
-                        and not messages_per_txn.get((source, index))):
-                    continue
-                commit_ts = m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None
-                rows.append((source, txn.xid, txn.kind, txn.gid, txn.commit_lsn, txn.end_lsn, commit_ts, txn.origin,
-                             txn.origin_lsn, txn.begin_seq, txn.decide_seq, changes,
-                             [(name, *v) for name, v in sorted(tables.items())], version, now))
-        self.books.append(self.spark, "transactions", rows, version)
-        msgs = decoded.where("op = 'M' AND error IS NULL").select(
-            "source", "seq", "lsn", "xid", F.col("msg_transactional").alias("transactional"),
-            F.col("msg_prefix").alias("prefix"), F.col("msg_content").alias("content"), "commit_lsn", "commit_ts",
-            F.lit(version).cast("long").alias("apply_version"))
-        if any(r.op == "M" and not r.errors for r in counts):
-            self.books.append_df(msgs, "messages", version)
-        self._write_quarantine(plan, decoded if any(r.errors for r in counts) else None, version)
-
-    def _write_quarantine(self, plan: BatchPlan, decoded, version: int) -> int:
-        """One append (one txnVersion) with the decode's error rows and the bad control messages;
-        returns how many control messages there were."""
-        from pyspark.sql import functions as F
-
-        bad_controls = [(source, b.seq, b.lsn, b.payload, b.error)
-                        for source, batch in plan.sources.items() for b in batch.assembly.bad_controls]
-        parts = []
-        if decoded is not None:
-            parts.append(decoded.where("error IS NOT NULL").select("source", "seq", "lsn", "payload", "error"))
-        if bad_controls:
-            parts.append(self.spark.createDataFrame(
-                bad_controls, "source STRING, seq BIGINT, lsn BIGINT, payload BINARY, error STRING"))
-        if parts:
-            rows = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-            self.books.append_df(rows.select("*", F.lit(version).cast("long").alias("apply_version"),
-                                             F.current_timestamp().alias("quarantined_at")), "quarantine", version)
-        return len(bad_controls)
 
     def _bronze_max(self, sources: list[str]) -> dict[str, int]:
         """Bronze's newest seq per source, for the lag. Runs beside the batch (its own thread): it reads
@@ -556,46 +406,13 @@ class ApplyPipeline:
         try:
             query = writer.start()
         except Exception as exc:
-            raise _unwrap(exc, self.config) from None
+            raise unwrap_error(exc, self.config) from None
         if await_termination:
             try:
                 query.awaitTermination()
             except Exception as exc:  # StreamingQueryException wraps our own error: surface that one
-                raise _unwrap(exc, self.config) from None
+                raise unwrap_error(exc, self.config) from None
         return query
-
-
-def _first_error(decoded) -> CdcApplyError:
-    """Under ``on_error = "fail"``: the error of the batch's first bad message (the lowest seq of the
-    first source that has one). Partitions decode in parallel, so a decoder that raised would report
-    whichever bad message's task failed first; the batch stops here, before anything is written."""
-    first = decoded.where("error IS NOT NULL").orderBy("source", "seq").select("error").first()
-    return error_from_text(first.error)
-
-
-# Spark and Delta failures that mean another job writes the same tables or checkpoint.
-_CONCURRENT_MARKERS = ("CONCURRENT_STREAM_LOG_UPDATE", "CONCURRENT_QUERY", "is already active",
-                       "ConcurrentAppendException", "ConcurrentDeleteReadException",
-                       "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
-                       "MetadataChangedException", "ProtocolChangedException", "DELTA_CONCURRENT_")
-
-
-def _unwrap(exc: Exception, config: Config | None = None) -> Exception:
-    """The cdc_apply error inside a Spark failure (a Python worker's, or foreachBatch's), as itself; a
-    failure that means another job runs on the same checkpoint or tables, as a :class:`StateError`."""
-    if isinstance(exc, CdcApplyError):
-        return exc
-    text = str(exc)
-    for cls in CdcApplyError.__subclasses__():
-        marker = f"cdc_apply.errors.{cls.__name__}: "
-        if marker in text:
-            return error_from_text(text.split(marker, 1)[1].splitlines()[0], cls)
-    if config is not None and any(marker in text for marker in _CONCURRENT_MARKERS):
-        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-        return StateError(f"another job is applying pipeline {config.pipeline!r} (its checkpoint or tables changed "
-                          f"under this one: {first[:300]}); run one apply job per pipeline, then restart this one "
-                          "— a batch cut short is re-run whole", checkpoint=config.checkpoint_location)
-    return exc
 
 
 __all__ = ["ApplyPipeline", "BatchReport", "SKIP", "ApplyError"]

@@ -242,7 +242,7 @@ class SilverTables:
             for segment_index, segment in enumerate(planned.segments):
                 result = self._merge(session, decoded, segment, planned, version, segment_index, write)
                 self._empty.discard(str(work.ref))
-                stats.inserted += result.inserted if result.inserted >= 0 else planned.inserts
+                stats.inserted += result.inserted
                 stats.updated += result.updated
                 stats.deleted += result.deleted
         props = {PROP_SOURCE: work.source, PROP_RELATION: work.qualified_name,

@@ -11,12 +11,22 @@ from __future__ import annotations
 import hashlib
 
 from cdc_apply.errors import LandError
+from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.messages import format_lsn
+from cdc_apply.pgoutput.wire import UINT32, UINT64
 
-BEGIN, COMMIT, ORIGIN, RELATION, TYPE = b"B", b"C", b"O", b"R", b"Y"
-MESSAGE = b"M"
-BEGIN_PREPARE, PREPARE, COMMIT_PREPARED, ROLLBACK_PREPARED = b"b", b"P", b"K", b"r"
-STREAM_START, STREAM_STOP, STREAM_COMMIT, STREAM_ABORT, STREAM_PREPARE = b"S", b"E", b"c", b"A", b"p"
+
+def _kind(cls) -> bytes:
+    return cls.TYPE.encode()
+
+
+# The type bytes as the lander compares them (payload[:1]), from the one table in pgoutput.messages.
+BEGIN, COMMIT, ORIGIN, RELATION, TYPE = map(_kind, (m.Begin, m.Commit, m.Origin, m.Relation, m.Type))
+MESSAGE = _kind(m.Message)
+BEGIN_PREPARE, PREPARE, COMMIT_PREPARED, ROLLBACK_PREPARED = map(
+    _kind, (m.BeginPrepare, m.Prepare, m.CommitPrepared, m.RollbackPrepared))
+STREAM_START, STREAM_STOP, STREAM_COMMIT, STREAM_ABORT, STREAM_PREPARE = map(
+    _kind, (m.StreamStart, m.StreamStop, m.StreamCommit, m.StreamAbort, m.StreamPrepare))
 
 # Relation and Type messages are resent whenever the walsender's cache says so (a new session,
 # any invalidation), so their number and place differ between two sendings of the same
@@ -27,12 +37,13 @@ SCHEMA_KINDS = frozenset((RELATION, TYPE))
 _MESSAGE_TRANSACTIONAL = 1
 
 
+# Callers check lengths first (check_length: every field read below lies in a message's fixed part).
 def _u32(payload: bytes, offset: int) -> int:
-    return int.from_bytes(payload[offset:offset + 4], "big")
+    return UINT32.unpack_from(payload, offset)[0]
 
 
 def _u64(payload: bytes, offset: int) -> int:
-    return int.from_bytes(payload[offset:offset + 8], "big")
+    return UINT64.unpack_from(payload, offset)[0]
 
 
 def _cstring(payload: bytes, offset: int) -> str:

@@ -113,7 +113,7 @@ class SourceServer:
             raise err from None
 
     def _preflight(self) -> SlotInfo | None:
-        source, where = self.source, f"{self.target.host}:{self.target.port}"
+        where = f"{self.target.host}:{self.target.port}"
         wal_level = self.query("SHOW wal_level")[0][0]
         if wal_level != "logical":
             raise LandError(

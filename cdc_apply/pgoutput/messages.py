@@ -290,9 +290,6 @@ MESSAGE_CLASSES: dict[str, type] = {
 
 MESSAGE_NAMES: dict[str, str] = {t: cls.__name__ for t, cls in MESSAGE_CLASSES.items()}
 
-# Messages that carry an Xid inside a Stream Start ... Stream Stop block (and only there).
-STREAMED_XID_TYPES = frozenset("RYIUDTM")
-
 # The one table of message kinds by type byte. Changes: what a transaction does (the decode stage's).
 # Control: everything else — transaction framing, streams, two-phase, Relation, Type (the driver's).
 DML_TYPES = frozenset(b"IUD")

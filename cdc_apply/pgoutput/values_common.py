@@ -175,17 +175,6 @@ def decimal_from_int64(arrow_type: pa.DataType, unscaled: np.ndarray, values: pa
     return with_nulls_of(values, arrow_type, words)
 
 
-def decimal_from_ints(arrow_type: pa.DataType, unscaled: Sequence[int | None]) -> pa.Array:
-    """A decimal128 array from Python ints (None for null): two's complement little-endian words."""
-    zero = bytes(16)
-    payload = b"".join(zero if v is None else v.to_bytes(16, "little", signed=True) for v in unscaled)
-    valid = np.fromiter((v is not None for v in unscaled), dtype=bool, count=len(unscaled))
-    nulls = len(unscaled) - int(valid.sum())
-    validity = pa.array(valid).buffers()[1] if nulls else None
-    return pa.Array.from_buffers(arrow_type, len(unscaled), [validity, pa.py_buffer(payload)],
-                                 null_count=nulls)
-
-
 def per_value(column_type: ColumnType, values: pa.Array, parse: Callable[[bytes], Any],
               build: Callable[[list], pa.Array], rows: np.ndarray | None = None) -> pa.Array:
     """Convert each distinct value with ``parse`` (bytes -> Python value) and ``build`` the column.

@@ -1,33 +1,60 @@
-"""Delta Lake jars for local runs: fetched once with Maven, then used offline.
+"""Delta Lake jars for sessions this package starts: where to find them, and a one-time fetch.
 
 The Delta artifact carries the Spark minor version (``delta-spark_4.1_2.13``).
 Maven resolves it with its runtime dependencies; every jar that pyspark
 already ships (Scala, Hadoop, Parquet, Jackson, ...) is dropped so Spark's own
-copies stay the only ones on the class path. What remains is written to an
-ignored folder (``.jars/`` in a checkout) with a stamp file, so later runs skip
-the fetch and need no network.
+copies stay the only ones on the class path. What remains is written to a
+folder (``.jars/`` in a checkout, ``~/.cache/cdc_apply/jars`` for an installed
+package, or ``$CDC_APPLY_JARS``) with a stamp file, so later runs skip the
+fetch and need no network.
+
+:func:`find_delta_jars` looks, in order, in ``$CDC_APPLY_JARS`` (any folder
+holding the delta-spark jar: a copy of ``.jars/``, the jars a cluster image
+ships ...), in that fetched folder, and in Maven's local repository
+(``~/.m2/repository``, where any earlier Maven build of Delta left them).
 
 Run ``python -m cdc_apply.spark.jars`` (``make setup`` does) to fetch.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdc_apply.errors import SetupError
+
+log = logging.getLogger("cdc_apply.spark")
 
 SPARK_MINOR = "4.1"
 SCALA_BINARY = "2.13"
 DELTA_VERSION = "4.4.0"
 DELTA_ARTIFACT = f"io.delta:delta-spark_{SPARK_MINOR}_{SCALA_BINARY}:{DELTA_VERSION}"
+DELTA_JAR_PREFIX = f"delta-spark_{SPARK_MINOR}_{SCALA_BINARY}-"
 STAMP = ".complete"
 JARS_ENV = "CDC_APPLY_JARS"
+
+# What a fetch of DELTA_ARTIFACT keeps (its runtime dependencies minus what pyspark ships), as Maven
+# coordinates: the jars looked up in a local Maven repository. tests/spark/test_jars.py checks this list
+# against a fetched folder, so a new pinned version cannot leave it behind.
+DELTA_RUNTIME_JARS: tuple[tuple[str, str, str], ...] = (
+    ("io.delta", f"delta-spark_{SPARK_MINOR}_{SCALA_BINARY}", DELTA_VERSION),
+    ("io.delta", "delta-storage", DELTA_VERSION),
+    ("io.delta", "delta-kernel-api", DELTA_VERSION),
+    ("io.delta", "delta-kernel-defaults", DELTA_VERSION),
+    ("io.delta", "delta-kernel-unitycatalog", DELTA_VERSION),
+    ("io.unitycatalog", "unitycatalog-client", "0.6.0"),
+    ("io.unitycatalog", "unitycatalog-hadoop", "0.6.0"),
+    ("commons-logging", "commons-logging", "1.3.0"),
+    ("javax.annotation", "javax.annotation-api", "1.3.2"),
+    ("com.fasterxml.jackson.datatype", "jackson-datatype-jdk8", "2.20.0"),  # Spark 4.1.1's Jackson
+)
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -59,11 +86,90 @@ _VERSION_SUFFIX = re.compile(r"-\d[^-]*\.jar$")
 
 
 def default_jars_dir() -> Path:
-    """Where the jars live: ``$CDC_APPLY_JARS`` or ``.jars/`` next to the package."""
+    """Where a fetch puts the jars: ``$CDC_APPLY_JARS``; else ``.jars/`` in a checkout (next to
+    ``pyproject.toml``); else ``$XDG_CACHE_HOME/cdc_apply/jars`` (``~/.cache/cdc_apply/jars``) for an
+    installed package, whose own folder (site-packages) is no place for downloads."""
     env = os.environ.get(JARS_ENV)
     if env:
         return Path(env).expanduser().resolve()
-    return Path(__file__).resolve().parents[2] / ".jars"
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "cdc_apply" / "spark").is_dir():
+        return checkout / ".jars"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "cdc_apply" / "jars"
+
+
+def maven_repository() -> Path:
+    """Maven's local repository (``~/.m2/repository``)."""
+    return Path.home() / ".m2" / "repository"
+
+
+@dataclass
+class JarSearch:
+    """Where :func:`find_delta_jars` looked, and what it found (``jars`` empty: nothing usable)."""
+
+    jars: list[Path] = field(default_factory=list)
+    origin: str = ""                                   # where ``jars`` came from
+    looked: list[str] = field(default_factory=list)    # every place tried, for the error message
+
+    def missing_message(self) -> str:
+        """What to pass or run when no jars were found: the exact options, not a hint."""
+        return (f"Delta Lake ({DELTA_ARTIFACT}) is not on Spark's class path and no copy of its jars was found "
+                f"(looked in {'; '.join(self.looked)}). Give Spark the jars: `spark-submit --packages "
+                f"{DELTA_ARTIFACT} ...` (needs Maven Central or a mirror), or `--jars` with "
+                f"{DELTA_JAR_PREFIX}{DELTA_VERSION}.jar and its dependencies; or set {JARS_ENV} to a folder "
+                "holding them; or fetch them once with `python -m cdc_apply.spark.jars` (Maven, into "
+                f"{default_jars_dir()})")
+
+
+def jars_in_folder(folder: Path) -> list[Path]:
+    """Every jar in ``folder`` when the delta-spark jar is among them (no stamp needed), else ``[]``."""
+    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    return jars if any(j.name.startswith(DELTA_JAR_PREFIX) for j in jars) else []
+
+
+def maven_cache_jars(repository: Path | None = None) -> list[Path]:
+    """The jars of :data:`DELTA_RUNTIME_JARS` in a local Maven repository, or ``[]`` if any is missing."""
+    repository = repository or maven_repository()
+    found = []
+    for group, artifact, version in DELTA_RUNTIME_JARS:
+        jar = repository.joinpath(*group.split("."), artifact, version, f"{artifact}-{version}.jar")
+        if not jar.is_file():
+            return []
+        found.append(jar)
+    return found
+
+
+def find_delta_jars() -> JarSearch:
+    """The Delta jars for a session this package starts, from the first place that has them all.
+
+    ``$CDC_APPLY_JARS`` when set (any folder with the delta-spark jar; a folder without it is a
+    :class:`SetupError`, not a reason to look elsewhere: the setting would be silently ignored), then
+    the fetched folder (:func:`default_jars_dir`, stamped), then Maven's local repository.
+    """
+    search = JarSearch()
+    env = os.environ.get(JARS_ENV)
+    if env:
+        folder = Path(env).expanduser().resolve()
+        search.jars = jars_in_folder(folder)
+        if not search.jars:
+            raise SetupError(f"{JARS_ENV} names a folder without {DELTA_JAR_PREFIX}{DELTA_VERSION}.jar; point it at a "
+                             "folder holding the Delta jars (a copy of a checkout's .jars/), or unset it",
+                             folder=str(folder))
+        search.origin = f"{JARS_ENV} ({folder})"
+        return search
+    fetched = default_jars_dir()
+    search.looked.append(f"{fetched} (python -m cdc_apply.spark.jars)")
+    search.jars = installed_jars(fetched)
+    if search.jars:
+        search.origin = str(fetched)
+        return search
+    repository = maven_repository()
+    search.looked.append(f"{repository} (Maven's local repository)")
+    search.jars = maven_cache_jars(repository)
+    if search.jars:
+        search.origin = f"{repository} (Maven's local repository)"
+    return search
 
 
 def installed_jars(jars_dir: Path | None = None) -> list[Path]:
@@ -94,12 +200,18 @@ def _spark_jackson_version(spark_jars: Path) -> str:
 def fetch_delta_jars(jars_dir: Path | None = None, *, quiet: bool = False) -> list[Path]:
     """Fetch the Delta artifact and its runtime dependencies into ``jars_dir``.
 
-    Idempotent: returns at once when a completed fetch of the same artifact is there.
+    Idempotent: returns at once when a completed fetch of the same artifact is there, or when
+    ``$CDC_APPLY_JARS`` names a folder that already holds the delta-spark jar (a folder of the user's:
+    a fetch would replace its jars).
     """
     jars_dir = jars_dir or default_jars_dir()
     done = installed_jars(jars_dir)
     if done:
         return done
+    env = os.environ.get(JARS_ENV)
+    if env and Path(env).expanduser().resolve() == jars_dir.resolve() and jars_in_folder(jars_dir):
+        log.info("%s already holds the Delta jars (%s); nothing fetched", jars_dir, JARS_ENV)
+        return jars_in_folder(jars_dir)
     mvn = shutil.which("mvn")
     if mvn is None:
         raise SetupError(
@@ -120,7 +232,7 @@ def fetch_delta_jars(jars_dir: Path | None = None, *, quiet: bool = False) -> li
             "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={out}",
         ]
         if not quiet:
-            print(f"cdc_apply: fetching {DELTA_ARTIFACT} and its dependencies with Maven ...", file=sys.stderr)
+            log.info("fetching %s and its dependencies with Maven ...", DELTA_ARTIFACT)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
@@ -145,11 +257,14 @@ def fetch_delta_jars(jars_dir: Path | None = None, *, quiet: bool = False) -> li
         raise SetupError("Maven finished but no delta-spark jar arrived", artifact=DELTA_ARTIFACT)
     (jars_dir / STAMP).write_text(DELTA_ARTIFACT + "\n")
     if not quiet:
-        print(f"cdc_apply: {len(kept)} jars in {jars_dir}", file=sys.stderr)
+        log.info("%d jars in %s", len(kept), jars_dir)
     return sorted(kept)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cdc_apply.log import configure_logging
+
+    configure_logging("INFO", fmt="cdc_apply: %(message)s")
     try:
         fetch_delta_jars()
     except SetupError as err:

@@ -1,33 +1,64 @@
-"""Spark sessions: the active one on Databricks, a local ``local[2]`` one elsewhere."""
+"""Spark sessions: the one the user already has, or one built from the user's configuration.
+
+:func:`spark_session` never replaces what the user decided:
+
+* a session that already exists (Databricks, a notebook, a test fixture, ``pyspark``) is returned
+  untouched, once it is known to be a classic session with Delta Lake;
+* under ``spark-submit`` (the driver JVM is already running) its master, memory, ``--jars`` /
+  ``--packages`` and every ``--conf`` stay as given; only settings it left unset are added (the
+  Delta extension and catalog, UTC, task counts for a local master ...);
+* started from plain Python, this package launches the JVM itself: ``local[2]`` and 4g unless
+  ``spark-defaults.conf``, ``PYSPARK_SUBMIT_ARGS`` or the keyword arguments say otherwise.
+
+The Delta jars are added only when Delta's classes are not on the class path already (from
+``$CDC_APPLY_JARS``, the fetched folder, or Maven's local repository, see
+:func:`cdc_apply.spark.jars.find_delta_jars`); when none are found the error says what to pass.
+Spark Connect sessions are refused at once with what is needed instead (:data:`CONNECT_UNSUPPORTED`).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from cdc_apply.errors import SetupError
-from cdc_apply.spark.jars import DELTA_ARTIFACT, default_jars_dir, installed_jars
+from cdc_apply.spark.jars import DELTA_ARTIFACT, find_delta_jars
+
+log = logging.getLogger("cdc_apply.spark")
 
 MIN_JAVA = 17
 _LOG4J = Path(__file__).with_name("log4j2.properties")
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+DELTA_CLASS = DELTA_EXTENSION  # present on the class path exactly when Delta's jars are
 
-# Settings sized for a small local machine; a caller's **conf wins over these.
-LOCAL_DEFAULTS: dict[str, str] = {
-    "spark.master": "local[2]",
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+# Why Connect cannot run the job: the micro-batch function keeps the carried state in the driver's
+# Python process between batches (Connect runs foreachBatch in a separate server-side process), each
+# silver table is merged in a child session (newSession) and Delta's log is read through the JVM.
+CONNECT_UNSUPPORTED = (
+    "cdc_apply needs a classic Spark session with its driver in this process, and this is a Spark Connect "
+    "session: on Databricks run it on a cluster in dedicated (single user) access mode, not on serverless "
+    "compute or a standard (shared) access mode cluster; elsewhere start Spark without spark.remote, "
+    "SPARK_REMOTE or spark.api.mode=connect"
+)
+
+# Settings the job wants on any session it starts, added only where the user's configuration leaves
+# them unset (spark-submit --conf, spark-defaults.conf, keyword arguments all win).
+SESSION_DEFAULTS: dict[str, str] = {
+    "spark.sql.extensions": DELTA_EXTENSION,
+    "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
     # Task counts (shuffle partitions, default parallelism, Delta's state-reconstruction partitions)
-    # are set from the master's cores in spark_session: see _task_counts.
+    # follow a local master's cores: see _task_counts.
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.driver.memory": "4g",
     "spark.sql.adaptive.enabled": "true",
     "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
     # A batch compiles a few hundred distinct classes (each table's MERGE phases, Delta's log
@@ -36,6 +67,23 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.codegen.cache.maxEntries": "2000",
     "spark.sql.codegen.maxFields": "400",  # as the job's batches run (BATCH_SETTINGS), from the start
 }
+
+# ... and, when this package launches the JVM itself (plain Python), a small local machine's sizing.
+# Under spark-submit the JVM already runs with what the user chose: none of these is set there.
+LAUNCH_DEFAULTS: dict[str, str] = {
+    "spark.master": "local[2]",
+    "spark.driver.memory": "4g",
+    "spark.ui.enabled": "false",
+}
+
+# Everything a session this package launches gets by default (the JVM options come on top).
+LOCAL_DEFAULTS: dict[str, str] = {**LAUNCH_DEFAULTS, **SESSION_DEFAULTS}
+
+# The JVM of a session this package launches runs in UTC like the session: outside UTC, Delta rebuilds
+# a table's whole state after every commit to verify its checksum (allFilesInCrc.verificationMode.
+# forceOnNonUTC). The parallel collector: the apply job is a throughput workload, and on two cores G1's
+# concurrent work took ~12 s of a 1M-change batch against ~4 s (10 % faster batches; docs/BENCHMARKS.md).
+JAVA_OPTIONS = f"-Dlog4j.configurationFile=file:{_LOG4J} -Duser.timezone=UTC -XX:+UseParallelGC"
 
 
 def local_cores(master: str) -> int | None:
@@ -85,69 +133,295 @@ def java_version(java: str | None = None) -> int:
     return major
 
 
-def _active_delta_session():
-    from pyspark.sql import SparkSession
 
-    active = SparkSession.getActiveSession()
-    if active is None:
-        return None
-    conf = active.conf
-    extensions = conf.get("spark.sql.extensions", "") or ""
-    if "io.delta" in extensions or conf.get("spark.databricks.clusterUsageTags.clusterId", None):
-        return active
+# -- Spark Connect ----------------------------------------------------------------------------------
+
+def is_spark_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session: a Connect class, a ``spark.remote`` setting, or no
+    ``sparkContext`` (a Connect client has no JVM to reach)."""
+    if (type(spark).__module__ or "").startswith("pyspark.sql.connect"):
+        return True
+    try:
+        if spark.conf.get("spark.remote", None):
+            return True
+    except Exception:  # noqa: BLE001 - a session whose conf cannot be read is judged by sparkContext alone
+        pass
+    try:
+        spark.sparkContext
+    except Exception:  # noqa: BLE001 - Connect raises its own "not supported" error class here
+        return True
+    return False
+
+
+def require_classic(spark: Any) -> None:
+    """Raise :class:`SetupError` (:data:`CONNECT_UNSUPPORTED`) when ``spark`` is a Spark Connect session."""
+    if is_spark_connect(spark):
+        raise SetupError(CONNECT_UNSUPPORTED)
+
+
+def _connect_requested(conf: Mapping[str, Any]) -> str | None:
+    """The setting that would make a new session a Spark Connect one, if any."""
+    if conf.get("spark.remote"):
+        return "spark.remote"
+    if os.environ.get("SPARK_REMOTE"):
+        return "SPARK_REMOTE"
+    if str(conf.get("spark.api.mode", os.environ.get("SPARK_API_MODE", ""))).lower() == "connect":
+        return "spark.api.mode=connect"
+    if "SPARK_CONNECT_MODE_ENABLED" in os.environ:
+        return "SPARK_CONNECT_MODE_ENABLED"
     return None
 
 
-def spark_session(app_name: str = "cdc_apply", **conf: Any):
-    """Return a Spark session with Delta Lake.
+# -- the user's configuration ---------------------------------------------------------------------
 
-    On Databricks (or whenever a session with Delta is already active) the
-    active session is returned untouched. Otherwise a local session is built:
-    ``local[2]``, the Delta SQL extension and catalog, one shuffle partition per core,
-    session time zone UTC, and the Delta jars fetched by ``make setup``.
+# spark-submit options (as in PYSPARK_SUBMIT_ARGS) and the settings they stand for.
+_SUBMIT_OPTIONS = {
+    "--master": "spark.master", "--deploy-mode": "spark.submit.deployMode", "--name": "spark.app.name",
+    "--jars": "spark.jars", "--packages": "spark.jars.packages", "--exclude-packages": "spark.jars.excludes",
+    "--repositories": "spark.jars.repositories", "--driver-memory": "spark.driver.memory",
+    "--driver-java-options": "spark.driver.extraJavaOptions", "--driver-class-path": "spark.driver.extraClassPath",
+    "--driver-cores": "spark.driver.cores", "--executor-memory": "spark.executor.memory",
+    "--executor-cores": "spark.executor.cores", "--num-executors": "spark.executor.instances",
+}
 
-    Keyword arguments are Spark settings and override the local defaults; pass
-    dotted keys with ``**{"spark.sql.shuffle.partitions": "8"}``.
+
+def submit_args_conf(args: str | None) -> dict[str, str]:
+    """The settings a ``PYSPARK_SUBMIT_ARGS`` value gives: its options and its ``--conf key=value`` pairs."""
+    out: dict[str, str] = {}
+    tokens = shlex.split(args or "")
+    i = 0
+    while i < len(tokens):
+        token, value = tokens[i], None
+        if "=" in token and token.startswith("--"):
+            token, value = token.split("=", 1)
+        if token in ("--conf", "-c") or token in _SUBMIT_OPTIONS:
+            if value is None:
+                i += 1
+                value = tokens[i] if i < len(tokens) else ""
+            if token in ("--conf", "-c"):
+                key, _, setting = value.partition("=")
+                out[key.strip()] = setting
+            else:
+                out[_SUBMIT_OPTIONS[token]] = value
+        i += 1
+    return out
+
+
+def _spark_conf_dir() -> Path | None:
+    if os.environ.get("SPARK_CONF_DIR"):
+        return Path(os.environ["SPARK_CONF_DIR"])
+    home = os.environ.get("SPARK_HOME")
+    if not home:
+        import importlib.util
+
+        spec = importlib.util.find_spec("pyspark")
+        if spec is None or spec.origin is None:
+            return None
+        home = str(Path(spec.origin).parent)
+    return Path(home) / "conf"
+
+
+def spark_defaults_conf(conf_dir: Path | None = None) -> dict[str, str]:
+    """The settings of ``spark-defaults.conf`` (``$SPARK_CONF_DIR`` or ``$SPARK_HOME/conf``), as spark-submit
+    reads them: one ``key value`` or ``key=value`` per line, ``#`` comments."""
+    conf_dir = conf_dir or _spark_conf_dir()
+    file = conf_dir / "spark-defaults.conf" if conf_dir else None
+    if file is None or not file.is_file():
+        return {}
+    out = {}
+    for line in file.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"(\S+?)\s*(?:=|\s)\s*(.*)$", line)
+        if match and match.group(1).startswith("spark."):
+            out[match.group(1)] = match.group(2).strip()
+    return out
+
+
+def plan_settings(user: Mapping[str, str], overrides: Mapping[str, Any], *, launching: bool) -> dict[str, str]:
+    """The settings to give the session builder: the job's defaults wherever ``user`` (the configuration
+    Spark already has, from spark-submit or spark-defaults.conf) leaves a key unset, then ``overrides``
+    (``spark_session``'s keyword arguments), which win over both.
+
+    ``launching``: this process starts the JVM, so the machine sizing (:data:`LAUNCH_DEFAULTS`) applies
+    too; under spark-submit it does not — the master and the memory are the user's. The Delta extension
+    joins any extensions the user has. With a local master, shuffle partitions and the default
+    parallelism follow its cores unless set.
     """
-    active = _active_delta_session()
+    defaults = {**(LAUNCH_DEFAULTS if launching else {}), **SESSION_DEFAULTS}
+    settings = {key: value for key, value in defaults.items() if key not in user}
+    extensions = user.get("spark.sql.extensions", "")
+    if extensions and DELTA_EXTENSION not in extensions:
+        settings["spark.sql.extensions"] = f"{extensions},{DELTA_EXTENSION}"
+    settings.update({key: str(value) for key, value in overrides.items()})
+    master = settings.get("spark.master") or user.get("spark.master") or ""
+    cores = local_cores(master) if master else None
+    if cores is not None:
+        for key, value in _task_counts(cores).items():
+            if key not in user and key not in overrides:
+                settings[key] = value
+    return settings
+
+
+# -- Delta on the class path ----------------------------------------------------------------------
+
+def _delta_loadable(jvm) -> bool:
+    return bool(jvm.org.apache.spark.util.Utils.classIsLoadable(DELTA_CLASS))
+
+
+def _names_delta(conf: Mapping[str, str]) -> bool:
+    return any("delta-spark" in conf.get(key, "") for key in ("spark.jars", "spark.jars.packages"))
+
+
+def _with_jars(conf: Mapping[str, str], jars: list[Path]) -> str:
+    listed = [j for j in conf.get("spark.jars", "").split(",") if j.strip()]
+    return ",".join(listed + [str(j) for j in jars])
+
+
+def _add_to_driver(jvm, jars: list[Path]) -> None:
+    """Put ``jars`` on the running driver's class path (spark-submit's class loader takes more URLs);
+    executors get them through ``spark.jars``."""
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    try:
+        for jar in jars:
+            loader.addURL(jvm.java.io.File(str(jar)).toURI().toURL())
+    except Exception as exc:  # noqa: BLE001 - py4j's error names a Java class loader, not what to do
+        raise SetupError(f"the Delta jars could not be added to the running driver ({str(exc).splitlines()[0]}); "
+                         f"pass them to spark-submit: --packages {DELTA_ARTIFACT}, or --jars "
+                         + ",".join(str(j) for j in jars)) from None
+    if not _delta_loadable(jvm):
+        raise SetupError("the Delta jars were added to the driver but its classes still do not load; pass them to "
+                         f"spark-submit: --packages {DELTA_ARTIFACT}, or --jars " + ",".join(str(j) for j in jars))
+
+
+# -- the session ------------------------------------------------------------------------------------
+
+def _existing_session():
+    """A session (or a SparkContext) that already exists in this process, else ``None``."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+    from pyspark.sql.utils import is_remote
+
+    if is_remote():
+        return SparkSession.getActiveSession()
+    active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    default = SparkSession._instantiatedSession
+    if default is not None and default._sc._jsc is not None:
+        return default
+    if SparkContext._active_spark_context is not None or os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        # A SparkContext without a session (or Databricks' runtime, whose session is made on demand).
+        return SparkSession.builder.getOrCreate()
+    return None
 
-    major = java_version()
-    if major < MIN_JAVA:
-        raise SetupError(
-            f"Java {major} found, Spark 4 needs Java {MIN_JAVA} or newer; install openjdk-17 and point JAVA_HOME at it"
-        )
-    jars = installed_jars()
-    if not jars:
-        raise SetupError(
-            f"the Delta jars are not installed in {default_jars_dir()}; run `make setup` "
-            f"(or `python -m cdc_apply.spark.jars`) once with access to Maven Central",
-            artifact=DELTA_ARTIFACT,
-        )
 
+def _has_delta(spark) -> bool:
+    if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        return True  # Databricks ships Delta in its runtime, without the open-source extension setting
+    conf = spark.conf
+    if "io.delta" in (conf.get("spark.sql.extensions", "") or ""):
+        return True
+    return bool(conf.get("spark.databricks.clusterUsageTags.clusterId", None))
+
+
+def describe_session(spark) -> str:
+    """One line: Spark version, master, task slots, shuffle partitions, driver memory."""
+    sc = spark.sparkContext
+    memory = sc.getConf().get("spark.driver.memory", "1g (Spark's default)")
+    slots = sc.defaultParallelism
+    return (f"Spark {spark.version}, master {sc.master}, {slots} task slot{'' if slots == 1 else 's'}, "
+            f"{spark.conf.get('spark.sql.shuffle.partitions')} shuffle partitions, driver memory {memory}")
+
+
+def spark_session(app_name: str = "cdc_apply", **conf: Any):
+    """Return a classic Spark session with Delta Lake, built from the configuration the user already has.
+
+    * An existing session (Databricks, a notebook, ``pyspark``, a test fixture) is returned untouched;
+      without Delta it is a :class:`SetupError` naming the settings it lacks.
+    * Under ``spark-submit`` its master, memory, ``--jars``/``--packages`` and ``--conf`` settings stay;
+      only keys it left unset are added (:data:`SESSION_DEFAULTS`, task counts for a local master).
+    * From plain Python the JVM is launched here: ``local[2]``, 4g of driver memory, UTC, the parallel
+      collector (:data:`LOCAL_DEFAULTS`, :data:`JAVA_OPTIONS`), unless ``spark-defaults.conf`` or
+      ``PYSPARK_SUBMIT_ARGS`` set those keys.
+
+    Keyword arguments are Spark settings and win over everything above except an existing session;
+    pass dotted keys with ``**{"spark.sql.shuffle.partitions": "8"}``. Delta's jars are added only when
+    its classes are not on the class path (see :func:`cdc_apply.spark.jars.find_delta_jars`). A Spark
+    Connect session, or settings asking for one, raise :class:`SetupError` (:data:`CONNECT_UNSUPPORTED`).
+    """
+    existing = _existing_session()
+    if existing is not None:
+        require_classic(existing)
+        if not _has_delta(existing):
+            raise SetupError(
+                "the Spark session already running has no Delta Lake; start it with "
+                f"spark.sql.extensions={DELTA_EXTENSION}, spark.sql.catalog.spark_catalog={DELTA_CATALOG} and the "
+                f"Delta jars (--packages {DELTA_ARTIFACT}), or stop it and let spark_session() build one")
+        if conf:
+            log.warning("a Spark session is already running; these settings were not applied to it: %s",
+                        ", ".join(sorted(conf)))
+        log.info("using the Spark session already running: %s", describe_session(existing))
+        return existing
+    requested = _connect_requested(conf)
+    if requested:
+        raise SetupError(CONNECT_UNSUPPORTED, setting=requested)
+
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    settings = dict(LOCAL_DEFAULTS)
-    # Python workers must run the interpreter (and virtualenv) of the driver.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
-    settings["spark.jars"] = ",".join(str(j) for j in jars)
-    # A JVM outside UTC makes Delta rebuild a table's whole state after every commit to verify its
-    # checksum (allFilesInCrc.verificationMode.forceOnNonUTC): the JVM runs in UTC like the session.
-    # The parallel collector: the apply job is a throughput workload, and on two cores G1's concurrent
-    # work took ~12 s of a 1M-change batch against ~4 s (10 % faster batches; docs/BENCHMARKS.md).
-    java_opts = f"-Dlog4j.configurationFile=file:{_LOG4J} -Duser.timezone=UTC -XX:+UseParallelGC"
-    settings["spark.driver.extraJavaOptions"] = java_opts
-    settings["spark.executor.extraJavaOptions"] = java_opts
-    settings.update({k: str(v) for k, v in conf.items()})
-    cores = local_cores(settings["spark.master"])
-    if cores is not None:
-        settings = {**_task_counts(cores), **settings}
+    attached = SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+    if attached:
+        # spark-submit (or pyspark) started the driver JVM: its configuration is in the JVM already.
+        origin = "spark-submit" if "PYSPARK_GATEWAY_PORT" in os.environ else "this process's running JVM"
+        SparkContext._ensure_initialized()
+        user = dict(SparkConf().getAll())
+        settings = plan_settings(user, conf, launching=False)
+    else:
+        origin = "a JVM started by cdc_apply"
+        major = java_version()
+        if major < MIN_JAVA:
+            raise SetupError(f"Java {major} found, Spark 4 needs Java {MIN_JAVA} or newer; install openjdk-17 "
+                             "and point JAVA_HOME at it")
+        user = {**spark_defaults_conf(), **submit_args_conf(os.environ.get("PYSPARK_SUBMIT_ARGS"))}
+        settings = plan_settings(user, conf, launching=True)
+        # Python workers must run the interpreter (and virtualenv) of the driver.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        for key, value in (("spark.pyspark.python", os.environ["PYSPARK_PYTHON"]),
+                           ("spark.driver.extraJavaOptions", JAVA_OPTIONS),
+                           ("spark.executor.extraJavaOptions", JAVA_OPTIONS)):
+            if key not in user and key not in conf:
+                settings[key] = value
+    merged = {**user, **settings}
+    delta_from = "the class path Spark was given"
+    search = None
+    if not attached and not _names_delta(merged):
+        search = find_delta_jars()
+        if search.jars:
+            settings["spark.jars"] = _with_jars(merged, search.jars)
+            delta_from = search.origin
+    if not attached:
+        launch = SparkConf(loadDefaults=False)
+        launch.setAll(settings.items())
+        SparkContext._ensure_initialized(conf=launch)
+    jvm = SparkContext._jvm
+    if not _delta_loadable(jvm):
+        search = search if search is not None and search.jars else find_delta_jars()
+        if not search.jars:
+            raise SetupError(search.missing_message())
+        _add_to_driver(jvm, search.jars)
+        settings["spark.jars"] = _with_jars(merged, search.jars)
+        delta_from = f"{search.origin}, added to the running driver"
 
-    builder = SparkSession.builder.appName(app_name)
+    builder = SparkSession.builder
+    if "spark.app.name" not in user:
+        builder = builder.appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    require_classic(session)
+    if not attached:
+        session.sparkContext.setLogLevel("ERROR")
+    log.info("Spark session from %s: %s; Delta from %s", origin, describe_session(session), delta_from)
     return session

@@ -84,7 +84,7 @@ def test_an_insert_only_load_into_an_empty_table_writes_files_by_rows_not_by_dec
     projected = spark.range(0, 4_000, numPartitions=8).select(
         F.col("id").cast("int").alias("n_0"), F.col("id").cast("string").alias("n_1"),
         F.lit("I").alias("_op"), F.col("id").alias("_commit_lsn"))
-    append_rows(spark, projected, work, '{"cdc_apply":{}}', rows_hint=4_000)
+    append_rows(spark, projected, work, '{"cdc_apply":{}}', inserts=4_000)
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{ref.path}`").first()
     assert detail.numFiles == 1
     assert spark.read.format("delta").load(ref.path).count() == 4_000

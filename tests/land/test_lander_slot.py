@@ -77,7 +77,7 @@ def test_a_slot_dropped_and_created_again_by_hand_is_the_same_error(db, spark, t
 
 def test_a_slot_the_lander_confirmed_past_bronze_itself_is_not_mistaken_for_a_new_one(
         db, spark, tmp_path, monkeypatch):
-    import cdc_apply.land.lander as lander
+    from cdc_apply.land import lander  # cdc_apply.land the attribute is the API function
 
     config, landed = land_some(db, spark, tmp_path, "followed", 300)
     # WAL the slot's publication sends nothing of: the lander confirms past bronze's last unit when idle.

@@ -1,0 +1,177 @@
+"""The Python API: apply, status and land from a notebook, a job or a test.
+
+::
+
+    import cdc_apply
+
+    spark = cdc_apply.spark_session()                   # or the session you already have
+    config = {"bronze": {"path": "/lake/bronze"}, "silver": {"path": "/lake/silver"},
+              "state": {"path": "/lake/state"}}         # or "pipeline.toml", or a Config
+    reports = cdc_apply.apply(spark, config)            # everything landed so far, then return
+    for source in cdc_apply.status(spark, config):
+        print(source["source"], source["health"], source["lag_seq"])
+
+Each function is a thin wrapper over the entry point the ``cdc-apply`` command uses
+(``ApplyPipeline``, ``read_status``, ``Lander``), so both behave the same. Progress goes to the
+``cdc_apply.*`` loggers (:mod:`cdc_apply.log`); :func:`cdc_apply.configure_logging` shows it.
+Nothing here imports Spark until called.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Mapping, TextIO
+
+from cdc_apply.config import Config, as_config
+from cdc_apply.log import LineLog
+
+if TYPE_CHECKING:  # for annotations only: importing them at run time would import Spark
+    from cdc_apply.delta.pipeline import BatchReport
+    from cdc_apply.land.lander import LandSummary
+
+ConfigLike = Config | Mapping[str, Any] | str | os.PathLike
+
+apply_log = logging.getLogger("cdc_apply.apply")
+land_log = logging.getLogger("cdc_apply.land")
+status_log = logging.getLogger("cdc_apply.status")
+
+# Seconds a batch runs before the first live progress line (then one per this many seconds).
+PROGRESS_SECONDS = 30.0
+
+
+def load_config(config: ConfigLike) -> Config:
+    """A validated :class:`~cdc_apply.config.Config` from a ``Config``, a dict shaped like the TOML file
+    (relative paths against the current folder) or the path of a TOML file (relative paths against its
+    folder). Every problem is a :class:`~cdc_apply.errors.ConfigError` naming the key."""
+    return as_config(config)
+
+
+def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | None = None,
+          progress_seconds: float | None = PROGRESS_SECONDS) -> list["BatchReport"]:
+    """Apply bronze to silver; return one :class:`~cdc_apply.delta.pipeline.BatchReport` per batch applied.
+
+    ``once=True`` (the default) applies everything bronze holds now and returns; ``once=False`` keeps
+    running on ``apply.trigger_interval`` until the query is stopped (interrupting the call stops it
+    too) — then the reports of every batch of the run are returned. A batch with nothing to apply gives
+    no report, so ``[]`` means bronze had nothing new.
+
+    A report has ``apply_version``, ``messages``, ``transactions`` (applied), ``carried`` (open, streamed
+    or prepared at the batch's end), ``aborted``, ``tables`` (``"ns.name"`` → inserted / updated /
+    deleted / truncated / seconds), ``quarantined``, ``lag_seq``, ``lag_seconds``, ``seconds``, ``phases``
+    and ``line()``, the progress line. Each batch's line is logged on ``cdc_apply.apply`` (and written
+    to ``out`` when given); while a batch runs longer than ``progress_seconds`` a live line says which
+    Spark stages it is in (``None`` or 0: no live lines).
+
+    ``spark`` must be a classic session with Delta (:func:`cdc_apply.spark_session`); a Spark Connect
+    session is a :class:`~cdc_apply.errors.SetupError` before anything runs. Errors are the
+    ``cdc_apply.errors`` classes the command reports (``ConfigError``, ``ApplyError``, ``StateError`` ...).
+    """
+    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.spark.progress import BatchWatcher, query_name
+    from cdc_apply.spark.session import require_classic
+
+    config = as_config(config)
+    require_classic(spark)
+    stream = LineLog(apply_log, copy=out)
+    pipeline = ApplyPipeline(spark, config, out=stream)
+    target = config.silver.path or config.silver.table_template
+    stream.write(f"cdc-apply: applying {pipeline.bronze} -> {target} "
+                 f"({'once' if once else 'every ' + config.apply.trigger_interval}), "
+                 f"apply version {pipeline.version}\n")
+    stream.flush()
+    name = query_name(config.pipeline)
+    watcher = BatchWatcher(spark, name, pipeline, progress_seconds).start() if progress_seconds else None
+    try:
+        pipeline.run(once=once)
+    except KeyboardInterrupt:
+        # The query runs in the JVM: without this it would go on after the call was interrupted.
+        for query in spark.streams.active:
+            if query.name == name:
+                query.stop()
+        apply_log.info("apply of pipeline %r stopped by an interrupt", config.pipeline)
+        raise
+    finally:
+        if watcher is not None:
+            watcher.stop()
+        stream.flush()
+    apply_log.info("applied %d batch(es) of pipeline %r, now at apply version %d",
+                   len(pipeline.reports), config.pipeline, pipeline.version)
+    return list(pipeline.reports)
+
+
+def status(spark: Any, config: ConfigLike, *, quarantine_hours: float = 24.0,
+           max_lag_seconds: float | None = None) -> list[dict[str, Any]]:
+    """Where the apply stands, one dict per source (``[]`` before the first batch).
+
+    Keys: ``source``, ``health`` (``ok``, ``lagging`` — only with ``max_lag_seconds`` —, ``quarantining``:
+    messages quarantined within ``quarantine_hours``, ``failing``: the newest apply attempt failed),
+    ``apply_version``, ``applied_seq``, ``applied_commit_lsn``, ``applied_commit_ts``, ``pending_open`` /
+    ``_streamed`` / ``_prepared``, ``prepared_gids``, ``oldest_needed_seq`` (keep bronze back to here),
+    ``bronze_max_seq``, ``lag_seq`` and ``lag_seconds`` (against bronze now), ``quarantined``,
+    ``quarantined_recently``, ``last_error``, ``updated_at``. :func:`exit_code` turns the list into the
+    command's exit code.
+    """
+    from cdc_apply.delta.status import read_status
+    from cdc_apply.spark.session import require_classic
+
+    config = as_config(config)
+    require_classic(spark)
+    entries = read_status(spark, config, timedelta(hours=quarantine_hours), max_lag_seconds)
+    for entry in entries:
+        status_log.info("source %s: %s, applied seq %s, lag %s msgs", entry["source"], entry["health"],
+                        entry["applied_seq"], entry["lag_seq"])
+    return entries
+
+
+def exit_code(entries: list[dict[str, Any]]) -> int:
+    """The exit code ``cdc-apply status`` gives for :func:`status`'s entries: the least healthy source's
+    (0 ok, 5 lagging, 3 quarantining, 4 failing; 0 for no sources)."""
+    from cdc_apply.delta.status import worst_exit_code
+
+    return worst_exit_code(entries)
+
+
+def land(config: ConfigLike, *, spark: Any = None, once: bool = True, stop: threading.Event | None = None,
+         out: TextIO | None = None) -> "LandSummary":
+    """Land the configured PostgreSQL slot (``[source]``) into bronze; return what was landed.
+
+    ``once=True`` stops when the slot has nothing more to send (``land.idle_exit_seconds``); otherwise
+    it runs until ``stop`` is set. Everything that can be wrong with the source (slot, publication,
+    ``wal_level``, role, credentials, reachability) is checked before Spark starts, as a
+    :class:`~cdc_apply.errors.LandError` or ``ConfigError`` saying what to run. ``spark``: the session
+    to write bronze with (default :func:`cdc_apply.spark_session`). Each landed batch is logged on
+    ``cdc_apply.land`` (and written to ``out`` when given). The summary has ``batches`` (one report
+    each: messages, bytes, seq range, flush LSN, slot lag), ``messages``, ``nbytes``, ``replayed``,
+    ``reconnects``, ``seconds``.
+    """
+    from cdc_apply.land.dsn import resolve_dsn
+    from cdc_apply.land.lander import Lander
+    from cdc_apply.land.options import replication_options
+    from cdc_apply.land.server import SourceServer
+
+    config = as_config(config)
+    stream = LineLog(land_log, copy=out)
+    replication_options(config.source)
+    server = SourceServer(resolve_dsn(config.source), config.source, config.source.connect_timeout)
+    try:
+        server.connect()
+        server.preflight()
+    finally:
+        server.close()
+    if server.created:
+        stream.write(f"[land {config.source.name}] created {' and '.join(server.created)}\n")
+    if spark is None:
+        from cdc_apply.spark.session import spark_session
+
+        spark = spark_session(f"cdc_apply-land-{config.source.name}")
+    else:
+        from cdc_apply.spark.session import require_classic
+
+        require_classic(spark)
+    try:
+        return Lander(config, spark, out=stream, stop=stop).run(once=once)
+    finally:
+        stream.flush()
