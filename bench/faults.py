@@ -1,9 +1,11 @@
 """Fault probes: the apply job SIGKILLed mid-batch, a 200 MB value, a full disk during a MERGE.
 
-    .venv/bin/python bench/faults.py [--only NAME[,NAME]] [--keep] [--points silver_commit_1,...]
+    .venv/bin/python -m bench.faults                      # every probe, ~25 minutes on 2 cores
+    .venv/bin/python -m bench.faults --only value_200mb   # one probe; --keep leaves the work folder
 
 Every probe runs a real PostgreSQL 18 (``cdc_apply.testing.postgres``) and the real command line in
-subprocesses — ``.venv/bin/cdc-apply land`` and ``apply --once`` — each started in a process group of
+subprocesses — ``cdc-apply land`` and ``apply --once``, the console script beside this interpreter —
+each started in a process group of
 its own, so that a kill takes the whole job (the Python driver, Spark's JVM and its Python workers).
 Configurations are written to a temporary folder (``--keep`` leaves it, with every subprocess's log).
 This process only reads: it runs PostgreSQL, the workload, and a Spark session that reads the lake
@@ -56,16 +58,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.results import merge_results, read_results
 
-from bench.results import merge_results, read_results  # noqa: E402
-
-CLI = ROOT / ".venv" / "bin" / "cdc-apply"
+# The command line of the cdc_apply this interpreter imports (the virtualenv's console script).
+CLI = Path(sys.executable).parent / "cdc-apply"
 SOURCE = "faults"
 MIB = 2 ** 20
 
-CONFIG = """# written by bench/faults.py
+CONFIG = """# written by python -m bench.faults
 pipeline = "faults"
 [bronze]
 path = "{bronze}"
@@ -145,7 +145,7 @@ class MemorySampler(threading.Thread):
         self.hwm: dict[int, int] = {}
         self.names: dict[int, str] = {}
         self.tree_peak_kb = 0
-        self.heap: str | None = None  # the JVM's -Xmx
+        self.heap: str | None = None  # the driver JVM's -Xmx
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -162,10 +162,13 @@ class MemorySampler(threading.Thread):
             hwm, _, pss = _memory_kb(pid)
             total += pss
             if name == "java" and self.heap is None:
+                # Spark's driver JVM (SparkSubmit), not the launcher spark-submit runs first (-Xmx128m).
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        xmx = [a for a in f.read().split(b"\0") if a.startswith(b"-Xmx")]
-                    self.heap = xmx[-1][4:].decode() if xmx else None
+                        args = f.read().split(b"\0")
+                    if b"org.apache.spark.deploy.SparkSubmit" in args:
+                        xmx = [a for a in args if a.startswith(b"-Xmx")]
+                        self.heap = xmx[-1][4:].decode() if xmx else None
                 except OSError:
                     pass
             self.names[pid] = name
@@ -979,7 +982,7 @@ def _table(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(PROBES), help=f"comma-separated probes ({', '.join(PROBES)})")
     parser.add_argument("--points", default="silver_commit_1,silver_commit_2,logs,progress",
                         help="kill points of kill_during_merge, one round each")
@@ -996,7 +999,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown probe(s): {', '.join(sorted(unknown))}")
     if not CLI.exists():
-        parser.error(f"{CLI} is missing: run `make setup`")
+        parser.error(f"{CLI} is missing: run `make setup` (or this interpreter is not the virtualenv's)")
     work = Path(tempfile.mkdtemp(prefix="cdc_apply_faults_"))
     print(f"faults: work folder {work}", flush=True)
     results: dict = {}
