@@ -538,7 +538,10 @@ def progress_point(lake: Lake) -> tuple[int, int]:
     """(apply version, applied seq) of the source's newest progress row; (0, -1) before any."""
     from cdc_apply.delta.tables import state_ref
 
-    rows = (state_ref(lake.config, "progress").read(spark()).where(f"source = '{SOURCE}'")
+    ref = state_ref(lake.config, "progress")
+    if not ref.exists(spark()):
+        return 0, -1
+    rows = (ref.read(spark()).where(f"source = '{SOURCE}'")
             .orderBy("apply_version", ascending=False).select("apply_version", "applied_seq").limit(1).collect())
     return (int(rows[0].apply_version), int(rows[0].applied_seq)) if rows else (0, -1)
 

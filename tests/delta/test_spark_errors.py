@@ -1,0 +1,24 @@
+"""A driver JVM that died mid-batch reaches the user as a named error saying what to do (no JVM needed)."""
+
+from __future__ import annotations
+
+from py4j.protocol import Py4JError, Py4JNetworkError
+
+from cdc_apply.delta.spark_errors import jvm_gone, unwrap_error
+from cdc_apply.errors import ApplyError
+
+
+def test_py4j_losing_the_jvm_is_an_apply_error_naming_driver_memory():
+    err = unwrap_error(Py4JNetworkError("Answer from Java side is empty"))
+    assert isinstance(err, ApplyError)
+    text = str(err)
+    assert text.startswith("cannot apply change: Spark's driver JVM stopped during the batch")
+    assert "Answer from Java side is empty" in text and "spark.driver.memory" in text
+
+
+def test_other_py4j_errors_are_left_alone():
+    assert jvm_gone(Py4JError("An error occurred while calling o12.load: Answer from Java side is empty"))
+    assert not jvm_gone(Py4JError("An error occurred while calling o12.load"))
+    plain = Py4JError("An error occurred while calling o12.load")
+    assert unwrap_error(plain) is plain
+    assert not jvm_gone(ValueError("Connection refused"))
