@@ -53,6 +53,20 @@ def unwrap_error(exc: Exception, config: Config | None = None) -> Exception:
     return exc
 
 
+# A Spark failure whose root is the machine, not the data or the table: the line that says so.
+_RESOURCE_MARKERS = ("No space left on device", "Disk quota exceeded", "java.lang.OutOfMemoryError")
+
+
+def resource_cause(text: str) -> str | None:
+    """The line of a Spark failure's text (its Java stack trace, causes included) naming a full disk or
+    an exhausted heap, shortened to its message; ``None`` when there is none."""
+    for marker in _RESOURCE_MARKERS:
+        line = next((line.strip() for line in text.splitlines() if marker in line), None)
+        if line:
+            return line[line.index(marker):][:300]
+    return None
+
+
 # py4j's words for a JVM that is no longer there (its socket closed mid-call, or nothing listening).
 _JVM_GONE_MARKERS = ("Answer from Java side is empty", "Error while sending or receiving",
                      "Error while receiving", "Connection refused")

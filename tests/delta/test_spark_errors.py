@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from py4j.protocol import Py4JError, Py4JNetworkError
 
-from cdc_apply.delta.spark_errors import jvm_gone, unwrap_error
+from cdc_apply.delta.spark_errors import jvm_gone, resource_cause, unwrap_error
 from cdc_apply.errors import ApplyError
 
 
@@ -22,3 +22,13 @@ def test_other_py4j_errors_are_left_alone():
     plain = Py4JError("An error occurred while calling o12.load")
     assert unwrap_error(plain) is plain
     assert not jvm_gone(ValueError("Connection refused"))
+
+
+def test_a_full_disk_or_an_exhausted_heap_is_found_in_a_java_stack_trace():
+    trace = ("An error occurred while calling o1938.execute.\n: org.apache.spark.SparkException: [TASK_WRITE_FAILED]\n"
+             "\tat org.apache.spark.sql.execution.datasources.FileFormatWriter...\n"
+             "Caused by: org.apache.hadoop.fs.FSError: java.io.IOException: No space left on device\n")
+    assert resource_cause(trace) == "No space left on device"
+    assert resource_cause("Caused by: java.lang.OutOfMemoryError: Java heap space") == \
+        "java.lang.OutOfMemoryError: Java heap space"
+    assert resource_cause("An error occurred while calling o1.execute.\n: DELTA_MISSING_COLUMN") is None
