@@ -166,7 +166,7 @@ class MemorySampler(threading.Thread):
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         args = f.read().split(b"\0")
-                    if b"org.apache.spark.deploy.SparkSubmit" in args:
+                    if b"org.apache.spark.deploy.SparkSubmit" in args and b"org.apache.spark.launcher.Main" not in args:
                         xmx = [a for a in args if a.startswith(b"-Xmx")]
                         self.heap = xmx[-1][4:].decode() if xmx else None
                 except OSError:
