@@ -29,10 +29,11 @@ _CONCURRENT_MARKERS = ("CONCURRENT_STREAM_LOG_UPDATE", "CONCURRENT_QUERY", "is a
 def unwrap_error(exc: Exception, config: Config | None = None) -> Exception:
     """The cdc_apply error inside a Spark failure (a Python worker's, or foreachBatch's), as itself; a
     failure that means another job runs on the same checkpoint or tables, as a :class:`StateError`; a
-    driver JVM gone mid-batch, as an :class:`ApplyError` that says what to do."""
+    driver stopped mid-batch (its JVM gone, its SparkContext shut down), as an :class:`ApplyError` that
+    says what to do."""
     if isinstance(exc, CdcApplyError):
         return exc
-    text = str(exc)
+    text = error_text(exc)
     for cls in CdcApplyError.__subclasses__():
         marker = f"cdc_apply.errors.{cls.__name__}: "
         if marker in text:
@@ -42,14 +43,8 @@ def unwrap_error(exc: Exception, config: Config | None = None) -> Exception:
         return StateError(f"another job is applying pipeline {config.pipeline!r} (its checkpoint or tables changed "
                           f"under this one: {first[:300]}); run one apply job per pipeline, then restart this one "
                           "— a batch cut short is re-run whole", checkpoint=config.checkpoint_location)
-    if jvm_gone(exc):
-        return ApplyError(
-            f"Spark's driver JVM stopped during the batch ({text.splitlines()[0][:200] if text else type(exc).__name__}); "
-            "the JVM's own output above says why: java.lang.OutOfMemoryError means the batch needs more driver "
-            "memory (spark.driver.memory: spark-submit --driver-memory, spark-defaults.conf, or "
-            "PYSPARK_SUBMIT_ARGS=\"--driver-memory 8g pyspark-shell\" for the cdc-apply command; a MERGE that "
-            "rewrites a row holding a value of N MB needs several times N); nothing is lost: run the job again and "
-            "it completes the batch, skipping the writes the stopped run committed")
+    if driver_stopped(exc, text):
+        return driver_stopped_error(text)
     return exc
 
 
@@ -70,6 +65,9 @@ def resource_cause(text: str) -> str | None:
 # py4j's words for a JVM that is no longer there (its socket closed mid-call, or nothing listening).
 _JVM_GONE_MARKERS = ("Answer from Java side is empty", "Error while sending or receiving",
                      "Error while receiving", "Connection refused")
+# Spark's words for a driver that shut its SparkContext down under a running job: an uncaught error in a
+# task thread (java.lang.OutOfMemoryError above all) stops the local driver.
+_STOPPED_MARKERS = ("SparkContext was shut down", "Cannot call methods on a stopped SparkContext")
 
 
 def jvm_gone(exc: BaseException) -> bool:
@@ -80,4 +78,31 @@ def jvm_gone(exc: BaseException) -> bool:
         return False
     if isinstance(exc, Py4JNetworkError):
         return True
-    return isinstance(exc, Py4JError) and any(marker in str(exc) for marker in _JVM_GONE_MARKERS)
+    return isinstance(exc, Py4JError) and any(marker in error_text(exc) for marker in _JVM_GONE_MARKERS)
+
+
+def error_text(exc: BaseException) -> str:
+    """``str(exc)``; a py4j Java error asks the JVM for its stack trace, so a dead JVM gives its class name."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - the JVM is gone
+        return type(exc).__name__
+
+
+def driver_stopped(exc: BaseException, text: str | None = None) -> bool:
+    """Whether ``exc`` means Spark's driver stopped mid-batch: its JVM gone, or its SparkContext shut down."""
+    text = error_text(exc) if text is None else text
+    return jvm_gone(exc) or any(marker in text for marker in _STOPPED_MARKERS)
+
+
+def driver_stopped_error(text: str, **context) -> ApplyError:
+    """The error for a driver that stopped mid-batch: what to look for, what to do, that nothing is lost."""
+    lines = [line.strip(" :") for line in text.splitlines() if line.strip(" :")]
+    detail = next((line for line in lines if any(m in line for m in _STOPPED_MARKERS + _JVM_GONE_MARKERS)),
+                  lines[0] if lines else "")
+    return ApplyError(
+        f"Spark's driver stopped during the batch ({detail[:200]}); the JVM's own output above says why: "
+        "java.lang.OutOfMemoryError means the batch needs more driver memory (spark.driver.memory: spark-submit "
+        "--driver-memory, spark-defaults.conf, or PYSPARK_SUBMIT_ARGS=\"--driver-memory 8g pyspark-shell\" for "
+        "the cdc-apply command); nothing is lost: run the job again and it completes the batch, skipping the "
+        "writes the stopped run committed", **context)

@@ -12,7 +12,7 @@ def test_py4j_losing_the_jvm_is_an_apply_error_naming_driver_memory():
     err = unwrap_error(Py4JNetworkError("Answer from Java side is empty"))
     assert isinstance(err, ApplyError)
     text = str(err)
-    assert text.startswith("cannot apply change: Spark's driver JVM stopped during the batch")
+    assert text.startswith("cannot apply change: Spark's driver stopped during the batch")
     assert "Answer from Java side is empty" in text and "spark.driver.memory" in text
 
 
@@ -32,3 +32,11 @@ def test_a_full_disk_or_an_exhausted_heap_is_found_in_a_java_stack_trace():
     assert resource_cause("Caused by: java.lang.OutOfMemoryError: Java heap space") == \
         "java.lang.OutOfMemoryError: Java heap space"
     assert resource_cause("An error occurred while calling o1.execute.\n: DELTA_MISSING_COLUMN") is None
+
+
+def test_a_sparkcontext_shut_down_under_the_job_is_the_same_error():
+    trace = ("An error occurred while calling o1266.execute.\n: org.apache.spark.SparkException: Job 56 cancelled "
+             "because SparkContext was shut down\n\tat org.apache.spark.scheduler.DAGScheduler...")
+    err = unwrap_error(RuntimeError(trace))
+    assert isinstance(err, ApplyError)
+    assert "(org.apache.spark.SparkException: Job 56 cancelled because SparkContext was shut down)" in str(err)
