@@ -71,7 +71,10 @@ _STOPPED_MARKERS = ("SparkContext was shut down", "Cannot call methods on a stop
 
 
 def jvm_gone(exc: BaseException) -> bool:
-    """Whether ``exc`` is py4j's report of a driver JVM that went away during a call."""
+    """Whether ``exc`` is py4j's report of a driver JVM that went away during a call (or the socket error
+    py4j lets through when it tries to reconnect to it: a refused or reset connection)."""
+    if isinstance(exc, ConnectionError):
+        return True
     try:
         from py4j.protocol import Py4JError, Py4JNetworkError
     except ImportError:  # no py4j, no JVM

@@ -22,6 +22,7 @@ def test_other_py4j_errors_are_left_alone():
     plain = Py4JError("An error occurred while calling o12.load")
     assert unwrap_error(plain) is plain
     assert not jvm_gone(ValueError("Connection refused"))
+    assert jvm_gone(ConnectionResetError())
 
 
 def test_a_full_disk_or_an_exhausted_heap_is_found_in_a_java_stack_trace():
@@ -40,3 +41,8 @@ def test_a_sparkcontext_shut_down_under_the_job_is_the_same_error():
     err = unwrap_error(RuntimeError(trace))
     assert isinstance(err, ApplyError)
     assert "(org.apache.spark.SparkException: Job 56 cancelled because SparkContext was shut down)" in str(err)
+
+
+def test_py4j_reconnecting_to_a_dead_jvm_is_the_same_error():
+    err = unwrap_error(ConnectionRefusedError(111, "Connection refused"))
+    assert isinstance(err, ApplyError) and "Spark's driver stopped during the batch" in str(err)
