@@ -1,6 +1,6 @@
 """Fault probes: the apply job SIGKILLed mid-batch, a 200 MB value, a full disk during a MERGE.
 
-    .venv/bin/python -m bench.faults                      # every probe, ~25 minutes on 2 cores
+    .venv/bin/python -m bench.faults                      # every probe, ~1 hour on 2 busy cores
     .venv/bin/python -m bench.faults --only value_200mb   # one probe; --keep leaves the work folder
 
 Every probe runs a real PostgreSQL 18 (``cdc_apply.testing.postgres``) and the real command line in

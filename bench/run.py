@@ -89,7 +89,7 @@ STEPS: tuple[Step, ...] = (
          what="small batches by shape: 1,000 changes over ten tables, insert-only vs append, recent vs random keys"),
     # Not a measure of speed, and it mounts a small filesystem (root): run by name.
     Step("faults", "faults", (), default=False,
-         what="faults: the apply SIGKILLed mid-batch, a 200 MiB value, a full disk during a MERGE (~25 min, root)"),
+         what="faults: the apply SIGKILLed mid-batch, a 200 MiB value, a full disk during a MERGE (~1 hour, root)"),
 )
 
 
