@@ -1,7 +1,8 @@
 """The benchmarks' one runner (``make bench``): each step in its own process, in order; each merges its
 keys into bench/results.json.
 
-    .venv/bin/python -m bench.run                      # every step (~4 hours on 2 cores)
+    .venv/bin/python -m bench.run                      # every default step (~4 hours on 2 cores)
+    .venv/bin/python -m bench.run faults               # a step outside the default set, by name
     .venv/bin/python -m bench.run decode wide          # the steps named, in the order given
     .venv/bin/python -m bench.run sweep                # a module's name: every step that runs it
     .venv/bin/python -m bench.run --list               # the steps and their commands
@@ -39,6 +40,7 @@ class Step:
     env: dict[str, str] = field(default_factory=dict)
     prefix: tuple[str, ...] = ()    # e.g. taskset
     what: str = ""
+    default: bool = True            # run by `make bench` with no names; otherwise only when named
 
     def command(self) -> list[str]:
         return [*self.prefix, sys.executable, "-m", f"bench.{self.module}", *self.args]
@@ -57,8 +59,9 @@ def _pin() -> tuple[tuple[str, ...], str]:
 
 _PIN, _PIN_TAG = _pin()
 
-# `make bench`, in this order. The sweep's headline run replaces apply.py's changes_per_second and
-# merge_vs_append with the ~1M-change batch's (a job that keeps up runs batches that large).
+# `make bench`, in this order (a step with default=False only when named). The sweep's headline run
+# replaces apply.py's changes_per_second and merge_vs_append with the ~1M-change batch's (a job that
+# keeps up runs batches that large).
 STEPS: tuple[Step, ...] = (
     Step("decode", "decode", ("--reps", "5"),
          what="pgoutput bytes -> typed Arrow columns, against pypgoutput and the reference decoder"),
@@ -86,13 +89,17 @@ STEPS: tuple[Step, ...] = (
          what="small batches by shape: 1,000 changes over ten tables, insert-only vs append, recent vs random keys"),
     Step("snapshot", "snapshot", ("--rows", "10000000"),
          what="a 10M-row table PostgreSQL -> bronze -> silver by the initial snapshot, vs binary COPY into Parquet"),
+    # Not a measure of speed, and it mounts a small filesystem (root): run by name.
+    Step("faults", "faults", (), default=False,
+         what="faults: the apply SIGKILLed mid-batch, a 200 MiB value, a full disk during a MERGE (~1 hour, root)"),
 )
 
 
 def select(names: list[str]) -> list[Step]:
-    """The steps named (a step's name, or a module's: every step that runs it), in the order given."""
+    """The steps named (a step's name, or a module's: every step that runs it), in the order given; no
+    names: the default steps."""
     if not names:
-        return list(STEPS)
+        return [s for s in STEPS if s.default]
     chosen: list[Step] = []
     for name in names:
         matches = [s for s in STEPS if name in (s.name, s.module)]
@@ -114,13 +121,14 @@ def run_step(step: Step) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help="steps or modules to run (default: every step, in order)")
+    parser.add_argument("names", nargs="*", help="steps or modules to run (default: every default step, in order)")
     parser.add_argument("--list", action="store_true", help="list the steps and their commands")
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     args = parser.parse_args(argv)
     if args.list:
         for step in STEPS:
-            print(f"{step.name:15s} {step.what}\n{'':15s} {step.shell()}")
+            print(f"{step.name:15s} {step.what}{'' if step.default else ' [only when named]'}\n"
+                  f"{'':15s} {step.shell()}")
         return 0
     steps = select(args.names)
     if args.dry_run:

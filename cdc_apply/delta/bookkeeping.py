@@ -144,17 +144,25 @@ class Bookkeeping:
         version = max((r.apply_version for r in latest), default=0)
         return version, {r.source: SourceState.from_json(r.state) for r in latest}
 
-    def load_history(self, spark, sources: Iterable[str] | None = None) -> dict[str, SchemaHistory]:
+    def load_history(self, spark, sources: Iterable[str] | None = None,
+                     through_version: int | None = None) -> dict[str, SchemaHistory]:
+        """Every source's relation versions and types; with ``through_version``, only those recorded by apply
+        versions up to it: a batch killed after its schema history append and before its progress left rows
+        of a version that is re-run, and its re-run must record them again in seq order, not meet them
+        already there (a Relation message that changed no shape is not a version, so it would be out of order)."""
         histories: dict[str, SchemaHistory] = {}
-        rows = self.ref("schema_history").read(spark).select("source", "seq", "lsn", "relation_message",
-                                                               "missing_values").collect()
+        history_rows = self.ref("schema_history").read(spark)
+        type_rows = self.ref("type_cache").read(spark)
+        if through_version is not None:
+            history_rows = history_rows.where(f"apply_version <= {int(through_version)}")
+            type_rows = type_rows.where(f"apply_version <= {int(through_version)}")
+        rows = history_rows.select("source", "seq", "lsn", "relation_message", "missing_values").collect()
         per_source: dict[str, list] = {}
         for r in rows:
             missing = json.loads(r.missing_values) if r.missing_values else None
             per_source.setdefault(r.source, []).append((r.seq, r.lsn, decode_message(bytes(r.relation_message)),
                                                         missing))
-        for r in self.ref("type_cache").read(spark).select("source", "seq", "lsn", "type_oid", "namespace",
-                                                              "name").collect():
+        for r in type_rows.select("source", "seq", "lsn", "type_oid", "namespace", "name").collect():
             per_source.setdefault(r.source, []).append(
                 (r.seq, r.lsn, m.Type(None, r.type_oid, r.namespace, r.name)))
         for source, entries in per_source.items():

@@ -134,7 +134,8 @@ class ApplyPipeline:
         self.books = Bookkeeping(config)
         self.books.create_all(spark)
         self.version, self.states = self.books.load_progress(spark)
-        self.histories: dict[str, SchemaHistory] = self.books.load_history(spark)
+        # The versions recorded by the batches progress covers (not those of a batch cut short after its append).
+        self.histories: dict[str, SchemaHistory] = self.books.load_history(spark, through_version=self.version)
         self.type_options = TypeOptions(numeric=config.apply.numeric)
         self.silver = SilverTables(spark, config)
         self.silver.quarantined_sources = {r.source for r in self.books.ref("quarantine").read(spark)

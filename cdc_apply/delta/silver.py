@@ -28,6 +28,7 @@ from cdc_apply.delta.ledger import (
     MAX_SEGMENTS, STEPS_PER_VERSION, SilverLedger, merge_step, new_keys_step, truncate_step,
 )
 from cdc_apply.delta.merge_moves import resolve_moves
+from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.delta.tables import (
     USER_METADATA, TableRef, apply_schema_ops, create_table, delta_version, set_properties, silver_properties,
     silver_ref, table_properties,
@@ -220,9 +221,18 @@ class SilverTables:
         except CdcApplyError:
             raise
         except Exception as exc:  # noqa: BLE001 - a JVM error: name the table, keep the cause
-            if any(marker in str(exc) for marker in ("Concurrent", "CONCURRENT")):
+            text = error_text(exc)
+            if any(marker in text for marker in ("Concurrent", "CONCURRENT")):
                 raise  # another writer: the pipeline names it
-            first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            if driver_stopped(exc, text):  # out of memory, most often: the JVM printed why
+                raise driver_stopped_error(text, table=work.qualified_name, source=work.source) from exc
+            cause = resource_cause(text)
+            if cause:  # a full disk, an exhausted heap: nothing is wrong with the table
+                raise ApplyError(f"silver table {work.ref} could not take the batch: {cause}; free space or give "
+                                 "the driver more memory and run the job again: it completes the batch, skipping "
+                                 "the writes this run committed", table=work.qualified_name,
+                                 source=work.source) from exc
+            first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
             raise ApplyError(f"silver table {work.ref} could not take the batch ({first[:400]}); if it was changed "
                              "outside cdc_apply (columns dropped or retyped, properties or protocol changed), "
                              "restore it or remove it and rebuild it from bronze",

@@ -85,3 +85,34 @@ def test_crashes_between_merges_and_before_progress_change_nothing_twice(lake_fa
     assert lake.state("transactions").count() == 3
     assert lake.state("messages").count() == 1
     assert lake.state("progress").select("apply_version").distinct().count() == 2
+
+
+def test_a_crash_after_a_batchs_schema_history_reruns_its_relation_messages_in_order(lake_factory):
+    """The batch re-sends a relation unchanged, then changes it; it dies after its schema history append
+    (at its first table). The restart is a new job: it must not meet the later version already loaded."""
+    lake = lake_factory("crash_schema", apply={"parallelism": 1})
+    b = StreamBuilder("crashy")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    with b.transaction() as tx:
+        tx.insert(t, {"id": 1, "v": "one"})
+    first = len(b.rows())
+    b.resend(t)  # same shape: not a new version
+    with b.transaction() as tx:
+        tx.update(t, {"id": 1, "v": "uno"})
+    t2 = b.relation("public", "t", [("id", "int4", True), ("v", "text", False), ("w", "int4", False)],
+                    oid=t.oid)
+    with b.transaction() as tx:
+        tx.insert(t2, {"id": 2, "v": "two", "w": 2})
+    rows = b.rows()
+    lake.land(rows[:first])
+    lake.land(rows[first:])
+
+    from cdc_apply.delta.pipeline import ApplyPipeline
+    hook, calls = _crash_at("table:public.t", 2)
+    pipeline = ApplyPipeline(lake.spark, lake.config, fault_hook=hook)
+    calls["pipeline"] = pipeline
+    with pytest.raises(Exception, match="injected crash"):
+        pipeline.run(once=True)
+    assert lake.state("schema_history").where("apply_version = 2").count() == 1  # the batch's append landed
+    lake.apply()
+    assert sorted((r.id, r.v, r.w) for r in lake.silver("public", "t").collect()) == [(1, "uno", None), (2, "two", 2)]
