@@ -8,7 +8,8 @@ VPY    := $(VENV)/bin/python
 PYTEST_ARGS ?=
 # make test runs the suite in this many worker processes (pytest-xdist; each worker has its own Spark
 # session and PostgreSQL; a test module runs whole in one worker, so module fixtures are built once);
-# PYTEST_WORKERS=0 runs it in one process.
+# PYTEST_WORKERS=0 runs it in one process. Its temporary folders (embedded PostgreSQL data, lakes) live
+# in .tmp/pytest, emptied at each run: pytest's shared /tmp/pytest-of-<user> is pruned by other runs.
 PYTEST_WORKERS ?= 2
 
 .PHONY: setup demo test test-fast bench soak wheel clean-setup
@@ -26,7 +27,7 @@ demo: setup
 	@$(VENV)/bin/cdc-apply demo
 
 test: setup
-	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --basetemp "$(CURDIR)/.tmp/pytest" $(PYTEST_ARGS)
 
 # The fast lane: the tests that need no JVM, no PostgreSQL and no wheel build (pure Python; no Delta
 # jars needed). `make test` runs these and the rest.

@@ -6,6 +6,12 @@ Pure tests never touch these fixtures, so they run without a JVM or a server.
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+
+# Property tests fail on wrong answers, not on slow ones: a loaded machine (or two test workers on two
+# cores) makes single examples slow. Failing examples print their reproduce blob.
+settings.register_profile("cdc_apply", deadline=None, print_blob=True)
+settings.load_profile("cdc_apply")
 
 
 @pytest.fixture(scope="session")

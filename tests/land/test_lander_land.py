@@ -124,14 +124,19 @@ create_publication = true
 [land]
 idle_exit_seconds = 0.5
 ''')
+    existing = postgres.execute("SELECT count(*) FROM t", dbname=DB)[0][0]
     assert main(["land", "--config", str(config), "--once"]) == 0
     postgres.execute("INSERT INTO t VALUES (7000, 'cli'), (7001, 'cli')", dbname=DB)
     postgres.execute("INSERT INTO big VALUES (7000, 'not published')", dbname=DB)
     assert main(["land", "--config", str(config), "--once"]) == 0
     out = capsys.readouterr().out
-    assert "created" in out and "] batch 1: 5 messages" in out          # B R I I C
+    assert "created" in out and "done: 1 batches, 5 messages" in out     # B R I I C
     rows = bronze_rows(spark, tmp_path / "bronze", "cli")
-    assert "".join(chr(p[0]) for _, _, p in rows) == "BRIIC"
+    kinds = "".join(chr(p[0]) for _, _, p in rows)
+    # The new slot's initial snapshot (the default) first: t's rows as one snapshot stream, then the changes.
+    snapshot, changes = kinds[:-5], kinds[-5:]
+    assert snapshot[0] == "S" and snapshot[-1] == "c" and snapshot.count("I") == existing and "B" not in snapshot
+    assert changes == "BRIIC"
 
 
 def test_protocol_1_binary_without_streaming_lands_what_postgresql_decodes_with_those_options(
