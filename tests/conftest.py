@@ -31,4 +31,7 @@ def postgres(tmp_path_factory):
 
     server = start_postgres(tmp_path_factory.mktemp("pg") / "data")
     yield server
+    log = server.datadir / "server.log"
+    if log.exists():  # kept for a failed run: the data folder goes with the server
+        (tmp_path_factory.getbasetemp() / "postgres-server.log").write_bytes(log.read_bytes())
     server.destroy()
