@@ -27,6 +27,7 @@ demo: setup
 	@$(VENV)/bin/cdc-apply demo
 
 test: setup
+	@mkdir -p .tmp
 	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --basetemp "$(CURDIR)/.tmp/pytest" $(PYTEST_ARGS)
 
 # The fast lane: the tests that need no JVM, no PostgreSQL and no wheel build (pure Python; no Delta
