@@ -21,7 +21,7 @@ from cdc_apply.apply.tables import SilverColumn, check_policies, evolve, identit
 from cdc_apply.config import Config, HistorySpec
 from cdc_apply.delta.history import HistoryTables
 from cdc_apply.delta.merge import (
-    BATCH_SETTINGS, PERSISTENT_DVS, MergeResult, SlotMap, TableWork, append_new_keys, append_rows, key_range,
+    BATCH_SETTINGS, NEW_KEYS_APPEND_MIN, PERSISTENT_DVS, MergeResult, SlotMap, TableWork, append_new_keys, append_rows, key_range,
     collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
 )
 from cdc_apply.delta.ledger import (
@@ -340,7 +340,7 @@ class SilverTables:
                                          int(session.conf.get("spark.sql.shuffle.partitions")))
         collapsed = collapse(events, work, work.has_toast, partitions).localCheckpoint()
         self._choose_deletion_vectors(session, work, planned)  # only a MERGE writes deletion vectors
-        if not new_keys:
+        if not (new_keys and planned.inserts >= NEW_KEYS_APPEND_MIN):
             rows, low, high = key_range(collapsed, work)
             return write(step, lambda _: merge_keyed(session, collapsed, work, (low, high))) or done
         # Keys the batch inserted first are appended; only the others are joined with silver.

@@ -38,13 +38,16 @@ def test_an_insert_only_batch_into_a_table_with_rows_is_one_append(lake_factory)
     assert (op, first_op) == ("WRITE", "WRITE") and meta["last_commit_lsn"]  # an append says what it applied too
 
 
-def test_new_keys_are_appended_and_the_others_merged_in_one_batch(lake_factory):
+@pytest.mark.parametrize("append_min", [0, None], ids=["from_any_size", "default"])
+def test_new_keys_are_appended_and_the_others_merged_in_one_batch_from_a_size_on(lake_factory, monkeypatch, append_min):
+    if append_min is not None:
+        monkeypatch.setattr("cdc_apply.delta.silver.NEW_KEYS_APPEND_MIN", append_min)
     b = StreamBuilder("src")
     t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
     with b.transaction() as tx:
         for i in (1, 2, 3):
             tx.insert(t, {"id": i, "v": "old"})
-    lake = lake_factory("new_keys")
+    lake = lake_factory(f"new_keys_{append_min}")
     lake.land(b.rows())
     lake.apply()
     done = len(b.rows())
@@ -62,6 +65,9 @@ def test_new_keys_are_appended_and_the_others_merged_in_one_batch(lake_factory):
     assert sorted((r.id, r.v) for r in lake.silver("public", "t").collect()) == [
         (1, "changed"), (2, "back"), (10, "new"), (12, "moved")]
     recent = _history(lake, "t")[:2]
+    if append_min is None:  # a few new keys: one MERGE inserts them (a second commit would cost more)
+        assert [op for op, _ in recent] == ["MERGE", "WRITE"]
+        return
     assert [(op, meta.get("part")) for op, meta in recent] == [("WRITE", "new keys"), ("MERGE", None)]
     assert recent[0][1]["relation"] == "public.t" and recent[0][1]["last_commit_lsn"] == recent[1][1]["last_commit_lsn"]
 
