@@ -178,7 +178,7 @@ def write_bronze(spark, path: Path, parts: list[str], first_seq: int = 0, source
     (one file each), or of the ``commit_sizes`` given: part -> seq range."""
     import pandas as pd
 
-    from cdc_apply.delta.bronze import create_bronze_table
+    from cdc_apply.lake.bronze import create_bronze_table
 
     create_bronze_table(spark, str(path))
     seq, ranges = first_seq, {}
@@ -235,7 +235,7 @@ class MergeTimer:
         self.delta_ms = dict.fromkeys(DELTA_MERGE_TIMES, 0)
 
     def __enter__(self):
-        from cdc_apply.delta import silver
+        from cdc_apply.lake import silver
 
         self.module = silver
         self.real = silver.merge_keyed
@@ -269,7 +269,7 @@ class MergeTimer:
 
 def apply_once(spark, rep_dir: Path, after_base: Path, bronze: Path, variant: str, scratch: Path) -> dict:
     """Apply every change from a copy of the after-base lake; returns timings and batch figures."""
-    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.lake.pipeline import ApplyPipeline
 
     shutil.rmtree(rep_dir, ignore_errors=True)
     shutil.copytree(after_base, rep_dir)
@@ -313,8 +313,8 @@ def delta_metrics(spark, table: Path) -> dict:
 
 def decode_floor(spark, captured: list, reps: int) -> dict:
     """Decode stage vs an identity mapInArrow over the same bronze rows, interleaved."""
-    from cdc_apply.apply.changes import decode_batches, output_ddl
-    from cdc_apply.delta.payload_columns import is_change
+    from cdc_apply.decode.changes import decode_batches, output_ddl
+    from cdc_apply.lake.payload_columns import is_change
 
     def identity(batches):
         yield from batches
@@ -418,7 +418,7 @@ def _jvm_pid() -> int | None:
 
 def large_transaction(spark, root: Path, part: str) -> dict:
     """Apply one large transaction; peak RSS of the Python workers, the JVM and this driver."""
-    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.lake.pipeline import ApplyPipeline
 
     lake = root / part
     shutil.rmtree(lake, ignore_errors=True)
@@ -458,7 +458,7 @@ def large_transaction(spark, root: Path, part: str) -> dict:
 def switch_silver_properties(spark, config) -> None:
     """Give a copied lake's silver tables (made with the defaults) ``config``'s deletion-vector and
     Change Data Feed properties."""
-    from cdc_apply.delta.tables import set_properties, silver_properties, silver_ref
+    from cdc_apply.lake.tables import set_properties, silver_properties, silver_ref
 
     props = {k: v for k, v in silver_properties(config).items()
              if k in ("delta.enableDeletionVectors", "delta.enableChangeDataFeed")}
@@ -472,7 +472,7 @@ def compare_deletion_vectors(spark, lake: Path, after_base: Path, bronze: Path, 
     The silver tables were created by the base load with the default: each copy gets the variant's
     property before the changes are applied.
     """
-    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.lake.pipeline import ApplyPipeline
 
     metrics, seconds = {}, {"off": [], "on": []}
     for rep in range(reps):
@@ -493,7 +493,7 @@ def compare_deletion_vectors(spark, lake: Path, after_base: Path, bronze: Path, 
 
 
 def run(reps: int = 5, base: int = 100_000, changes: int = 50_000, large_mb: int = 128, write: bool = True) -> dict:
-    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.spark import spark_session
 
     meta = capture(base, changes, large_mb)

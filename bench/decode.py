@@ -19,7 +19,7 @@ Insert/Update/Delete messages of the capture.
 * ``before``: the walk as it was before the vectorised one (``walk_dml_reference``: the reference
   decoder message by message) plus the same conversions as ``ours``.
 * ``stage``: the Spark decode stage's per-partition function without Spark:
-  ``cdc_apply.apply.changes.decode_batches`` over record batches of 10,000 change rows (Spark's
+  ``cdc_apply.decode.changes.decode_batches`` over record batches of 10,000 change rows (Spark's
   default ``maxRecordsPerBatch``), with a plan built beforehand (untimed) by ``plan_batch``. It
   decodes the Insert/Update/Delete rows only (the Relation messages are the plan's), so its
   rate counts those. Not a contender against pypgoutput: it shows what the rest of the stage
@@ -135,9 +135,9 @@ def decode_reference(payloads: list[bytes]) -> list[m.PgOutputMessage]:
 
 def stage_input(table: pa.Table, rows_per_batch: int = 10_000) -> tuple[list[pa.RecordBatch], object]:
     """The change rows as bronze-like record batches, and the decode plan of the whole capture."""
-    from cdc_apply.apply.plan import plan_batch
-    from cdc_apply.apply.schema import SchemaHistory
-    from cdc_apply.apply.state import SourceState
+    from cdc_apply.planning.plan import plan_batch
+    from cdc_apply.planning.schema import SchemaHistory
+    from cdc_apply.planning.state import SourceState
 
     payloads = table.column("payload").combine_chunks()
     kinds = type_bytes(payloads)
@@ -153,7 +153,7 @@ def stage_input(table: pa.Table, rows_per_batch: int = 10_000) -> tuple[list[pa.
 
 
 def decode_stage(batches: list[pa.RecordBatch], plan) -> int:
-    from cdc_apply.apply.changes import decode_batches
+    from cdc_apply.decode.changes import decode_batches
 
     return sum(b.num_rows for b in decode_batches(batches, plan))
 

@@ -47,7 +47,7 @@ def sample_commits(transactions: int) -> tuple[list[int], int]:
 
 
 def run(transactions: int = 8, reps: int = 5, write: bool = True) -> dict:
-    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.spark import spark_session
 
     capture(100_000, 50_000, 128)   # bench/apply.py's capture (cached)

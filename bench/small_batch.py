@@ -101,8 +101,8 @@ def child(seed: int) -> dict:
     """One job over the batches; returns seconds per batch and the plain-append baseline."""
     from cdc_apply import spark_session
     from cdc_apply.config import parse_config
-    from cdc_apply.delta.bronze import bronze_schema, create_bronze_table
-    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.lake.bronze import bronze_schema, create_bronze_table
+    from cdc_apply.lake.pipeline import ApplyPipeline
 
     spark = spark_session("cdc_apply-bench-small")
     root = Path(tempfile.mkdtemp(prefix="small-batch-", dir=os.environ.get("CDC_APPLY_BENCH_TMP")))

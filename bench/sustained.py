@@ -7,7 +7,7 @@ An embedded PostgreSQL 18 gets a table ``ev`` (``id int8`` primary key, ``n int4
 
 * a load thread offering ``rate`` changed rows per second for ``--seconds`` per rate (transactions
   of 10 rows every 100 ms or less: 70 % updates of random rows, 20 % inserts, 10 % deletes);
-* the lander (``cdc_apply.land.Lander``, protocol 4, streaming parallel) in a thread;
+* the lander (``cdc_apply.lander.Lander``, protocol 4, streaming parallel) in a thread;
 * the apply job as a Structured Streaming query (``processingTime`` trigger ``--trigger``).
 
 Rates run one after the other with a quiet gap. **Commit-to-silver latency** of a change is the
@@ -95,9 +95,9 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
     from datetime import datetime, timezone
 
     from cdc_apply.config import parse_config
-    from cdc_apply.delta.bronze import create_bronze_table
-    from cdc_apply.delta.pipeline import ApplyPipeline
-    from cdc_apply.land.lander import Lander
+    from cdc_apply.lake.bronze import create_bronze_table
+    from cdc_apply.lake.pipeline import ApplyPipeline
+    from cdc_apply.lander.lander import Lander
     from cdc_apply.spark import spark_session
     from cdc_apply.testing.postgres import start_postgres
 

@@ -13,7 +13,7 @@ comes after a batch of ``WARMUP`` messages), and the job reads one commit per mi
 
 Per size and repetition (sizes interleaved, rotating order) the figures are the per-batch seconds,
 change messages (Insert/Update/Delete) per second and seconds per pipeline phase (plan, decode,
-tables, logs, progress: :class:`cdc_apply.delta.pipeline.BatchReport`) of the batches after the
+tables, logs, progress: :class:`cdc_apply.lake.pipeline.BatchReport`) of the batches after the
 first (the first pays the job's start-up). ``parallel`` is the defaults; ``--variants`` adds, at every
 size, ``dv`` / ``nodv`` (deletion vectors on / off) and ``nocdf`` (Change Data Feed off) — each
 switches the table properties in its copy of the base lake — and ``serial`` at the largest size (one
@@ -80,7 +80,7 @@ SERIAL = ("serial", "serial_nocdf")  # run at the largest size: MERGEs timed aga
 
 
 def _run(spark, root: Path, after_base: Path, bronze: Path, variant: str, dml: list[int]) -> dict:
-    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.lake.pipeline import ApplyPipeline
 
     rep_dir = root / f"run_{variant}"
     shutil.rmtree(rep_dir, ignore_errors=True)
@@ -138,7 +138,7 @@ def _merge_figures(serial: list[dict]) -> dict:
 
 def run(base: int, changes: int, sizes: list[int], reps: int, tag: str, headline: bool, master: str,
         variants: tuple[str, ...] = ("parallel", "nodv", "serial"), conf: dict[str, str] | None = None) -> dict:
-    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.spark import spark_session
 
     meta = capture(base, changes, 0)

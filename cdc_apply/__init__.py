@@ -22,13 +22,6 @@ from __future__ import annotations
 
 from typing import Any
 
-# ``apply`` and ``land`` below are functions named like the subpackages cdc_apply.apply (the planning
-# core) and cdc_apply.land (the lander). Importing a subpackage for the first time sets the parent's
-# attribute of that name to the module, which would replace the function; both are imported here,
-# before the functions are bound, so later imports (``from cdc_apply.apply.plan import ...``) find them
-# in sys.modules and leave the names alone. Both are plain-Python packages of one docstring.
-import cdc_apply.apply as _planning_package  # noqa: F401
-import cdc_apply.land as _lander_package  # noqa: F401
 from cdc_apply.api import (
     apply, as_of_views, exit_code, land, load_config, read_as_of, register_lsn_functions, status,
 )

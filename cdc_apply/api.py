@@ -36,9 +36,9 @@ from cdc_apply.config import Config, as_config
 from cdc_apply.log import LineLog
 
 if TYPE_CHECKING:  # for annotations only: importing them at run time would import Spark
-    from cdc_apply.delta.as_of import AsOf
-    from cdc_apply.delta.pipeline import BatchReport
-    from cdc_apply.land.lander import LandSummary
+    from cdc_apply.lake.as_of import AsOf
+    from cdc_apply.lake.pipeline import BatchReport
+    from cdc_apply.lander.lander import LandSummary
 
 ConfigLike = Config | Mapping[str, Any] | str | os.PathLike
 
@@ -59,7 +59,7 @@ def load_config(config: ConfigLike) -> Config:
 
 def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | None = None,
           progress_seconds: float | None = PROGRESS_SECONDS) -> list["BatchReport"]:
-    """Apply bronze to silver; return one :class:`~cdc_apply.delta.pipeline.BatchReport` per batch applied.
+    """Apply bronze to silver; return one :class:`~cdc_apply.lake.pipeline.BatchReport` per batch applied.
 
     ``once=True`` (the default) applies everything bronze holds now and returns; ``once=False`` keeps
     running on ``apply.trigger_interval`` until the query is stopped (interrupting the call stops it
@@ -77,7 +77,7 @@ def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | No
     session is a :class:`~cdc_apply.errors.SetupError` before anything runs. Errors are the
     ``cdc_apply.errors`` classes the command reports (``ConfigError``, ``ApplyError``, ``StateError`` ...).
     """
-    from cdc_apply.delta.pipeline import ApplyPipeline
+    from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.spark.progress import BatchWatcher, query_name
     from cdc_apply.spark.session import require_classic
 
@@ -122,7 +122,7 @@ def status(spark: Any, config: ConfigLike, *, quarantine_hours: float = 24.0,
     ``quarantined_recently``, ``last_error``, ``updated_at``. :func:`exit_code` turns the list into the
     command's exit code.
     """
-    from cdc_apply.delta.status import read_status
+    from cdc_apply.lake.status import read_status
     from cdc_apply.spark.session import require_classic
 
     config = as_config(config)
@@ -137,7 +137,7 @@ def status(spark: Any, config: ConfigLike, *, quarantine_hours: float = 24.0,
 def exit_code(entries: list[dict[str, Any]]) -> int:
     """The exit code ``cdc-apply status`` gives for :func:`status`'s entries: the least healthy source's
     (0 ok, 5 lagging, 3 quarantining, 4 failing; 0 for no sources)."""
-    from cdc_apply.delta.status import worst_exit_code
+    from cdc_apply.lake.status import worst_exit_code
 
     return worst_exit_code(entries)
 
@@ -155,10 +155,10 @@ def land(config: ConfigLike, *, spark: Any = None, once: bool = True, stop: thre
     each: messages, bytes, seq range, flush LSN, slot lag), ``messages``, ``nbytes``, ``replayed``,
     ``reconnects``, ``seconds``.
     """
-    from cdc_apply.land.dsn import resolve_dsn
-    from cdc_apply.land.lander import Lander
-    from cdc_apply.land.options import replication_options
-    from cdc_apply.land.server import SourceServer
+    from cdc_apply.lander.dsn import resolve_dsn
+    from cdc_apply.lander.lander import Lander
+    from cdc_apply.lander.options import replication_options
+    from cdc_apply.lander.server import SourceServer
 
     config = as_config(config)
     stream = LineLog(land_log, copy=out)
@@ -188,7 +188,7 @@ def land(config: ConfigLike, *, spark: Any = None, once: bool = True, stop: thre
 def read_as_of(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str] | None = None, *,
                source: str | None = None, method: str = "auto") -> "AsOf":
     """Silver tables of one source as of one commit LSN (``16/B374D848`` or the BIGINT the tables hold):
-    an :class:`~cdc_apply.delta.as_of.AsOf` whose ``frames`` (or ``result["ns.name"]``) are DataFrames,
+    an :class:`~cdc_apply.lake.as_of.AsOf` whose ``frames`` (or ``result["ns.name"]``) are DataFrames,
     every one showing the same commit — the newest applied at or below ``lsn``.
 
     ``tables``: qualified names (default: every table of the source); ``source``: needed when the
@@ -198,7 +198,7 @@ def read_as_of(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str]
     ``lsn_text``) and whether it is the newest applied commit at or below ``lsn`` (``exact``). An
     :class:`~cdc_apply.errors.AsOfError` when it cannot be answered (docs/HISTORY.md).
     """
-    from cdc_apply.delta.as_of import read_as_of as _read
+    from cdc_apply.lake.as_of import read_as_of as _read
 
     return _read(spark, as_config(config), lsn, tables, source, method)
 
@@ -207,8 +207,8 @@ def as_of_views(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str
                 source: str | None = None, method: str = "auto", prefix: str = "") -> "AsOf":
     """:func:`read_as_of`, each table registered as a temporary view ``<prefix><relation name>`` for SQL
     (``<prefix><namespace>__<name>`` when two tables share a name); also registers the LSN functions."""
-    from cdc_apply.delta.as_of import as_of_views as _views
-    from cdc_apply.delta.lsn import register_lsn_functions as _functions
+    from cdc_apply.lake.as_of import as_of_views as _views
+    from cdc_apply.lake.lsn import register_lsn_functions as _functions
 
     result = _views(spark, as_config(config), lsn, tables, source, method, prefix)
     _functions(spark)
@@ -218,6 +218,6 @@ def as_of_views(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str
 def register_lsn_functions(spark: Any, schema: str | None = None) -> None:
     """SQL functions ``cdc_lsn_text(BIGINT) -> 'X/Y'`` and ``cdc_lsn('X/Y') -> BIGINT``: temporary, or
     permanent in ``schema`` (a catalog that keeps SQL functions: Unity Catalog, a Hive metastore)."""
-    from cdc_apply.delta.lsn import register_lsn_functions as _functions
+    from cdc_apply.lake.lsn import register_lsn_functions as _functions
 
     _functions(spark, schema)

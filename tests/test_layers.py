@@ -26,7 +26,7 @@ def _probe(names: list[str], walk: bool) -> subprocess.CompletedProcess:
 
 
 def test_pure_layers_import_with_pyspark_unimportable():
-    proc = _probe(["cdc_apply.pgoutput", "cdc_apply.apply"], walk=True)
+    proc = _probe(["cdc_apply.pgoutput", "cdc_apply.gaussdb", "cdc_apply.planning", "cdc_apply.decode"], walk=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
 
@@ -43,11 +43,12 @@ _BELOW = {
     "log": {"errors"},
     "pgoutput": {"errors"},
     "gaussdb": {"errors", "pgoutput"},
-    "apply": {"errors", "pgoutput", "gaussdb"},
+    "planning": {"errors", "pgoutput", "gaussdb"},
+    "decode": {"errors", "pgoutput", "gaussdb", "planning"},
     "spark": {"errors", "log"},
-    "delta": {"errors", "config", "log", "pgoutput", "gaussdb", "apply", "spark"},
-    "land": {"errors", "config", "log", "pgoutput", "delta", "spark"},
-    "api": {"errors", "config", "log", "pgoutput", "gaussdb", "apply", "spark", "delta", "land"},
+    "lake": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark"},
+    "lander": {"errors", "config", "log", "pgoutput", "lake", "spark"},
+    "api": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark", "lake", "lander"},
     "demo": {"errors", "config", "log", "pgoutput"},
 }
 _BELOW["testing"] = _BELOW["api"] | {"api"}

@@ -75,7 +75,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _optimize(args: argparse.Namespace) -> int:
     from cdc_apply.config import load_config
-    from cdc_apply.delta.maintenance import optimize_silver
+    from cdc_apply.lake.maintenance import optimize_silver
     from cdc_apply.spark import spark_session
 
     config = load_config(args.config)
@@ -87,7 +87,7 @@ def _optimize(args: argparse.Namespace) -> int:
 
 
 def _as_of(args: argparse.Namespace) -> int:
-    from cdc_apply.delta.as_of import run_cli
+    from cdc_apply.lake.as_of import run_cli
 
     return run_cli(args)
 

@@ -19,7 +19,7 @@ from cdc_apply.errors import ConfigError, LandError
 
 def run_snapshot(config_path: str, tables: list[str], ddl_events_sql: bool = False) -> int:
     """Emit a snapshot request for ``tables`` on the source of ``config_path`` (or print the DDL event SQL)."""
-    from cdc_apply.land.ddl_events import DDL_EVENTS_SQL
+    from cdc_apply.lander.ddl_events import DDL_EVENTS_SQL
 
     config = load_config(config_path)
     if ddl_events_sql:
@@ -43,9 +43,9 @@ def run_snapshot(config_path: str, tables: list[str], ddl_events_sql: bool = Fal
 def _emit(config, tables: list[str]) -> str:
     import psycopg2
 
-    from cdc_apply.land import catalog
-    from cdc_apply.land.dsn import Target, connection_error, resolve_dsn, scrub
-    from cdc_apply.land.options import publication_names
+    from cdc_apply.lander import catalog
+    from cdc_apply.lander.dsn import Target, connection_error, resolve_dsn, scrub
+    from cdc_apply.lander.options import publication_names
 
     dsn = resolve_dsn(config.source)
     try:

@@ -6,7 +6,7 @@ A snapshot of one table, consistent with LSN ``C``, is a streamed transaction wi
 chunk of rows; a Stream Commit at ``C`` — or a Stream Abort when the copy is abandoned. The apply
 job needs nothing else: the Truncate empties the table at that point of the commit order, the
 Inserts refill it, and the message's LSN makes later transactions committed below ``C`` skip the
-table (:func:`cdc_apply.apply.plan.snapshot_skips`).
+table (:func:`cdc_apply.planning.plan.snapshot_skips`).
 """
 
 from __future__ import annotations

@@ -76,9 +76,9 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     ``read_as_of`` must equal PostgreSQL (history at this checkpoint, time travel at the one before).
     """
     from cdc_apply.testing.history_check import SourceRecord
-    from cdc_apply.delta.bronze import create_bronze_table
-    from cdc_apply.delta.pipeline import ApplyPipeline
-    from cdc_apply.land.lander import Lander
+    from cdc_apply.lake.bronze import create_bronze_table
+    from cdc_apply.lake.pipeline import ApplyPipeline
+    from cdc_apply.lander.lander import Lander
     from cdc_apply.testing.compare import compare_with_postgres, snapshot_postgres
     from cdc_apply.testing.postgres import start_postgres
 

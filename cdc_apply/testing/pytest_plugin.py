@@ -129,7 +129,7 @@ class Lake:
         landed yet, so a test can land, add messages, land again), a DataFrame with the bronze columns,
         or ``(source, seq, lsn, payload)`` tuples. The bronze table is created on first use.
         """
-        from cdc_apply.delta.bronze import bronze_schema, create_bronze_table
+        from cdc_apply.lake.bronze import bronze_schema, create_bronze_table
         from cdc_apply.testing.stream import StreamBuilder
 
         create_bronze_table(self.spark, self.bronze_path)
@@ -166,7 +166,7 @@ class Lake:
 
     def silver(self, table: str, namespace: str | None = None, source: str = ""):
         """A silver table as a DataFrame: ``lake.silver("public.users")`` or ``lake.silver("users", "public")``."""
-        from cdc_apply.delta.tables import silver_ref
+        from cdc_apply.lake.tables import silver_ref
 
         if namespace is None:
             namespace, _, table = table.partition(".")
@@ -174,7 +174,7 @@ class Lake:
 
     def table(self, name: str):
         """A bookkeeping table (``transactions``, ``progress``, ``quarantine``, ``messages`` ...) as a DataFrame."""
-        from cdc_apply.delta.tables import state_ref
+        from cdc_apply.lake.tables import state_ref
 
         return state_ref(self.config, name).read(self.spark)
 

@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cdc_apply.apply.schema import SchemaHistory
-from cdc_apply.apply.tables import identity_of
+from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.tables import identity_of
 from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX
 from cdc_apply.pgoutput import messages as m

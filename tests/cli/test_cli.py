@@ -86,11 +86,13 @@ def test_configuring_logging_twice_keeps_one_handler():
     configure_logging("WARNING", stream=io.StringIO(), propagate=True)
 
 
-def test_cdc_apply_apply_and_land_stay_the_api_functions_after_their_namesake_packages_are_imported():
-    from cdc_apply.apply.plan import plan_batch  # noqa: F401 - importing the planning core is the point
-    from cdc_apply.land.sequencer import Sequencer  # noqa: F401
+def test_the_api_functions_apply_and_land_are_not_shadowed_by_any_subpackage():
+    import cdc_apply.lander.lander as lander_module
+    import cdc_apply.planning.plan  # noqa: F401 - importing every layer is the point
+    import cdc_apply.lake.pipeline  # noqa: F401
 
     assert cdc_apply.apply.__module__ == "cdc_apply.api" and cdc_apply.land.__module__ == "cdc_apply.api"
+    assert lander_module.__name__ == "cdc_apply.lander.lander"
     assert callable(cdc_apply.status) and callable(cdc_apply.load_config)
 
 

@@ -14,8 +14,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_apply.apply.assemble import assemble_transactions
-from cdc_apply.apply.state import SourceState
+from cdc_apply.planning.assemble import assemble_transactions
+from cdc_apply.planning.state import SourceState
 from cdc_apply.gaussdb import GaussdbTranscoder, decode_gaussdb_payload
 from cdc_apply.pgoutput.encoder import encode
 from cdc_apply.testing.reference import ReferenceApplier

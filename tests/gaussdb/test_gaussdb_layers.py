@@ -15,7 +15,7 @@ for info in pkgutil.walk_packages(pkg.__path__, "cdc_apply.gaussdb."):
 leaked = sorted(m for m in sys.modules
                 if m.split(".")[0] in ("pyspark", "py4j", "delta") and sys.modules[m] is not None)
 assert not leaked, leaked
-upward = sorted(m for m in sys.modules if m.startswith(("cdc_apply.delta", "cdc_apply.spark", "cdc_apply.cli")))
+upward = sorted(m for m in sys.modules if m.startswith(("cdc_apply.lake", "cdc_apply.spark", "cdc_apply.cli")))
 assert not upward, upward
 print("ok")
 """

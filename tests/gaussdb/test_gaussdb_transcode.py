@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 import cdc_apply.gaussdb.tables as tables_module
-from cdc_apply.apply.assemble import assemble_transactions
-from cdc_apply.apply.state import SourceState
+from cdc_apply.planning.assemble import assemble_transactions
+from cdc_apply.planning.state import SourceState
 from cdc_apply.errors import ConfigError, DecodeError, SchemaError
 from cdc_apply.gaussdb import (
     USER_MESSAGE_PREFIX,

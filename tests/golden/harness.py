@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 # Text output of dates, times, floats, money and bytea depends on these; every session (workload,
 # observer, decoding) sets them explicitly: the lander's own, so captures and landing agree.
-from cdc_apply.land.options import SESSION_SETTINGS
+from cdc_apply.lander.options import SESSION_SETTINGS
 
 PUBLICATION = "golden"
 

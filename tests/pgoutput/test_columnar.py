@@ -348,10 +348,10 @@ def _first_change_seq(capture):
                                                   ("replica_identity", "v1"), ("types", "v1_binary"),
                                                   ("ddl", "v4_parallel"), ("truncate", "v2_stream_binary")])
 def test_decode_batches_same_with_the_fast_and_the_reference_walk(scenario, config, monkeypatch):
-    from cdc_apply.apply import changes
-    from cdc_apply.apply.plan import plan_batch
-    from cdc_apply.apply.schema import SchemaHistory
-    from cdc_apply.apply.state import SourceState
+    from cdc_apply.decode import changes
+    from cdc_apply.planning.plan import plan_batch
+    from cdc_apply.planning.schema import SchemaHistory
+    from cdc_apply.planning.state import SourceState
 
     capture = load_capture(scenario, config)
     controls = [(msg.seq, msg.lsn, msg.payload) for msg in capture if msg.payload[0] in _CONTROL]

@@ -1,1 +1,0 @@
-"""Planning core: transaction assembly, ordering, per-key collapse, truncate and schema segments. No Spark."""

@@ -1,1 +1,0 @@
-"""cdc_apply.delta"""

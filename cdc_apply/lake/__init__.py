@@ -1,0 +1,1 @@
+"""Lake I/O: bronze, silver, state and history tables in Delta Lake; the micro-batch pipeline."""

@@ -1,0 +1,186 @@
+"""The bookkeeping tables under the ``[state]`` location.
+
+=================  ==========================================================
+schema_history     one row per Relation version (source, relation, columns, first seq, LSN)
+type_cache         one row per Type message that named a type anew
+transactions       one row per applied transaction, with per-table counts and truncate flags
+messages           logical decoding messages ('M'), transactional and not
+quarantine         messages that could not be decoded or applied (on_error = "quarantine")
+progress           per source and apply version: applied-through seq and commit LSN, carried state, lag,
+                   and the Delta version of every silver (and history) table the batch changed
+failures           one row per failed batch attempt: the source (NULL: every source), version, error
+=================  ==========================================================
+
+Every table has an ``apply_version`` column, and an append is skipped when the table already holds
+rows of that apply version or a later one (read once per table and process, then kept): a re-run
+batch writes nothing twice. This replaces Delta's ``txnAppId``/``txnVersion`` here, whose check
+rebuilds the table's whole state on every append — three Spark jobs per bookkeeping write. (Failures
+are recorded unguarded: an attempt may fail many times.)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.state import SourceState
+from cdc_apply.config import Config
+from cdc_apply.lake.tables import TableRef, column_list, create_table, state_ref
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.decoder import decode_message
+from cdc_apply.pgoutput.encoder import encode
+
+COLUMN_STRUCT = "STRUCT<name: STRING, type_oid: BIGINT, type_name: STRING, type_modifier: INT, key: BOOLEAN>"
+
+SCHEMAS: dict[str, list[tuple[str, str]]] = {
+    "schema_history": [
+        ("source", "STRING"), ("relation_id", "BIGINT"), ("seq", "BIGINT"), ("lsn", "BIGINT"),
+        ("namespace", "STRING"), ("name", "STRING"), ("replica_identity", "STRING"),
+        ("columns", f"ARRAY<{COLUMN_STRUCT}>"), ("relation_message", "BINARY"),
+        ("apply_version", "BIGINT"), ("recorded_at", "TIMESTAMP"),
+        ("missing_values", "STRING"),  # JSON {column: text}: what rows before this version read for added columns
+    ],
+    "type_cache": [
+        ("source", "STRING"), ("type_oid", "BIGINT"), ("namespace", "STRING"), ("name", "STRING"),
+        ("seq", "BIGINT"), ("lsn", "BIGINT"), ("apply_version", "BIGINT"), ("recorded_at", "TIMESTAMP"),
+    ],
+    "transactions": [
+        ("source", "STRING"), ("xid", "BIGINT"), ("kind", "STRING"), ("gid", "STRING"),
+        ("commit_lsn", "BIGINT"), ("end_lsn", "BIGINT"), ("commit_ts", "TIMESTAMP"),
+        ("origin", "STRING"), ("origin_lsn", "BIGINT"), ("begin_seq", "BIGINT"), ("commit_seq", "BIGINT"),
+        ("changes", "BIGINT"),
+        ("tables", "ARRAY<STRUCT<table: STRING, inserts: BIGINT, updates: BIGINT, deletes: BIGINT, "
+                   "truncated: BOOLEAN, cascade: BOOLEAN, restart_identity: BOOLEAN>>"),
+        ("apply_version", "BIGINT"), ("applied_at", "TIMESTAMP"),
+    ],
+    "messages": [
+        ("source", "STRING"), ("seq", "BIGINT"), ("lsn", "BIGINT"), ("xid", "BIGINT"),
+        ("transactional", "BOOLEAN"), ("prefix", "STRING"), ("content", "BINARY"),
+        ("commit_lsn", "BIGINT"), ("commit_ts", "TIMESTAMP"), ("apply_version", "BIGINT"),
+    ],
+    "quarantine": [
+        ("source", "STRING"), ("seq", "BIGINT"), ("lsn", "BIGINT"), ("payload", "BINARY"),
+        ("error", "STRING"), ("apply_version", "BIGINT"), ("quarantined_at", "TIMESTAMP"),
+    ],
+    "progress": [
+        ("source", "STRING"), ("apply_version", "BIGINT"), ("batch_id", "BIGINT"),
+        ("applied_seq", "BIGINT"), ("applied_commit_lsn", "BIGINT"), ("applied_commit_ts", "TIMESTAMP"),
+        ("applied_end_lsn", "BIGINT"), ("state", "STRING"), ("bronze_max_seq", "BIGINT"),
+        ("messages", "BIGINT"), ("transactions", "BIGINT"), ("carried", "INT"),
+        ("oldest_needed_seq", "BIGINT"), ("lag_seq", "BIGINT"), ("lag_seconds", "DOUBLE"),
+        ("updated_at", "TIMESTAMP"),
+        # The Delta version each table the batch changed has after it (time travel to batch ends: as_of.py).
+        ("tables", "ARRAY<STRUCT<relation_id: BIGINT, table: STRING, silver_version: BIGINT, "
+                   "history_version: BIGINT, last_commit_lsn: BIGINT>>"),
+    ],
+    "failures": [
+        ("source", "STRING"), ("apply_version", "BIGINT"), ("error", "STRING"), ("failed_at", "TIMESTAMP"),
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Bookkeeping:
+    """The bookkeeping tables of one pipeline."""
+
+    config: Config
+    # table -> the newest apply version it holds (read once, then kept up to date by this process)
+    _written: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def ref(self, table: str) -> TableRef:
+        return state_ref(self.config, table)
+
+    def create_all(self, spark) -> None:
+        """Create the tables that are missing; add the columns a newer cdc_apply writes to older ones."""
+        for table, columns in SCHEMAS.items():
+            ref = self.ref(table)
+            if ref.exists(spark):
+                have = {f.name for f in ref.read(spark).schema.fields}
+                missing = [(n, t) for n, t in columns if n not in have]
+                if missing:
+                    spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({column_list(missing)})")
+                continue
+            create_table(spark, ref, columns, {"delta.appendOnly": "true"},
+                         comment=f"cdc_apply {table} of pipeline {self.config.pipeline}")
+
+    def append(self, spark, table: str, rows: list[tuple], version: int) -> None:
+        """Append rows (tuples in the table's column order); idempotent per apply version."""
+        if rows and self._not_written(spark, table, version):
+            self.ref(table).append(spark.createDataFrame(rows, column_list(SCHEMAS[table])), None, version)
+            self._written[table] = version
+
+    def _not_written(self, spark, table: str, version: int) -> bool:
+        if table not in self._written:
+            from pyspark.sql import functions as F
+
+            newest = self.ref(table).read(spark).agg(F.max("apply_version")).first()[0]
+            self._written[table] = -1 if newest is None else int(newest)
+        return version > self._written[table]
+
+    def record_failure(self, spark, sources, version: int, error: str) -> None:
+        """A failed batch attempt, for ``cdc-apply status`` (an attempt may fail many times: no txn guard)."""
+        from datetime import datetime, timezone
+
+        now = datetime.now(timezone.utc)
+        rows = [(source, version, error, now) for source in sources]
+        self.ref("failures").append(spark.createDataFrame(rows, column_list(SCHEMAS["failures"])), None, version)
+
+    def append_df(self, df, table: str, version: int) -> None:
+        if self._not_written(df.sparkSession, table, version):
+            self.ref(table).append(df.select(*[n for n, _ in SCHEMAS[table]]), None, version)
+            self._written[table] = version
+
+    # -- loading ---------------------------------------------------------------
+    def load_progress(self, spark) -> tuple[int, dict[str, SourceState]]:
+        """The latest apply version and every source's carried state at it."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.window import Window
+
+        df = self.ref("progress").read(spark)
+        latest = (df.withColumn("_r", F.row_number().over(Window.partitionBy("source").orderBy(F.desc("apply_version"))))
+                  .where("_r = 1").select("source", "apply_version", "state").collect())
+        version = max((r.apply_version for r in latest), default=0)
+        return version, {r.source: SourceState.from_json(r.state) for r in latest}
+
+    def load_history(self, spark, sources: Iterable[str] | None = None,
+                     through_version: int | None = None) -> dict[str, SchemaHistory]:
+        """Every source's relation versions and types; with ``through_version``, only those recorded by apply
+        versions up to it: a batch killed after its schema history append and before its progress left rows
+        of a version that is re-run, and its re-run must record them again in seq order, not meet them
+        already there (a Relation message that changed no shape is not a version, so it would be out of order)."""
+        histories: dict[str, SchemaHistory] = {}
+        history_rows = self.ref("schema_history").read(spark)
+        type_rows = self.ref("type_cache").read(spark)
+        if through_version is not None:
+            history_rows = history_rows.where(f"apply_version <= {int(through_version)}")
+            type_rows = type_rows.where(f"apply_version <= {int(through_version)}")
+        rows = history_rows.select("source", "seq", "lsn", "relation_message", "missing_values").collect()
+        per_source: dict[str, list] = {}
+        for r in rows:
+            missing = json.loads(r.missing_values) if r.missing_values else None
+            per_source.setdefault(r.source, []).append((r.seq, r.lsn, decode_message(bytes(r.relation_message)),
+                                                        missing))
+        for r in type_rows.select("source", "seq", "lsn", "type_oid", "namespace", "name").collect():
+            per_source.setdefault(r.source, []).append(
+                (r.seq, r.lsn, m.Type(None, r.type_oid, r.namespace, r.name)))
+        for source, entries in per_source.items():
+            history = SchemaHistory()
+            history.load(entries)
+            histories[source] = history
+        for source in sources or ():
+            histories.setdefault(source, SchemaHistory())
+        return histories
+
+
+def relation_row(source: str, version, type_name, apply_version: int, now) -> tuple:
+    """A schema_history row for a new relation version; ``type_name(oid, typmod)`` names column types."""
+    message = m.Relation(None, version.relation_id, version.namespace, version.name, version.replica_identity,
+                         version.columns)
+    columns = [(c.name, c.type_oid, type_name(c.type_oid, c.type_modifier), c.type_modifier, c.key)
+               for c in version.columns]
+    names = dict(zip(version.lineage, version.column_names))
+    missing = json.dumps({names[lin]: text for lin, text in version.missing}) if version.missing else None
+    return (source, version.relation_id, version.seq, version.lsn, version.namespace, version.name,
+            version.replica_identity, columns, encode(message), apply_version, now, missing)

@@ -1,0 +1,52 @@
+"""Spark column tests on bronze payloads, from the one table of message kinds.
+
+The driver takes the control messages and cdc_apply's directives; everything else — changes, and null,
+empty or unknown payloads, which the decode stage turns into errors — goes to the decode. Spark's
+``substring`` counts bytes from 1.
+"""
+
+from __future__ import annotations
+
+from cdc_apply.planning.assemble import DIRECTIVE_PREFIX
+from cdc_apply.pgoutput import messages as m
+
+# Type bytes as Spark shows the first payload byte (``hex``).
+CONTROL_HEX = tuple(sorted(f"{t:02X}" for t in m.CONTROL_TYPES))
+CHANGE_HEX = tuple(sorted(f"{t:02X}" for t in m.CHANGE_TYPES))
+MESSAGE_HEX = f"{ord(m.Message.TYPE):02X}"
+# Message: Byte1('M'), [Int32 xid inside a stream block], Int8 flags, Int64 lsn, String prefix, ...
+_PREFIX_AT = (1 + 1 + 1 + 8, 1 + 1 + 4 + 1 + 8)
+
+
+def first_byte_hex():
+    from pyspark.sql import functions as F
+
+    return F.hex(F.substring(F.col("payload"), 1, 1))
+
+
+def is_control():
+    """A control message (never NULL: a NULL or empty payload is not one)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(first_byte_hex().isin(*CONTROL_HEX), F.lit(False))
+
+
+def is_change():
+    return first_byte_hex().isin(*CHANGE_HEX)
+
+
+def is_directive():
+    """cdc_apply's own logical decoding messages (a snapshot, column defaults): the driver reads them
+    with the control messages; they are decoded into the messages log too, like every message."""
+    from pyspark.sql import functions as F
+
+    prefix = DIRECTIVE_PREFIX.encode().hex().upper()
+    found = [F.hex(F.substring(F.col("payload"), start, len(prefix) // 2)) == prefix for start in _PREFIX_AT]
+    return F.coalesce((first_byte_hex() == MESSAGE_HEX) & (found[0] | found[1]), F.lit(False))
+
+
+def streamed_xid():
+    """The xid of a change inside a stream block: Byte1 type, then Int32 xid."""
+    from pyspark.sql import functions as F
+
+    return F.conv(F.hex(F.substring("payload", 2, 4)), 16, 10).cast("long")

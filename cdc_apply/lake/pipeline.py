@@ -1,0 +1,426 @@
+"""The apply job: bronze micro-batches to silver tables, exactly once.
+
+Per micro-batch (``foreachBatch``):
+
+1. collect the batch's control messages (everything but changes: a small set)
+   and plan it — transactions, relation versions, seq ranges — on the driver;
+2. decode the change rows once, in parallel (``mapInArrow``), and persist them;
+3. per silver table, in parallel threads: evolve the schema, empty the table
+   at a TRUNCATE, collapse to one row per key and MERGE;
+4. append the transactions log, messages, quarantine, schema history and,
+   last, progress.
+
+Every write is guarded by the pipeline's own apply version (not Spark's batch
+id): silver commits record their step in ``userMetadata`` (``ledger.py``),
+bookkeeping rows their apply version; change rows at or below a source's
+applied seq are skipped, so a re-run batch — or a replay of bronze from the
+start — changes nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from functools import partial
+from typing import Callable, Iterator, TextIO
+
+from cdc_apply.decode.changes import SKIP, decode_batches, output_ddl
+from cdc_apply.planning.plan import BatchPlan, plan_batch
+from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.state import SourceState
+from cdc_apply.config import Config
+from cdc_apply.lake.batch_logs import BatchLogs, now as _now
+from cdc_apply.lake.bookkeeping import Bookkeeping
+from cdc_apply.lake.bronze import check_bronze
+from cdc_apply.lake.bronze_contract import applied_rows, check_late_rows, count_rows
+from cdc_apply.lake.payload_columns import is_change, is_control, is_directive, streamed_xid
+from cdc_apply.lake.spark_errors import first_decode_error, unwrap_error
+from cdc_apply.lake.merge import BATCH_SETTINGS
+from cdc_apply.lake.silver import SilverTables, TableStats
+from cdc_apply.lake.formats import EXPANDED_DDL, Expansion, expand_gaussdb, expanded_ref
+from cdc_apply.lake.tables import bronze_ref, create_table
+from cdc_apply.errors import ApplyError, CdcApplyError
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+
+DECODE_MESSAGES_PER_PARTITION = 25_000
+
+
+@contextmanager
+def session_settings(spark, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` on the session for the block's duration; each key's previous value (or its absence)
+    comes back after, so a session shared with other work is left as it was."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+@dataclass
+class BatchReport:
+    """What one batch did (also printed as the progress line)."""
+
+    apply_version: int
+    batch_id: int
+    messages: int = 0
+    transactions: int = 0
+    carried: int = 0
+    aborted: int = 0
+    tables: dict[str, TableStats] = field(default_factory=dict)
+    quarantined: int = 0
+    lag_seq: int = 0
+    lag_seconds: float | None = None
+    seconds: float = 0.0
+    # Wall seconds per phase, in order: plan (read bronze, plan on the driver), decode (the decode job
+    # and its counts), tables (schema history, then per table evolve, collapse and MERGE, tables in
+    # parallel), logs (transactions, messages, quarantine), progress.
+    phases: dict[str, float] = field(default_factory=dict)
+    clock: float = field(default_factory=time.monotonic, repr=False)  # end of the last phase marked
+    # (source, relation id, table, stats) of every table the batch applied: the progress rows record versions
+    written: list[tuple] = field(default_factory=list, repr=False)
+
+    def line(self) -> str:
+        parts = [f"batch {self.batch_id} (v{self.apply_version})", f"{self.messages} msgs",
+                 f"{self.transactions} txns applied", f"{self.carried} carried"]
+        if self.aborted:
+            parts.append(f"{self.aborted} aborted")
+        for name, t in sorted(self.tables.items()):
+            detail = f"{name} +{t.inserted}/~{t.updated}/-{t.deleted}"
+            if t.truncated:
+                detail += " (truncated)"
+            detail += f" {t.seconds:.1f}s"
+            parts.append(detail)
+        if self.quarantined:
+            parts.append(f"{self.quarantined} quarantined")
+        lag = f"lag {self.lag_seq} msgs"
+        if self.lag_seconds is not None:
+            lag += f", {self.lag_seconds:.1f}s behind last commit"
+        parts.append(lag)
+        spent = f"{self.seconds:.1f}s"
+        if self.phases:
+            spent += " (" + ", ".join(f"{k} {v:.1f}" for k, v in self.phases.items()) + ")"
+        parts.append(spent)
+        return " | ".join(parts)
+
+    def mark(self, phase: str) -> None:
+        """Record the seconds since the last mark (or the report's creation) as ``phase``."""
+        now = time.monotonic()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - self.clock
+        self.clock = now
+
+
+class ApplyPipeline:
+    """Holds the carried state between micro-batches of one apply job."""
+
+    def __init__(self, spark, config: Config, out: TextIO = sys.stdout,
+                 fault_hook: Callable[[str], None] | None = None) -> None:
+        self.spark = spark
+        self.config = config
+        self.out = out
+        self.bronze = bronze_ref(config)
+        check_bronze(spark, self.bronze, "bronze.path" if config.bronze.path else "bronze.table")
+        self.books = Bookkeeping(config)
+        self.books.create_all(spark)
+        self.version, self.states = self.books.load_progress(spark)
+        # The versions recorded by the batches progress covers (not those of a batch cut short after its append).
+        self.histories: dict[str, SchemaHistory] = self.books.load_history(spark, through_version=self.version)
+        self.type_options = TypeOptions(numeric=config.apply.numeric)
+        self.silver = SilverTables(spark, config)
+        self.silver.quarantined_sources = {r.source for r in self.books.ref("quarantine").read(spark)
+                                           .select("source").distinct().collect()}
+        self.logs = BatchLogs(spark, config, self.books, self.silver.names_of, self._type_name)
+        self.gaussdb_sources = sorted(s for s, f in config.formats.items() if f == "gaussdb")
+        if self.gaussdb_sources:
+            create_table(spark, expanded_ref(config), EXPANDED_DDL, {"delta.appendOnly": "true"},
+                         comment=f"cdc_apply: pgoutput messages transcoded from GaussDB sources of {config.pipeline}")
+        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc_apply-lag")
+        # Tests inject crashes here: called with "table:<ns.name>", "history:<ns.name>" (after a table's
+        # history write, before its silver writes), "logs" and "progress".
+        self._fault = fault_hook or (lambda point: None)
+        self.silver.fault = self._fault
+        self.reports: list[BatchReport] = []
+
+    def _messages(self):
+        """Every source's pgoutput messages: bronze, and for GaussDB sources their transcoded messages."""
+        from pyspark.sql import functions as F
+
+        df = self.bronze.read(self.spark)
+        if not self.gaussdb_sources:
+            return df
+        df = df.where(~F.col("source").isin(self.gaussdb_sources)).select("source", "seq", "lsn", "payload")
+        return df.unionByName(expanded_ref(self.config).read(self.spark).select("source", "seq", "lsn", "payload"))
+
+    # -- planning helpers ----------------------------------------------------------
+    def _first_change_seq(self, source: str, ranges, subxids):
+        """Seq of each subtransaction's first change within ``ranges`` (read from bronze, one job)."""
+        from pyspark.sql import functions as F
+
+        if not ranges or not subxids:
+            return {}
+        xid = streamed_xid()
+        candidates = (self._messages()
+                      .where((F.col("source") == source)
+                             & F.col("seq").between(min(a for a, _ in ranges), max(b for _, b in ranges))
+                             & is_change())
+                      .select(xid.alias("xid"), "seq").where(F.col("xid").isin(list(subxids))))
+        # Outside a stream block the same bytes are a relation OID, so only rows inside the ranges count;
+        # a join with the (small) range list, not an OR per range, which grows too deep for the optimizer.
+        spans = self.spark.createDataFrame([(int(a), int(b)) for a, b in ranges], "a LONG, b LONG")
+        rows = (candidates.join(F.broadcast(spans), F.col("seq").between(F.col("a"), F.col("b")), "left_semi")
+                .groupBy("xid").agg(F.min("seq").alias("first")).collect())
+        return {int(r.xid): int(r.first) for r in rows}
+
+    def _type_name(self, source: str):
+        history = self.histories[source]
+        return lambda oid, typmod: resolve_column_type(oid, typmod, history.types, self.type_options).pg_name
+
+    # -- one batch -------------------------------------------------------------------
+    def process(self, df, batch_id: int) -> BatchReport:
+        """Apply one micro-batch (``foreachBatch``); returns what it did, also printed as a line."""
+        with session_settings(self.spark, BATCH_SETTINGS):
+            try:
+                return self._process(df, batch_id)
+            except Exception as exc:
+                self._record_failure(unwrap_error(exc))
+                raise
+
+    def _record_failure(self, error: Exception) -> None:
+        """Leave the failed attempt where ``cdc-apply status`` finds it; never hide the error itself."""
+        source = error.context.get("source") if isinstance(error, CdcApplyError) else None
+        try:
+            self.books.record_failure(self.spark, [source], self.version + 1, str(error).splitlines()[0][:4000])
+        except Exception as inner:  # noqa: BLE001 - the batch's own error is the one to raise
+            print(f"cdc_apply: could not record the failure ({inner})", file=self.out, flush=True)
+
+    def _process(self, df, batch_id: int) -> BatchReport:
+        from pyspark.sql import functions as F
+
+        started = time.monotonic()
+        wanted = set(self.config.bronze.sources)
+        if wanted:
+            df = df.where(F.col("source").isin(sorted(wanted)))
+        stats = {r.source: r for r in df.groupBy("source").agg(
+            F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n")).collect()}
+        version = self.version + 1
+        report = BatchReport(version, batch_id, clock=started)
+        if not stats:
+            return report
+        check_late_rows(self.spark, self.bronze, self.config, self.states, stats)
+        lag_query = self._side.submit(self._bronze_max, sorted(stats))
+        last = {source: int(row.last) for source, row in stats.items()}
+        expansions: dict[str, Expansion] = {}
+        for source in stats:
+            if self.config.format_of(source) == "gaussdb":
+                state = self.states.get(source, SourceState())
+                expansions[source] = expand_gaussdb(self.spark, self.config, self.bronze, source, state.format_state,
+                                                    last[source], version)
+                last[source] = expansions[source].last_seq
+        # The micro-batch says how far each source has landed; the rows themselves are read from the
+        # bronze table by seq, so however Spark splits bronze commits into micro-batches, every row is
+        # seen once and in seq order.
+        new_rows = None
+        for source in stats:
+            state = self.states.get(source, SourceState())
+            cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= last[source])
+            new_rows = cond if new_rows is None else new_rows | cond
+        fresh = self._messages().where(new_rows)
+        landed = count_rows(fresh)
+        controls: dict[str, list] = {s: [] for s in stats}
+        for r in fresh.where(is_control() | is_directive()).select("source", "seq", "lsn", "payload").collect():
+            controls[r.source].append((r.seq, r.lsn, bytes(r.payload)))
+        inputs = {}
+        for source, row in stats.items():
+            self.histories.setdefault(source, SchemaHistory())
+            rows = sorted(controls[source])
+            inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows, last[source])
+            report.messages += int(row.n)
+        # The decode turns every bad message into an error row, whatever the policy: under "fail" the
+        # batch then stops on the first of them (first_decode_error), not on whichever task failed first.
+        plan = plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
+                          quarantine=True, table_selected=self.config.table_selected,
+                          txn_users={s: e.users for s, e in expansions.items()},
+                          quarantine_controls=self.config.apply.on_error == "quarantine")
+        states = {s: replace(b.state, format_state=expansions[s].format_state) if s in expansions else
+                  replace(b.state, applied_rows=applied_rows(self.spark, self.bronze, s, b.previous) + landed.get(s, 0))
+                  for s, b in plan.sources.items()}
+        decoded = self._decode(fresh, plan, report.messages)
+        report.mark("plan")
+        try:
+            self._apply(plan, decoded, version, report)
+        finally:
+            if decoded is not None:
+                decoded.unpersist()
+        self._fault("progress")
+        self._write_progress(plan, states, stats, version, batch_id, report, expansions, lag_query)
+        report.mark("progress")
+        self.version = version
+        self.states = {**self.states, **states}
+        report.seconds = time.monotonic() - started
+        self.reports.append(report)
+        print(report.line(), file=self.out, flush=True)
+        return report
+
+    def _decode(self, fresh, plan: BatchPlan, messages: int = 0):
+        from pyspark.sql import functions as F
+
+        if not plan.has_changes and not any(
+                b.state.applied_seq > b.previous.applied_seq for b in plan.sources.values()):
+            return None
+        changes = fresh.where(~is_control()).select("source", "seq", "lsn", "payload")
+        reread = None
+        for source, batch in plan.sources.items():
+            for a, b in batch.reread:
+                cond = (F.col("source") == source) & F.col("seq").between(a, b)
+                reread = cond if reread is None else reread | cond
+        if reread is not None:
+            old = (self._messages().where(reread & ~is_control())
+                   .select("source", "seq", "lsn", "payload"))
+            changes = changes.unionByName(old)
+        # Enough partitions that each cached block stays small: a block evicted to disk is read back
+        # whole, and the soak's 450k-message batches (rows as wide as the widest relation) ran the
+        # driver out of heap doing so in two partitions.
+        wanted = max(self.spark.sparkContext.defaultParallelism, -(-messages // DECODE_MESSAGES_PER_PARTITION))
+        if changes.rdd.getNumPartitions() < wanted:
+            changes = changes.repartition(wanted)
+        decoded = changes.mapInArrow(partial(decode_batches, plan=plan.decode), output_ddl(plan.decode))
+        return decoded.persist()
+
+    def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport) -> None:
+        from pyspark.sql import functions as F
+
+        if decoded is None:
+            self.logs.write_schema(plan, version)
+            report.quarantined = self.logs.write_quarantine(plan, None, version)
+            report.mark("logs")
+            return
+        # One job decodes everything (filling the cache) and returns what the driver needs.
+        truncate = F.when((F.col("op") == "T") & F.col("error").isNull(), F.struct(
+            "source", "seq", "commit_lsn", "txn", "trunc_relids", "trunc_options"))
+        try:
+            counts = (decoded.groupBy("source", "txn", "slot", "op")
+                      .agg(F.count(F.lit(1)).alias("n"), F.count("toast").alias("toasted"),
+                           F.count(F.when((F.col("op") == "U") & F.col("old_kind").isNotNull(), F.col("toast")))
+                           .alias("moved_toasted"),
+                           F.count("error").alias("errors"), F.max("commit_lsn").alias("last_commit_lsn"),
+                           F.collect_list(truncate).alias("truncates")).collect())
+        except Exception as exc:  # surface the decoder's own error, not a JVM stack trace
+            raise unwrap_error(exc) from None
+        if self.config.apply.on_error == "fail" and any(r.errors for r in counts):
+            raise first_decode_error(decoded)
+        truncates = sorted((t for r in counts for t in r.truncates), key=lambda t: (t.source, t.seq))
+        report.mark("decode")
+        self.logs.write_schema(plan, version)
+        report.transactions = sum(len(b.committed) for b in plan.sources.values())
+        report.aborted = sum(len(b.assembly.aborted) for b in plan.sources.values())
+        # A change quarantined now may have left silver a row PostgreSQL no longer has.
+        self.silver.quarantined_sources |= {r.source for r in counts if r.errors}
+        self.silver.quarantined_sources |= {s for s, b in plan.sources.items() if b.assembly.bad_controls}
+        works = self.silver.plan_tables(plan, self.histories, counts, truncates)
+        quarantined = sum(r.n for r in counts if r.errors)
+        report.quarantined = int(quarantined) + sum(len(b.assembly.bad_controls) for b in plan.sources.values())
+
+        def run(work):
+            self._fault(f"table:{work.qualified_name}")
+            began = time.monotonic()
+            stats = self.silver.apply_table(decoded, work, version)
+            stats.seconds = time.monotonic() - began
+            return work, stats
+
+        with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:
+            several = len(plan.sources) > 1
+            for work, stats in pool.map(run, works):
+                report.tables[f"{work.source}:{work.qualified_name}" if several else work.qualified_name] = stats
+                report.written.append((work.source, work.relation_id, work.qualified_name, stats))
+        report.mark("tables")
+        self._fault("logs")
+        self.logs.write_logs(plan, decoded, counts, truncates, version)
+        report.mark("logs")
+
+    def _bronze_max(self, sources: list[str]) -> dict[str, int]:
+        """Bronze's newest seq per source, for the lag. Runs beside the batch (its own thread): it reads
+        only bronze from each source's previous applied point on (file statistics on seq skip the
+        rest), and nothing in the batch waits for it until the progress rows."""
+        from pyspark.sql import functions as F
+
+        since = None
+        for source in sources:
+            state = self.states.get(source)
+            floor = 0 if state is None else state.applied_seq
+            if state is not None and state.format_state and self.config.format_of(source) == "gaussdb":
+                floor = min(floor, json.loads(state.format_state)["bronze_seq"])
+            cond = (F.col("source") == source) & (F.col("seq") >= floor)
+            since = cond if since is None else since | cond
+        if since is None:
+            return {}
+        rows = self.bronze.read(self.spark).where(since).groupBy("source").agg(F.max("seq").alias("m")).collect()
+        return {r.source: int(r.m) for r in rows}
+
+    def _write_progress(self, plan: BatchPlan, states, stats, version: int, batch_id: int, report: BatchReport,
+                        expansions, lag_query) -> None:
+        bronze_max = lag_query.result()
+        now = _now()
+        rows = []
+        for source, batch in plan.sources.items():
+            state = states[source]
+            commit_ts = m.pg_timestamp_to_datetime(state.last_commit_ts) if state.last_commit_ts is not None else None
+            if source in expansions:  # lag in bronze rows not yet transcoded; heartbeats say how current we are
+                lag_seq = max(bronze_max.get(source, 0) - json.loads(state.format_state)["bronze_seq"], 0)
+                beat = expansions[source].heartbeat_ts
+                if beat is not None:
+                    commit_ts = max(commit_ts, datetime.fromtimestamp(beat / 1e6, timezone.utc)) if commit_ts else \
+                        datetime.fromtimestamp(beat / 1e6, timezone.utc)
+            else:
+                lag_seq = max(bronze_max.get(source, state.applied_seq) - state.applied_seq, 0)
+            lag_s = (now - commit_ts).total_seconds() if commit_ts is not None else None
+            pending = state.describe_pending()
+            carried = pending["open"] + pending["streamed"] + pending["prepared"]
+            report.carried += carried
+            report.lag_seq = max(report.lag_seq, lag_seq)
+            if lag_s is not None:
+                report.lag_seconds = max(report.lag_seconds or 0.0, lag_s)
+            tables = [(rid, name, t.delta_version, t.history_version, t.last_commit_lsn)
+                      for s, rid, name, t in report.written if s == source]
+            rows.append((source, version, batch_id, state.applied_seq, state.last_commit_lsn, commit_ts,
+                         state.last_end_lsn, state.to_json(), bronze_max.get(source), int(stats[source].n),
+                         len(batch.committed), carried, state.oldest_needed_seq(), lag_seq, lag_s, now, tables))
+        self.books.append(self.spark, "progress", rows, version)
+
+    # -- the streaming query --------------------------------------------------------------
+    def run(self, once: bool = False, await_termination: bool = True):
+        """Start the Structured Streaming query over bronze (``once``: everything available, then stop)."""
+        reader = self.spark.readStream.format("delta")
+        if self.config.bronze.max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", self.config.bronze.max_files_per_trigger)
+        if self.config.bronze.max_bytes_per_trigger:
+            reader = reader.option("maxBytesPerTrigger", self.config.bronze.max_bytes_per_trigger)
+        stream = reader.load(self.bronze.path) if self.bronze.path else reader.table(self.bronze.name)
+        writer = (stream.writeStream.foreachBatch(lambda df, batch_id: self.process(df, batch_id))
+                  .option("checkpointLocation", self.config.checkpoint_location)
+                  .queryName(f"cdc_apply_{self.config.pipeline}"))
+        writer = writer.trigger(availableNow=True) if once else writer.trigger(
+            processingTime=self.config.apply.trigger_interval)
+        try:
+            query = writer.start()
+        except Exception as exc:
+            raise unwrap_error(exc, self.config) from None
+        if await_termination:
+            try:
+                query.awaitTermination()
+            except Exception as exc:  # StreamingQueryException wraps our own error: surface that one
+                raise unwrap_error(exc, self.config) from None
+        return query
+
+
+__all__ = ["ApplyPipeline", "BatchReport", "SKIP", "ApplyError"]

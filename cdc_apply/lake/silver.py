@@ -1,0 +1,425 @@
+"""Silver tables: where each relation lands, its schema, and one batch's truncate + MERGE.
+
+A silver table belongs to a relation OID of a source and lives where the
+relation's *first* name puts it (``<silver root>/<namespace>/<relation>``).
+A table renamed in PostgreSQL keeps its silver table (the ``cdc_apply.relation``
+property shows its current name); a new relation under a name that already has
+a silver table (DROP TABLE + CREATE TABLE) replaces that table, as in
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+from cdc_apply.planning.decode_plan import Pool, pool_columns
+from cdc_apply.planning.plan import BatchPlan
+from cdc_apply.planning.schema import RelationHistory, RelationVersion, SchemaHistory
+from cdc_apply.planning.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
+from cdc_apply.config import Config, HistorySpec
+from cdc_apply.lake.history import HistoryTables
+from cdc_apply.lake.merge import (
+    BATCH_SETTINGS, NEW_KEYS_APPEND_MIN, PERSISTENT_DVS, MergeResult, SlotMap, TableWork, append_new_keys, append_rows, key_range,
+    collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
+)
+from cdc_apply.lake.ledger import (
+    MAX_SEGMENTS, STEPS_PER_VERSION, SilverLedger, merge_step, new_keys_step, truncate_step,
+)
+from cdc_apply.lake.merge_moves import resolve_moves
+from cdc_apply.lake.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
+from cdc_apply.lake.tables import (
+    USER_METADATA, TableRef, apply_schema_ops, create_table, delta_version, set_properties, silver_properties,
+    silver_ref, table_properties,
+)
+from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError, StateError
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
+from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+
+PROP_SOURCE = "cdc_apply.source"
+PROP_RELATION = "cdc_apply.relation"
+PROP_RELATION_ID = "cdc_apply.relation_id"
+PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
+
+
+def commit_metadata(source: str, relation: str, last_commit_lsn: int) -> str:
+    """What each silver data commit says in ``userMetadata`` (``DESCRIBE HISTORY``): the source, the
+    relation and the commit LSN of the last transaction it applies, as PostgreSQL writes it (``X/Y``)
+    and as the BIGINT silver's and the bookkeeping's LSN columns hold."""
+    return json.dumps({"cdc_apply": {"source": source, "relation": relation,
+                                     "last_commit_lsn": m.format_lsn(last_commit_lsn),
+                                     "last_commit_lsn_bigint": last_commit_lsn}}, separators=(",", ":"))
+
+
+@dataclass
+class TableStats:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    truncated: bool = False
+    seconds: float = 0.0  # wall time of the table's work (tables run in parallel: they overlap)
+    delta_version: int | None = None    # the silver table's Delta version after the batch
+    history_version: int | None = None  # the history table's, when it keeps one
+    last_commit_lsn: int | None = None  # of the batch's last change (or truncate) of the table
+
+
+@dataclass(frozen=True)
+class _Planned:
+    work: TableWork                   # the table as of the newest version this batch applies
+    segments: tuple[TableWork, ...]   # consecutive relation versions with the same row identity
+    chain: tuple[RelationVersion, ...]
+    type_of: Callable[[int, int], str]
+    rows: int    # this batch's committed changes of the table
+    last_commit_lsn: int
+    ops: frozenset[str]  # change kinds of this table in the batch (I, U, D)
+    inserts: int
+    history: HistorySpec | None = None  # the table keeps a history table
+    truncates: tuple[tuple[int, int, object, str], ...] = ()  # every truncate: (commit LSN, seq, commit ts, cause)
+    previous_lsn: int | None = None     # the source's last applied commit LSN before the batch
+
+    @property
+    def has_rows(self) -> bool:
+        return self.rows > 0
+
+
+class SilverTables:
+    def __init__(self, spark, config: Config) -> None:
+        self.spark = spark
+        self.config = config
+        check_policies(config.silver.drop_columns, config.silver.retype)
+        self.type_options = TypeOptions(numeric=config.apply.numeric)
+        self._names: dict[tuple[str, int], str] = {}
+        self._planned: dict[tuple[str, int], _Planned] = {}
+        # What this process knows a silver table to look like: table -> (source, relation id, version seq).
+        # Saves reading each table's properties and schema every batch.
+        self._known: dict[str, tuple[str, int, int]] = {}
+        self._checked: set[str] = set()  # tables whose recorded apply version was checked (_check_not_ahead)
+        self.quarantined_sources: set[str] = set()  # sources with a quarantined change (the pipeline keeps it)
+        self.ledger = SilverLedger()
+        # Tables this process created or emptied and has not written since: a MERGE into them is an append.
+        self._empty: set[str] = set()
+        self.history = HistoryTables(config, self.metadata(), self.ledger)
+        self.fault: Callable[[str], None] = lambda point: None  # tests inject crashes (ApplyPipeline's hook)
+        # The properties this process last set on each table (set again only when they change).
+        self._properties: dict[str, dict[str, str]] = {}
+
+    def names_of(self, source: str, relation_ids) -> list[str]:
+        return [self._names[(source, rid)] for rid in relation_ids if (source, rid) in self._names]
+
+    def _type_of(self, history: SchemaHistory):
+        return lambda oid, typmod: resolve_column_type(oid, typmod, history.types, self.type_options).spark_ddl
+
+    def metadata(self) -> tuple[tuple[str, str, str], ...]:
+        """(silver column, decoded column, Spark type) of the metadata columns."""
+        p = self.config.silver.metadata_prefix
+        meta = [(p + "commit_lsn", "_commit_lsn", "BIGINT"), (p + "commit_ts", "_commit_ts", "TIMESTAMP")]
+        if self.config.silver.include_xid:
+            meta.append((p + "xid", "_xid", "BIGINT"))
+        if self.config.silver.include_origin:
+            meta.append((p + "origin", "_origin", "STRING"))
+        if self.config.gaussdb.include_user and "gaussdb" in self.config.formats.values():
+            meta.append((p + "user", "_user", "STRING"))
+        return tuple(meta)
+
+    # -- planning (driver) -----------------------------------------------------------
+    def plan_tables(self, plan: BatchPlan, histories: dict[str, SchemaHistory], counts, truncates) -> list[TableWork]:
+        touched: dict[tuple[str, int], dict] = {}
+        slot_rel = {k: (s.source, s.relation_id) for k, s in enumerate(plan.decode.slots)}
+
+        def entry_for(key):
+            return touched.setdefault(key, {"rows": 0, "toast": 0, "moved_toast": 0, "truncate": None, "lsn": 0,
+                                            "version": -1, "ops": set(), "inserts": 0})
+
+        for r in counts:
+            if r.slot is not None and not r.errors and r.op in ("I", "U", "D"):
+                entry = entry_for(slot_rel[r.slot])
+                entry["rows"] += r.n
+                entry["toast"] += r.toasted
+                entry["moved_toast"] += r.moved_toasted
+                entry["ops"].add(r.op)
+                entry["inserts"] += r.n if r.op == "I" else 0
+                entry["lsn"] = max(entry["lsn"], r.last_commit_lsn or 0)
+                entry["version"] = max(entry["version"], plan.decode.slots[r.slot].version_seq)
+        for t in truncates:
+            for rid in t.trunc_relids:
+                entry = entry_for((t.source, rid))
+                entry["lsn"] = max(entry["lsn"], t.commit_lsn)
+                entry["truncate_seq"] = max(entry.get("truncate_seq", -1), t.seq)
+                point = (t.commit_lsn, t.seq, t.trunc_options)
+                if entry["truncate"] is None or point[:2] > entry["truncate"][:2]:
+                    entry["truncate"] = point
+                committed = plan.sources[t.source].committed
+                ts = committed[t.txn].commit_ts if 0 <= t.txn < len(committed) else None
+                snapshot = 0 <= t.txn < len(committed) and committed[t.txn].xid == SNAPSHOT_XID
+                entry.setdefault("truncates", []).append(
+                    (t.commit_lsn, t.seq, m.pg_timestamp_to_datetime(ts) if ts is not None else None,
+                     "snapshot" if snapshot else "truncate"))
+        works = []
+        pool = pool_columns(plan.decode)
+        for (source, rid), info in sorted(touched.items()):
+            history = histories[source].relations.get(rid)
+            if history is None:
+                continue  # a truncate of a relation never described: nothing in silver to empty
+            # Silver follows the newest relation version a committed change of this batch used: a
+            # Relation message of a transaction still open (or later aborted) must not reshape it yet.
+            if info["version"] >= 0:
+                latest = next(v for v in history.versions if v.seq == info["version"])
+            else:
+                latest = history.at(info.get("truncate_seq", plan.sources[source].last_seq + 1)) or history.latest
+            if not self.config.table_selected(latest.qualified_name):
+                continue
+            planned = self._plan_table(source, rid, history, latest, histories[source], plan, info, pool)
+            self._planned[(source, rid)] = planned
+            works.append(planned.work)
+        return works
+
+    def _plan_table(self, source: str, rid: int, history: RelationHistory, latest: RelationVersion,
+                    schema: SchemaHistory, plan: BatchPlan, info: dict, pool: Pool) -> _Planned:
+        first = history.versions[0]
+        ref = silver_ref(self.config, first.namespace, first.name, source)
+        self._names[(source, rid)] = latest.qualified_name
+        chain = tuple(v for v in history.versions if v.seq <= latest.seq)
+        type_of = self._type_of(schema)
+        columns, _ = evolve(chain, type_of, self.config.silver.drop_columns, self.config.silver.retype)
+        # Versions whose row identity differs (ADD PRIMARY KEY, REPLICA IDENTITY FULL) are merged
+        # one after the other: an identity applies only to the changes written under it.
+        segments: list[tuple[tuple[str, ...] | None, list[SlotMap]]] = []
+        for k, slot in enumerate(plan.decode.slots):
+            if slot.source != source or slot.relation_id != rid or slot.version_seq > latest.seq:
+                continue
+            version = next(v for v in history.versions if v.seq == slot.version_seq)
+            key = identity_of(version, self.config.key_for(latest.qualified_name))
+            slot_map = SlotMap(k, slot_mapping(version, columns), tuple(t.spark_ddl for t in slot.column_types),
+                               pool.columns[k], version.seq)
+            if segments and segments[-1][0] == key:
+                segments[-1][1].append(slot_map)
+            else:
+                segments.append((key, [slot_map]))
+        if not segments:
+            segments.append((identity_of(latest, self.config.key_for(latest.qualified_name)), []))
+        truncate = info["truncate"]
+        defaults = column_defaults(chain, columns, schema, self.type_options)
+        works = tuple(TableWork(
+            source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
+            columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
+            meta=tuple((c, d) for c, d, _ in self.metadata()), has_toast=info["toast"] > 0,
+            toast_moves=info["moved_toast"] > 0, defaults=defaults)
+            for key, slot_maps in segments)
+        return _Planned(works[-1], works, chain, type_of, info["rows"], info["lsn"], frozenset(info["ops"]),
+                        info["inserts"], self.config.history_for(latest.qualified_name),
+                        tuple(sorted(info.get("truncates", ()), key=lambda t: t[:2])),
+                        plan.sources[source].previous.last_commit_lsn)
+
+    # -- applying (one thread per table) -------------------------------------------------
+    def apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
+        """The batch's changes to one silver table: schema, truncate, MERGE(s), properties. A Spark
+        failure becomes an :class:`ApplyError` naming the table (usually one changed outside cdc_apply)."""
+        try:
+            return self._apply_table(decoded, work, version)
+        except CdcApplyError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a JVM error: name the table, keep the cause
+            text = error_text(exc)
+            if any(marker in text for marker in ("Concurrent", "CONCURRENT")):
+                raise  # another writer: the pipeline names it
+            if driver_stopped(exc, text):  # out of memory, most often: the JVM printed why
+                raise driver_stopped_error(text, table=work.qualified_name, source=work.source) from exc
+            cause = resource_cause(text)
+            if cause:  # a full disk, an exhausted heap: nothing is wrong with the table
+                raise ApplyError(f"silver table {work.ref} could not take the batch: {cause}; free space or give "
+                                 "the driver more memory and run the job again: it completes the batch, skipping "
+                                 "the writes this run committed", table=work.qualified_name,
+                                 source=work.source) from exc
+            first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+            raise ApplyError(f"silver table {work.ref} could not take the batch ({first[:400]}); if it was changed "
+                             "outside cdc_apply (columns dropped or retyped, properties or protocol changed), "
+                             "restore it or remove it and rebuild it from bronze",
+                             table=work.qualified_name, source=work.source) from exc
+
+    def _apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
+        planned = self._planned[(work.source, work.relation_id)]
+        session = self.spark.newSession()
+        # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
+        session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+        for key, value in BATCH_SETTINGS.items():  # the MERGE itself plans here
+            session.conf.set(key, value)
+        app_id = f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
+        self._check_not_ahead(session, work, app_id, version)
+        self._ensure_schema(session, planned)
+        stats = TableStats(truncated=work.truncate_after is not None, last_commit_lsn=planned.last_commit_lsn)
+        if planned.history is not None:  # before silver's writes: see cdc_apply.lake.history
+            silver_newest = self.ledger.newest(session, work.ref, app_id)
+            stats.history_version = self.history.apply(session, decoded, planned, version,
+                                                       None if silver_newest < 0 else silver_newest,
+                                                       planned.previous_lsn, self._new_keys_are_new(work))
+            self.fault(f"history:{work.qualified_name}")
+        base = commit_metadata(work.source, work.qualified_name, planned.last_commit_lsn)
+
+        def write(step: int, action):
+            """Run ``action(metadata)`` as the write of ``step`` unless the table has it (a re-run)."""
+            metadata = self.ledger.claim(session, work.ref, app_id, step, base)
+            if metadata is None:
+                return None
+            session.conf.set(USER_METADATA, metadata)
+            try:
+                result = action(metadata)
+            finally:
+                session.conf.unset(USER_METADATA)
+            self.ledger.wrote(work.ref, app_id, step)
+            return result
+
+        if work.truncate_after is not None:
+            if write(truncate_step(version), lambda _: work.ref.delta_table(session).delete()) is not None:
+                self._empty.add(str(work.ref))
+        if planned.has_rows:
+            for segment_index, segment in enumerate(planned.segments):
+                result = self._merge(session, decoded, segment, planned, version, segment_index, write)
+                self._empty.discard(str(work.ref))
+                stats.inserted += result.inserted
+                stats.updated += result.updated
+                stats.deleted += result.deleted
+        props = {PROP_SOURCE: work.source, PROP_RELATION: work.qualified_name,
+                 PROP_RELATION_ID: str(work.relation_id), PROP_VERSION_SEQ: str(planned.chain[-1].seq)}
+        # A property commit only when what it says changes (new table, rename, new relation version):
+        # the per-batch commit LSN rides on the data commits' userMetadata instead.
+        if self._properties.get(str(work.ref)) != props:
+            set_properties(session, work.ref, props)
+            self._properties[str(work.ref)] = props
+        stats.delta_version = delta_version(session, work.ref)
+        return stats
+
+    def _check_not_ahead(self, session, work: TableWork, app_id: str, version: int) -> None:
+        """Once per table and process: silver must not hold writes of a later apply version than this
+        batch's. It does when the state was lost or restored from an older copy — apply versions then
+        start again below what the table has seen, and every write would be skipped as done while
+        progress moves on."""
+        if str(work.ref) in self._checked:
+            return
+        newest = self.ledger.newest(session, work.ref, app_id)
+        if newest // STEPS_PER_VERSION > version:
+            state = self.config.state.path or self.config.state.schema
+            raise StateError(
+                f"silver table {work.ref} holds writes of apply version {newest // STEPS_PER_VERSION} of pipeline "
+                f"{self.config.pipeline!r}, but the state at {state} is about to apply version {version}: the state "
+                "was lost or restored from an older copy, and applying now would skip writes. Restore the state "
+                "folder, or remove the silver tables together with the state to rebuild them from bronze",
+                table=work.qualified_name, source=work.source)
+        self._checked.add(str(work.ref))
+
+    def _new_keys_are_new(self, work: TableWork) -> bool:
+        """Whether a key the batch inserts first cannot be in silver: the key is the relation's own
+        replica identity (unique in PostgreSQL; a configured key need not be), and no change of the
+        source was ever quarantined (silver might then hold a row PostgreSQL deleted). It also takes
+        silver to be written by cdc_apply alone."""
+        return not self.config.key_for(work.qualified_name) and work.source not in self.quarantined_sources
+
+    def _merge(self, session, decoded, work: TableWork, planned: _Planned, version: int, segment: int,
+               write) -> MergeResult:
+        """One identity segment's writes, each through ``write(step, action)`` (skipped when done)."""
+        projected = project(decoded, work)
+        empty = str(work.ref) in self._empty
+        insert_only = planned.ops <= {"I"}
+        step = merge_step(version, segment)
+        done = MergeResult(0)
+        if work.key is None:
+            if insert_only:  # each Insert adds one copy: exactly an append
+                return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
+            self._choose_deletion_vectors(session, work, planned)
+            return write(step, lambda _: merge_keyless(session, projected, work, target_empty=empty)) or done
+        new_keys = segment < MAX_SEGMENTS and self._new_keys_are_new(work)
+        if insert_only and (empty or new_keys):  # every key is new: one append, no join with silver
+            return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
+        events = key_events(projected, work)
+        if work.toast_moves:
+            target = None if work.truncate_after is not None else work.ref.read(session)
+            events = resolve_moves(events, work, target)
+        # Materialised once: MERGE reads its source more than once, and a plain scan plans fast.
+        partitions = collapse_partitions(planned.rows, len(work.columns),
+                                         int(session.conf.get("spark.sql.shuffle.partitions")))
+        collapsed = collapse(events, work, work.has_toast, partitions).localCheckpoint()
+        self._choose_deletion_vectors(session, work, planned)  # only a MERGE writes deletion vectors
+        if not (new_keys and planned.inserts >= NEW_KEYS_APPEND_MIN):
+            rows, low, high = key_range(collapsed, work)
+            return write(step, lambda _: merge_keyed(session, collapsed, work, (low, high))) or done
+        # Keys the batch inserted first are appended; only the others are joined with silver.
+        rest = collapsed.where("NOT _new")
+        rows, low, high = key_range(rest, work)
+        merged = (write(step, lambda _: merge_keyed(session, rest, work, (low, high))) if rows else None) or done
+        appended = write(new_keys_step(version, segment), lambda meta: append_new_keys(session, collapsed, work, meta))
+        return MergeResult(merged.inserted + (appended or 0), merged.updated, merged.deleted)
+
+    def _choose_deletion_vectors(self, session, work: TableWork, planned: _Planned) -> None:
+        """Once per table and batch, before its MERGEs: mark rows, or rewrite the files they touch."""
+        def table_rows() -> int:
+            if str(work.ref) in self._empty:  # created, or truncated by this batch, and not written since
+                return 0
+            # Answered from the file statistics of the snapshot the MERGE is about to read.
+            return work.ref.read(session).count()
+
+        marks = writes_deletion_vectors(planned.rows, table_rows, self.config.silver.rewrite_share)
+        session.conf.set(PERSISTENT_DVS, str(marks).lower())
+
+    def _ensure_schema(self, session, planned: _Planned) -> None:
+        work = planned.work
+        ref = work.ref
+        shape = (work.source, work.relation_id, planned.chain[-1].seq)
+        if self._known.get(str(ref)) == shape:
+            return
+        self._create_or_evolve(session, planned)
+        self._known[str(ref)] = shape
+
+    def _create_or_evolve(self, session, planned: _Planned) -> None:
+        work = planned.work
+        ref = work.ref
+        meta = [(c, t) for c, _, t in self.metadata()]
+        names = {c.name for c in work.columns}
+        for col, _, _ in self.metadata():
+            if col in names:
+                raise SchemaError(f"column {col!r} of {work.qualified_name} collides with a metadata column; "
+                                  f"set silver.metadata_prefix", table=work.qualified_name)
+        columns = [(c.name, c.spark_ddl) for c in work.columns] + meta
+        comment = f"cdc_apply silver table of {work.source}:{work.qualified_name}"
+        if not ref.exists(session):
+            create_table(session, ref, columns, silver_properties(self.config), comment=comment)
+            self._empty.add(str(ref))
+            return
+        props = table_properties(session, ref)
+        if props.get(PROP_RELATION_ID) not in (None, str(work.relation_id)) or props.get(PROP_SOURCE) not in (
+                None, work.source):
+            # A new relation under a name that had a silver table: it replaces it, as in PostgreSQL.
+            create_table(session, ref, columns, silver_properties(self.config), comment=comment, replace=True)
+            self._empty.add(str(ref))
+            return
+        reflected = props.get(PROP_VERSION_SEQ)
+        chain = planned.chain
+        start = 0
+        if reflected is not None:
+            start = next((i for i, v in enumerate(chain) if v.seq == int(reflected)), 0)
+        columns, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype,
+                              start=start)
+        # Rows silver holds existed before a column added since: they read its missing value.
+        fills = [(columns[c], value) for c, added, value in work.defaults if added > chain[start].seq]
+        if ops or fills:
+            # Named by where the chain starts and ends: the table's commits say which steps are done.
+            apply_schema_ops(session, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills)
+
+
+def column_defaults(chain, columns, schema: SchemaHistory, options: TypeOptions) -> tuple[tuple[int, int, object], ...]:
+    """(silver column index, seq of the version adding it, typed value) for every column of ``chain``
+    added with a missing value that silver still has."""
+    from cdc_apply.pgoutput.values import convert_text_value
+
+    index = {c.lineage: i for i, c in enumerate(columns) if not c.dropped}
+    out = []
+    for version in chain:
+        for lineage, text in version.missing:
+            if lineage in index:
+                column = version.columns[version.lineage.index(lineage)]
+                column_type = resolve_column_type(column.type_oid, column.type_modifier, schema.types, options)
+                out.append((index[lineage], version.seq, convert_text_value(column_type, text)))
+    return tuple(out)
+
+
+__all__ = ["SilverTables", "TableStats", "SilverColumn", "TableRef"]

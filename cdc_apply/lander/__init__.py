@@ -1,0 +1,1 @@
+"""The lander: PostgreSQL replication slot (and snapshots) to the bronze table."""

@@ -1,0 +1,151 @@
+"""Bronze I/O for the lander: where a source stands, and one Delta append per batch.
+
+Each append carries ``txnAppId = cdc_apply-land:<source>``, ``txnVersion =``
+the batch number and, as ``userMetadata``, the
+:class:`~cdc_apply.lander.state.ResumeState` after the batch. The state therefore
+commits atomically with the rows it describes; on start the lander reads it
+back from the newest such commit and checks it against ``max(seq)``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from cdc_apply.lake.bronze import BRONZE_DDL, check_bronze_schema, create_bronze_table
+from cdc_apply.lake.tables import TableRef
+from cdc_apply.errors import ConfigError, LandError
+from cdc_apply.lander.sequencer import Batch
+from cdc_apply.lander.state import ResumeState, rebuild_state
+
+HISTORY_PROBES = (50, None)    # commits to look back for the lander's last metadata: then all
+
+
+class BronzeWriter:
+    """The bronze table as one source's lander sees it."""
+
+    def __init__(self, spark, ref: TableRef, source: str) -> None:
+        self.spark = spark
+        self.ref = ref
+        self.source = source
+        self.app_id = f"cdc_apply-land:{source}"
+        self.run_id = uuid.uuid4().hex
+        self.rebuilt_from_rows = False
+        self._location: str | None = ref.path
+
+    # -- start -------------------------------------------------------------------
+    def open(self) -> ResumeState:
+        """Create the table if needed, check its schema, and return where this source stands."""
+        from pyspark.sql import functions as F
+
+        self._ensure_table()
+        df = self.ref.read(self.spark)
+        try:
+            check_bronze_schema(df.schema, str(self.ref))
+        except ConfigError as err:
+            raise LandError(f"the bronze table does not have the bronze schema ({err.detail}); point "
+                            "bronze.path/bronze.table at a bronze table or at a new location",
+                            table=str(self.ref)) from None
+        mine = df.where(F.col("source") == self.source)
+        max_seq = mine.agg(F.max("seq").alias("m")).collect()[0].m
+        written = self._txn_version()
+        state = self._last_metadata()
+        if state is not None and state.last_seq == (-1 if max_seq is None else int(max_seq)):
+            return replace(state, batch=max(state.batch, written or 0))
+        if max_seq is None:
+            return ResumeState(batch=written or 0)
+        # Rows without (matching) lander metadata: rebuild from the rows themselves.
+        self.rebuilt_from_rows = True
+        rows = mine.select("seq", "lsn", "payload").orderBy("seq").toLocalIterator()
+        return rebuild_state(((r.seq, r.lsn, bytes(r.payload)) for r in rows),
+                             batch=max(written or 0, state.batch if state else 0), source=self.source)
+
+    def _ensure_table(self) -> None:
+        if self.ref.path is not None:
+            if not self.ref.exists(self.spark):
+                create_bronze_table(self.spark, self.ref.path)
+            return
+        if not self.ref.exists(self.spark):
+            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ref.sql} ({BRONZE_DDL}) USING delta "
+                           "TBLPROPERTIES ('delta.appendOnly' = 'true')")
+        try:
+            detail = self.spark.sql(f"DESCRIBE DETAIL {self.ref.sql}").collect()[0]
+            self._location = detail.location
+        except Exception:  # not every catalog answers DESCRIBE DETAIL; the history path still works
+            self._location = None
+
+    def _last_metadata(self) -> ResumeState | None:
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        table = DeltaTable.forPath(self.spark, self.ref.path) if self.ref.path else \
+            DeltaTable.forName(self.spark, self.ref.name)
+        needle = '"app":' + json.dumps(self.app_id)
+        for limit in HISTORY_PROBES:
+            history = table.history(limit) if limit else table.history()
+            rows = (history.where(F.col("userMetadata").contains(needle))
+                    .orderBy(F.col("version").desc()).select("userMetadata").limit(1).collect())
+            if rows:
+                try:
+                    app, state = ResumeState.from_json(rows[0].userMetadata)
+                except (ValueError, KeyError, TypeError, IndexError):
+                    return None
+                return state if app == self.app_id else None
+            if limit is not None and history.count() < limit:
+                return None
+        return None
+
+    def _delta_log(self):
+        if self._location is None:
+            return None
+        try:
+            jvm = self.spark._jvm
+            return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self._location)
+        except Exception:  # no JVM access (Spark Connect): fall back to userMetadata alone
+            return None
+
+    def _txn_version(self) -> int | None:
+        """The newest txnVersion Delta recorded for this source's app id (None: none, or unknown)."""
+        log = self._delta_log()
+        if log is None:
+            return None
+        defaults = (getattr(log, f"update$default${i}")() for i in (1, 2, 3))
+        found = log.update(*defaults).transactions().get(self.app_id)
+        return int(found.get()) if found.isDefined() else None
+
+    # -- batches -------------------------------------------------------------------
+    def append(self, batch: Batch, landed_at: datetime | None = None) -> None:
+        """One Delta commit with the batch's rows (one file, seq order) and its resume state."""
+        import pyarrow as pa
+
+        from cdc_apply.lake.bronze import bronze_schema
+
+        version = batch.state.batch
+        written = self._txn_version()
+        if written is not None and written >= version:
+            raise LandError(f"batch {version} of source {self.source!r} is already in bronze (written by "
+                            "another run): run one lander per source, then start this one again",
+                            table=str(self.ref), app_id=self.app_id)
+        at = landed_at or datetime.now(timezone.utc)
+        n = len(batch.rows)
+        table = pa.table({
+            "source": pa.array([self.source] * n, pa.string()),
+            "seq": pa.array([r[0] for r in batch.rows], pa.int64()),
+            "lsn": pa.array([r[1] for r in batch.rows], pa.int64()),
+            "payload": pa.array([r[2] for r in batch.rows], pa.binary()),
+            "landed_at": pa.array([at] * n, pa.timestamp("us", tz="UTC")),
+        })
+        df = self.spark.createDataFrame(table, schema=bronze_schema()).coalesce(1)
+        writer = (df.write.format("delta").mode("append")
+                  .option("txnAppId", self.app_id).option("txnVersion", str(version))
+                  .option("userMetadata", batch.state.to_json(self.app_id, self.run_id)))
+        if self.ref.path:
+            writer.save(self.ref.path)
+        else:
+            writer.saveAsTable(self.ref.name)
+        written = self._txn_version()
+        if written is not None and written < version:
+            raise LandError(f"Delta did not record batch {version} of source {self.source!r}",
+                            table=str(self.ref), app_id=self.app_id)

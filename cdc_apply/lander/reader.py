@@ -1,0 +1,223 @@
+"""Read a logical replication slot over the streaming replication protocol.
+
+psycopg2 opens the replication connection and sends START_REPLICATION; the
+CopyBoth stream is then read and answered here, through the very libpq that
+psycopg2 is linked with (``PQgetCopyData`` / ``PQputCopyData`` via ctypes).
+
+Why not psycopg2's ``read_message``/``send_feedback``: on every keepalive,
+psycopg2 moves the flush LSN it reports up to the keepalive's wal_end whenever
+the flush LSN last given to it is at or past the start LSN of the last message
+received. LSNs over the walsender are not monotonic (Relation, Type and Begin
+with an Origin arrive with LSN 0/0; Begin, changes and Stream Stop carry LSNs
+older than commits already confirmed), so psycopg2 would confirm transactions
+that are received but not yet in bronze, and a crash would lose them. Here the
+flush LSN is exactly what the caller confirmed, nothing else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import select
+import struct
+import time
+
+from cdc_apply.errors import LandError
+
+PG_EPOCH_UNIX = 946_684_800   # 2000-01-01 00:00:00 UTC, the epoch of the protocol's timestamps
+
+
+class StreamInterrupted(Exception):
+    """The replication connection ended or failed while streaming (may heal: reconnect)."""
+
+
+def _libpq(module_file: str):
+    # dlsym through psycopg2's extension module finds the libpq it is linked with (the same
+    # PGconn layout), also when that is a private copy inside the binary wheel.
+    lib = ctypes.CDLL(module_file)
+    lib.PQgetCopyData.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+    lib.PQgetCopyData.restype = ctypes.c_int
+    lib.PQputCopyData.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    lib.PQputCopyData.restype = ctypes.c_int
+    lib.PQflush.argtypes = [ctypes.c_void_p]
+    lib.PQflush.restype = ctypes.c_int
+    lib.PQconsumeInput.argtypes = [ctypes.c_void_p]
+    lib.PQconsumeInput.restype = ctypes.c_int
+    lib.PQfreemem.argtypes = [ctypes.c_void_p]
+    lib.PQfreemem.restype = None
+    lib.PQerrorMessage.argtypes = [ctypes.c_void_p]
+    lib.PQerrorMessage.restype = ctypes.c_char_p
+    lib.PQgetResult.argtypes = [ctypes.c_void_p]
+    lib.PQgetResult.restype = ctypes.c_void_p
+    lib.PQresultErrorMessage.argtypes = [ctypes.c_void_p]
+    lib.PQresultErrorMessage.restype = ctypes.c_char_p
+    lib.PQclear.argtypes = [ctypes.c_void_p]
+    lib.PQclear.restype = None
+    return lib
+
+
+class ReplicationReader:
+    """One START_REPLICATION session: yields ``(lsn, payload)`` and sends standby status updates.
+
+    ``lsn`` is the XLogData start the walsender sent with the message. The
+    reader answers keepalives that ask for a reply and sends a status update
+    every ``status_seconds`` on its own; the write, flush and apply positions
+    it reports are all the flush LSN given to :meth:`confirm` (never more).
+    """
+
+    def __init__(self, dsn: str, slot: str, options: dict[str, str], settings: dict[str, str],
+                 status_seconds: float = 10.0, connect_timeout: float = 10.0,
+                 application_name: str = "cdc_apply-land") -> None:
+        self.dsn = dsn
+        self.slot = slot
+        self.options = dict(options)
+        self.settings = dict(settings)
+        self.status_seconds = status_seconds
+        self.connect_timeout = connect_timeout
+        self.application_name = application_name
+        self.flush_lsn = 0
+        self.wal_end = 0                 # the walsender's sent position, from its last keepalive
+        self.keepalive_at = 0.0          # time.monotonic() of that keepalive
+        self.received = 0
+        # The walsender asked for a reply since the last confirmation: a server shutting down waits until
+        # the flush LSN reaches its wal_end (the caller decides whether it may).
+        self.reply_requested = False
+        self._conn = None
+        self._ptr = None
+        self._lib = None
+        self._last_status = 0.0
+
+    # -- connection ----------------------------------------------------------------
+    def connect(self) -> None:
+        """Open the replication connection (psycopg2 errors propagate: the caller names them)."""
+        import psycopg2
+        import psycopg2._psycopg as ext
+        from psycopg2.extras import LogicalReplicationConnection
+
+        from cdc_apply.lander.options import options_string
+        from cdc_apply.lander.server import TCP_KEEPALIVES
+
+        self._lib = _libpq(ext.__file__)
+        self._conn = psycopg2.connect(self.dsn, connection_factory=LogicalReplicationConnection,
+                                      connect_timeout=max(1, int(self.connect_timeout)),
+                                      application_name=self.application_name[:63],
+                                      options=options_string(self.settings), **TCP_KEEPALIVES)
+
+    def start(self, start_lsn: int = 0) -> None:
+        """Send START_REPLICATION at ``start_lsn`` (0: the slot's confirmed flush LSN), connecting first if needed.
+
+        psycopg2 errors propagate unchanged; the caller knows what they mean.
+        """
+        if self._conn is None:
+            self.connect()
+        cursor = self._conn.cursor()
+        cursor.start_replication(slot_name=self.slot, decode=False, start_lsn=start_lsn, options=self.options)
+        self._ptr = ctypes.c_void_p(self._conn.pgconn_ptr)
+        self.flush_lsn = max(self.flush_lsn, start_lsn)
+        self._last_status = time.monotonic()
+
+    def close(self) -> None:
+        """Drop the connection (the walsender ends; the slot keeps its confirmed flush LSN)."""
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # already broken: closing is best effort
+                pass
+        self._conn = None
+        self._ptr = None
+
+    def __enter__(self) -> "ReplicationReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading ---------------------------------------------------------------------
+    def read(self, timeout: float) -> tuple[int, bytes] | None:
+        """The next message, or ``None`` when none arrived within ``timeout`` seconds."""
+        if self._ptr is None:
+            raise StreamInterrupted("not connected")
+        deadline = time.monotonic() + timeout
+        while True:
+            buf = ctypes.c_void_p()
+            n = self._lib.PQgetCopyData(self._ptr, ctypes.byref(buf), 1)
+            if n > 0:
+                try:
+                    data = ctypes.string_at(buf, n)
+                finally:
+                    self._lib.PQfreemem(buf)
+                message = self._handle(data)
+                if message is not None:
+                    return message
+                continue
+            if n == -1:
+                raise StreamInterrupted(self._final_error() or "the server ended the replication stream")
+            if n < -1:
+                raise StreamInterrupted(self._error())
+            self._status_if_due()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                ready, _, _ = select.select([self._conn], [], [], min(left, self.status_seconds))
+            except (OSError, ValueError) as exc:
+                raise StreamInterrupted(f"the replication socket failed: {exc}") from None
+            if ready and self._lib.PQconsumeInput(self._ptr) == 0:
+                raise StreamInterrupted(self._error())
+
+    def _handle(self, data: bytes) -> tuple[int, bytes] | None:
+        kind = data[:1]
+        if kind == b"w" and len(data) >= 25:
+            data_start = struct.unpack_from("!Q", data, 1)[0]
+            self.received += 1
+            return data_start, data[25:]
+        if kind == b"k" and len(data) >= 18:
+            wal_end, _, reply = struct.unpack_from("!QqB", data, 1)
+            self.wal_end = max(self.wal_end, wal_end)
+            self.keepalive_at = time.monotonic()
+            if reply:
+                self.reply_requested = True
+                self.send_status()
+            return None
+        raise LandError(f"the server sent an unknown replication message {kind!r} ({len(data)} bytes)")
+
+    def _error(self) -> str:
+        text = self._lib.PQerrorMessage(self._ptr) if self._ptr is not None else None
+        return (text or b"").decode("utf-8", "replace").strip() or "the replication connection failed"
+
+    def _final_error(self) -> str:
+        messages = []
+        while True:
+            result = self._lib.PQgetResult(self._ptr)
+            if not result:
+                break
+            text = self._lib.PQresultErrorMessage(result)
+            if text:
+                messages.append(text.decode("utf-8", "replace").strip())
+            self._lib.PQclear(result)
+        return "; ".join(m for m in messages if m)
+
+    # -- feedback --------------------------------------------------------------------
+    def confirm(self, flush_lsn: int, reply: bool = False) -> None:
+        """Tell the server everything before ``flush_lsn`` is durably landed (never goes back)."""
+        self.flush_lsn = max(self.flush_lsn, flush_lsn)
+        self.reply_requested = False
+        self.send_status(reply=reply)
+
+    def request_keepalive(self) -> None:
+        """Ask the walsender for a keepalive now (it carries its current wal_end)."""
+        self.send_status(reply=True)
+
+    def send_status(self, reply: bool = False) -> None:
+        """A Standby Status Update: write = flush = apply = the confirmed flush LSN."""
+        if self._ptr is None:
+            return
+        now = int((time.time() - PG_EPOCH_UNIX) * 1_000_000)
+        lsn = self.flush_lsn
+        message = b"r" + struct.pack("!QQQqB", lsn, lsn, lsn, now, 1 if reply else 0)
+        if self._lib.PQputCopyData(self._ptr, message, len(message)) != 1 or self._lib.PQflush(self._ptr) != 0:
+            raise StreamInterrupted(self._error())
+        self._last_status = time.monotonic()
+
+    def _status_if_due(self) -> None:
+        if time.monotonic() - self._last_status >= self.status_seconds:
+            self.send_status()

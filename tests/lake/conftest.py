@@ -1,0 +1,80 @@
+"""Helpers for pipeline tests: a bronze table fed in appends, one apply run over it."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cdc_apply.config import Config, parse_config
+from cdc_apply.lake.bronze import bronze_schema, create_bronze_table
+from cdc_apply.lake.pipeline import ApplyPipeline
+
+
+@dataclass
+class Lake:
+    """A bronze/silver/state layout under one folder."""
+
+    spark: object
+    root: Path
+    extra: dict
+
+    @property
+    def config(self) -> Config:
+        raw = {"bronze": {"path": str(self.root / "bronze"), "max_files_per_trigger": 1},
+               "silver": {"path": str(self.root / "silver")}, "state": {"path": str(self.root / "state")}}
+        for section, values in self.extra.items():
+            raw.setdefault(section, {}).update(values)
+        return parse_config(raw)
+
+    def land(self, rows) -> None:
+        """Append bronze rows ``(source, seq, lsn, payload)`` as one Delta commit (one micro-batch)."""
+        create_bronze_table(self.spark, str(self.root / "bronze"))
+        df = self.spark.createDataFrame([(*r, None) for r in rows], bronze_schema()).coalesce(1)
+        df.write.format("delta").mode("append").save(str(self.root / "bronze"))
+
+    def apply(self, **kwargs) -> tuple[ApplyPipeline, str]:
+        out = io.StringIO()
+        pipeline = ApplyPipeline(self.spark, self.config, out=out, **kwargs)
+        pipeline.run(once=True)
+        return pipeline, out.getvalue()
+
+    def silver(self, namespace: str, name: str):
+        from cdc_apply.lake.tables import silver_ref
+
+        return silver_ref(self.config, namespace, name).read(self.spark)
+
+    def state(self, table: str):
+        return self.spark.read.format("delta").load(str(self.root / "state" / table))
+
+
+@pytest.fixture(scope="session")
+def lake_factory(spark, tmp_path_factory):
+    def make(name: str = "lake", **extra) -> Lake:
+        return Lake(spark, tmp_path_factory.mktemp(name), extra)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def rules_run(lake_factory):
+    """The apply-rules capture (``rules_capture``) applied once with the defaults: (lake, pipeline, printed)."""
+    from rules_capture import apply_rules
+
+    lake = lake_factory("rules")
+    pipeline, printed = apply_rules(lake)
+    return lake, pipeline, printed
+
+
+@pytest.fixture(scope="session")
+def history_run(lake_factory):
+    """The history capture (``history_capture``) applied with history tables through two crashes — after
+    a table's history write and before its silver writes in the first batch, before the second
+    batch's progress — then to the end: (lake, rows, pipeline)."""
+    from history_capture import CONFIG, apply_history
+
+    lake = lake_factory("history", **CONFIG)
+    rows, _, pipeline = apply_history(lake, crashes=(("history:public.t", 1), ("progress", 2)))
+    return lake, rows, pipeline

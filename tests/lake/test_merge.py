@@ -1,0 +1,180 @@
+"""Collapsing a table's changes to one row per key, and how many partitions it takes."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_apply.lake import merge
+from cdc_apply.lake.merge import collapse_partitions, writes_deletion_vectors
+
+from rules_capture import apply_rules
+
+
+def test_a_collapse_takes_more_partitions_only_when_its_values_outgrow_the_default():
+    assert collapse_partitions(1_000, 10, default=4) is None
+    assert collapse_partitions(100_000, 7, default=4) is None            # the bench's narrow tables
+    assert collapse_partitions(95_000, 300, default=4) == 15             # the soak's wide table
+    assert collapse_partitions(95_000, 600, default=4) > collapse_partitions(95_000, 300, default=4)
+
+
+# The tables of the apply-rules capture each variant below can change: applying only those makes a
+# variant's run cost a few MERGEs instead of nine tables' (the suite's time is mostly such runs).
+KEYED = ("public.basic", "public.toasty", "public.moves", "public.parent")
+
+
+def _variant_lake(lake_factory, name: str, tables: tuple[str, ...], **extra):
+    """The apply-rules capture applied again, to ``tables`` only, with settings of ``extra``."""
+    lake = lake_factory(name, **extra, apply={"tables": list(tables)})
+    apply_rules(lake)
+    return lake
+
+
+def _silver_tables(lake):
+    return sorted(p for p in (lake.root / "silver").glob("*/*") if (p / "_delta_log").exists())
+
+
+def _contents(lake, tables: tuple[str, ...]) -> dict[str, list]:
+    out = {}
+    for table in _silver_tables(lake):
+        name = f"{table.parent.name}.{table.name}"
+        if name in tables:
+            df = lake.spark.read.format("delta").load(str(table))
+            out[name] = sorted((tuple(r) for r in df.collect()), key=repr)
+    return out
+
+
+@pytest.mark.spark
+def test_a_collapse_spread_over_more_partitions_leaves_every_table_as_with_the_default(
+        rules_run, lake_factory, monkeypatch):
+    monkeypatch.setattr(merge, "CELLS_PER_PARTITION", 1)
+    wanted = []
+    real = merge.collapse
+
+    def spy(events, work, has_toast, partitions=None):
+        wanted.append(partitions)
+        return real(events, work, has_toast, partitions)
+
+    monkeypatch.setattr("cdc_apply.lake.silver.collapse", spy)
+    spread = _contents(_variant_lake(lake_factory, "more_partitions", KEYED), KEYED)
+    assert len(spread) == len(KEYED)
+    assert wanted and all(p and p > 4 for p in wanted)
+    assert spread == _contents(rules_run[0], KEYED)
+
+
+def test_an_append_takes_one_file_per_eight_million_values():
+    assert merge.append_files(0, 6) == 1
+    assert merge.append_files(100_000, 8) == 1                          # a bench table's base load
+    assert merge.append_files(1_000_000, 8) == 2
+    assert merge.append_files(1_000_000, 300) > merge.append_files(1_000_000, 8)
+
+
+@pytest.mark.spark
+def test_an_insert_only_load_into_an_empty_table_writes_files_by_rows_not_by_decode_partition(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    from cdc_apply.planning.tables import SilverColumn
+    from cdc_apply.lake.merge import TableWork, append_rows
+    from cdc_apply.lake.tables import TableRef
+
+    ref = TableRef(path=str(tmp_path / "t"))
+    work = TableWork(source="s", relation_id=1, qualified_name="public.t", ref=ref,
+                     columns=(SilverColumn("id", "INT", 0), SilverColumn("v", "STRING", 1)), key=("id",),
+                     slots=(), truncate_after=None, meta=(("_lsn", "_commit_lsn"),))
+    # Eight partitions of decoded change rows, as the decode stage hands a batch's rows over.
+    projected = spark.range(0, 4_000, numPartitions=8).select(
+        F.col("id").cast("int").alias("n_0"), F.col("id").cast("string").alias("n_1"),
+        F.lit("I").alias("_op"), F.col("id").alias("_commit_lsn"))
+    append_rows(spark, projected, work, '{"cdc_apply":{}}', inserts=4_000)
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{ref.path}`").first()
+    assert detail.numFiles == 1
+    assert spark.read.format("delta").load(ref.path).count() == 4_000
+
+
+def _never_counted():
+    raise AssertionError("a small batch must not count the table's rows")
+
+
+def test_a_merge_marks_rows_in_deletion_vectors_unless_its_batch_changes_half_the_table():
+    assert writes_deletion_vectors(9_999, _never_counted, 0.5)
+    assert writes_deletion_vectors(49_999, lambda: 100_000, 0.5)
+    assert not writes_deletion_vectors(50_000, lambda: 100_000, 0.5)
+    assert not writes_deletion_vectors(988_174, lambda: 1_000_000, 0.5)   # the bench's 1M batch
+    assert not writes_deletion_vectors(10_000, lambda: 10**9, 0.0)        # 0: every large MERGE rewrites
+
+
+def _merge_metrics(lake) -> list[dict]:
+    return [row.operationMetrics for table in _silver_tables(lake)
+            for row in lake.spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'").collect()]
+
+
+@pytest.mark.spark
+def test_a_merge_that_rewrites_its_files_leaves_every_table_as_one_that_writes_deletion_vectors(
+        rules_run, lake_factory, monkeypatch):
+    tables = (*KEYED, "public.dups")  # dups: the keyless MERGE
+    marking = rules_run[0]  # small batches: the defaults mark rows
+    monkeypatch.setattr(merge, "REWRITE_MIN_CHANGES", 0)
+    rewriting = _variant_lake(lake_factory, "rewrites_files", tables, silver={"rewrite_share": 0})
+    assert len(_contents(rewriting, tables)) == len(tables)
+    assert _contents(rewriting, tables) == _contents(marking, tables)
+    added = [int(m.get("numTargetDeletionVectorsAdded", 0)) for m in _merge_metrics(marking)]
+    assert any(added)
+    rewrites = _merge_metrics(rewriting)
+    assert rewrites and not any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in rewrites)
+    assert any(int(m.get("numTargetFilesRemoved", 0)) for m in rewrites)
+
+
+@pytest.mark.spark
+def test_move_resolution_by_rounds_leaves_every_table_as_the_one_pass_does(rules_run, lake_factory, monkeypatch):
+    from cdc_apply.lake import merge_moves
+
+    tables = ("public.moves",)  # the table whose key changes leave unchanged TOAST to fill
+    used = []
+
+    def by_rounds(events, work, target):
+        used.append(work.qualified_name)
+        return merge_moves.resolve_moves_by_rounds(events.localCheckpoint(), work, target)
+
+    monkeypatch.setattr("cdc_apply.lake.silver.resolve_moves", by_rounds)
+    rounds = _contents(_variant_lake(lake_factory, "moves_by_rounds", tables), tables)
+    assert used and set(used) == {"public.moves"}
+    assert rounds == _contents(rules_run[0], tables)
+
+
+@pytest.mark.spark
+def test_a_keyless_batch_applies_each_rows_changes_in_commit_order_when_some_find_no_copy(lake_factory):
+    """A Delete or Update of a row silver lacks changes nothing at its place in the order, as in
+    PostgreSQL's apply worker and the reference applier: netting the batch per row would let it cancel
+    an Insert that comes after it."""
+    from collections import Counter
+
+    from cdc_apply.testing.reference import ReferenceApplier
+    from cdc_apply.testing.stream import StreamBuilder
+
+    b = StreamBuilder("keyless")
+    dups = b.relation("public", "dups", [("a", "int4", True), ("b", "text", True)], replica_identity="f")
+    with b.transaction() as tx:
+        tx.insert(dups, {"a": 1, "b": "x"})
+        tx.insert(dups, {"a": 1, "b": "x"})
+        tx.insert(dups, {"a": 2, "b": "y"})
+    first = len(b.rows())
+    with b.transaction() as tx:
+        tx.delete(dups, old={"a": 3, "b": "z"})                    # no copy yet: nothing happens
+    with b.transaction() as tx:
+        tx.insert(dups, {"a": 3, "b": "z"})
+    with b.transaction() as tx:
+        for _ in range(3):                                         # the third finds no copy left
+            tx.delete(dups, old={"a": 1, "b": "x"})
+        tx.insert(dups, {"a": 1, "b": "x"})
+        for _ in range(2):                                         # the second moves no copy away
+            tx.update(dups, {"a": 4, "b": "w"}, old={"a": 2, "b": "y"})
+    rows = b.rows()
+    lake = lake_factory("keyless_order")
+    lake.land(rows[:first])
+    lake.land(rows[first:])
+    lake.apply()
+    silver = Counter((r.a, r.b) for r in lake.silver("public", "dups").collect())
+    reference = ReferenceApplier()
+    for _, seq, _, payload in rows:
+        reference.feed(seq, payload)
+    assert silver == Counter((int(r["a"]), r["b"]) for r in reference.rows("public.dups"))
+    assert silver == Counter({(1, "x"): 1, (3, "z"): 1, (4, "w"): 2})
