@@ -40,6 +40,7 @@ from cdc_apply.lake.tables import (
 )
 from cdc_apply.errors import ApplyError, ConfigError, SchemaError, StateError
 from cdc_apply.pgoutput import messages as m
+from cdc_apply.planning import columns as cc
 
 PROP_HISTORY_OF = "cdc_apply.history_of"
 PROP_COMPLETE_FROM = "cdc_apply.history_complete_from_lsn"
@@ -151,11 +152,11 @@ class HistoryTables:
         from pyspark.sql import functions as F
 
         h = self.columns
-        rows = project(decoded, work).where(F.col("_op") == "I").select(
-            *[F.col(f"n_{i}").alias(c.name) for i, c in enumerate(work.columns)],
+        rows = project(decoded, work).where(F.col(cc.OP) == "I").select(
+            *[F.col(cc.value(i)).alias(c.name) for i, c in enumerate(work.columns)],
             *[F.col(src).alias(col) for col, src in work.meta],
-            F.col("_commit_lsn").alias(h.valid_from_lsn), F.lit(None).cast("bigint").alias(h.valid_to_lsn),
-            F.col("_commit_ts").alias(h.valid_from_ts), F.lit(None).cast("timestamp").alias(h.valid_to_ts),
+            F.col(cc.COMMIT_LSN).alias(h.valid_from_lsn), F.lit(None).cast("bigint").alias(h.valid_to_lsn),
+            F.col(cc.COMMIT_TS).alias(h.valid_from_ts), F.lit(None).cast("timestamp").alias(h.valid_to_ts),
             F.lit("insert").alias(h.operation), F.lit(None).cast("string").alias(h.closed_by),
             F.lit(1).cast("bigint").alias(h.copies), F.lit(True).alias(h.is_current))
         rows = rows.coalesce(append_files(inserts, len(work.columns)))

@@ -32,8 +32,9 @@ from cdc_apply.lake.merge import TableWork, null_safe_equal
 from cdc_apply.lake.tables import quote_ident
 from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
+from cdc_apply.planning import columns as cc
 
-EVENT_META = ("_commit_lsn", "_commit_ts", "_xid", "_origin", "_user")
+EVENT_META = cc.EVENT_META
 
 
 HISTORY_COLUMNS = ("valid_from_lsn", "valid_to_lsn", "valid_from_ts", "valid_to_ts", "operation", "closed_by",
@@ -70,7 +71,7 @@ class Truncates:
 
     points: tuple[tuple[int, int, datetime | None, str], ...] = ()
 
-    def epoch(self, lsn_col: str = "_commit_lsn", seq_col: str = "_seq"):
+    def epoch(self, lsn_col: str = cc.COMMIT_LSN, seq_col: str = cc.SEQ):
         """How many truncates come before an event (at ``(lsn, seq)``) in commit order."""
         from pyspark.sql import functions as F
 
@@ -110,14 +111,14 @@ def _prior_events(open_rows, work: TableWork, h: HistoryColumns, truncates: Trun
     from pyspark.sql import functions as F
 
     meta = _event_meta(work)
-    cols = [F.lit(-1).cast("bigint").alias("_seq")]
+    cols = [F.lit(-1).cast("bigint").alias(cc.SEQ)]
     for src in EVENT_META:
-        dtype = {"_commit_lsn": "bigint", "_commit_ts": "timestamp", "_xid": "bigint"}.get(src, "string")
+        dtype = {cc.COMMIT_LSN: "bigint", cc.COMMIT_TS: "timestamp", cc.XID: "bigint"}.get(src, "string")
         cols.append((F.col(quote_ident(meta[src])) if src in meta else F.lit(None)).cast(dtype).alias(src))
     for i, c in enumerate(work.columns):
-        cols += [F.col(quote_ident(c.name)).alias(f"n_{i}"), F.lit(True).alias(f"x_{i}"), F.lit(True).alias(f"p_{i}")]
-    cols += [F.lit("P").alias("_kind"), F.lit(0).alias("_sub"), F.lit(False).alias("_move")]
-    cols += [F.col(quote_ident(work.columns[i].name)).alias(f"k_{p}") for p, i in enumerate(work.key_index)]
+        cols += [F.col(quote_ident(c.name)).alias(cc.value(i)), F.lit(True).alias(cc.carried(i)), F.lit(True).alias(cc.present(i))]
+    cols += [F.lit("P").alias(cc.KIND), F.lit(0).alias("_sub"), F.lit(False).alias("_move")]
+    cols += [F.col(quote_ident(work.columns[i].name)).alias(cc.key(p)) for p, i in enumerate(work.key_index)]
     cols += [F.lit(None).cast(work.columns[i].spark_ddl).alias(f"_src_k_{p}") for p, i in enumerate(work.key_index)]
     cols += [F.lit(-1).cast("bigint").alias("_grp"), F.col(h.valid_from_lsn).alias("_vf_lsn"),
              F.col(h.valid_from_ts).alias("_vf_ts"), F.col(h.operation).alias("_vop"),
@@ -137,33 +138,33 @@ def keyed_versions(events, open_rows, work: TableWork, h: HistoryColumns, trunca
     from pyspark.sql import functions as F
 
     n, nk = len(work.columns), len(work.key_index)
-    ev = events.select("*", F.col("_commit_lsn").alias("_grp"), F.lit(None).cast("bigint").alias("_vf_lsn"),
+    ev = events.select("*", F.col(cc.COMMIT_LSN).alias("_grp"), F.lit(None).cast("bigint").alias("_vf_lsn"),
                        F.lit(None).cast("timestamp").alias("_vf_ts"), F.lit(None).cast("string").alias("_vop"),
                        truncates.epoch().alias("_epoch"))
     prior = _prior_events(open_rows, work, h, truncates)
     stream = ev.unionByName(prior.select(*ev.columns))
-    part = [F.col(f"k_{p}") for p in range(nk)] + [F.col("_epoch")]
-    w_all = Window.partitionBy(*part).orderBy("_grp", "_seq", "_sub")
+    part = [F.col(cc.key(p)) for p in range(nk)] + [F.col("_epoch")]
+    w_all = Window.partitionBy(*part).orderBy("_grp", cc.SEQ, "_sub")
     w = w_all.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    stream = stream.select("*", F.lag("_kind").over(w_all).alias("_pk"))
-    after_reset = (F.col("_kind") != "D") & (F.col("_pk").isNull() | (F.col("_pk") == "D"))
-    cols = [F.col(c) for c in ("_grp", "_epoch", "_kind", "_vf_lsn", "_vf_ts", "_vop", *EVENT_META)]
-    cols += [F.col(f"k_{p}") for p in range(nk)]
+    stream = stream.select("*", F.lag(cc.KIND).over(w_all).alias("_pk"))
+    after_reset = (F.col(cc.KIND) != "D") & (F.col("_pk").isNull() | (F.col("_pk") == "D"))
+    cols = [F.col(c) for c in ("_grp", "_epoch", cc.KIND, "_vf_lsn", "_vf_ts", "_vop", *EVENT_META)]
+    cols += [F.col(cc.key(p)) for p in range(nk)]
     for i in range(n):
-        cols += [F.last(F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v"))), ignorenulls=True)
-                 .over(w).alias(f"r_{i}"), F.col(f"p_{i}")]
+        cols += [F.last(F.when(F.col(cc.carried(i)), F.struct(F.col(cc.value(i)).alias("v"))), ignorenulls=True)
+                 .over(w).alias(f"r_{i}"), F.col(cc.present(i))]
     cols += [F.lead("_grp").over(w_all).alias("_ng0"),
-             F.last(F.when(F.col("_kind") == "D", F.struct(F.col("_grp").alias("g"), F.col("_move").alias("mv"))),
+             F.last(F.when(F.col(cc.KIND) == "D", F.struct(F.col("_grp").alias("g"), F.col("_move").alias("mv"))),
                     ignorenulls=True).over(w).alias("_rk"),
-             F.last(F.when(after_reset, F.col("_kind")), ignorenulls=True).over(w).alias("_ck")]
+             F.last(F.when(after_reset, F.col(cc.KIND)), ignorenulls=True).over(w).alias("_ck")]
     groups = stream.select(*cols).where(F.col("_ng0").isNull() | (F.col("_ng0") != F.col("_grp")))
-    complete = reduce(lambda a, b: a & b, [F.col(f"r_{i}").isNotNull() | ~F.col(f"p_{i}") for i in range(n)],
+    complete = reduce(lambda a, b: a & b, [F.col(f"r_{i}").isNotNull() | ~F.col(cc.present(i)) for i in range(n)],
                       F.lit(True))
     reset = F.coalesce(F.col("_rk.g") == F.col("_grp"), F.lit(False))
     groups = groups.select(
         *[c for c in groups.columns if not c.startswith("r_") and not c.startswith("p_") and c != "_ng0"],
         *[F.col(f"r_{i}.v").alias(f"v_{i}") for i in range(n)],
-        ((F.col("_kind") == "P") | ((F.col("_kind") != "D") & complete)).alias("_present"),
+        ((F.col(cc.KIND) == "P") | ((F.col(cc.KIND) != "D") & complete)).alias("_present"),
         reset.alias("_reset"),
         F.when(reset, F.when(F.col("_rk.mv"), F.lit("move")).otherwise(F.lit("delete"))).alias("_cause"))
     g = Window.partitionBy(*part).orderBy("_grp")
@@ -173,17 +174,17 @@ def keyed_versions(events, open_rows, work: TableWork, h: HistoryColumns, trunca
     else:
         changed = reduce(lambda a, b: a | b, [~F.col(f"v_{i}").eqNullSafe(F.lag(f"v_{i}").over(g)) for i in tracked],
                          F.lit(False))
-    opened = F.when(F.col("_kind") == "P", F.col("_vop")).when(
+    opened = F.when(F.col(cc.KIND) == "P", F.col("_vop")).when(
         F.coalesce(prev_present, F.lit(False)) & ~F.col("_reset"), F.lit("update")).when(
-        F.col("_ck") == "M", F.lit("move")).when(F.col("_xid") == SNAPSHOT_XID, F.lit("snapshot")).otherwise(
+        F.col("_ck") == "M", F.lit("move")).when(F.col(cc.XID) == SNAPSHOT_XID, F.lit("snapshot")).otherwise(
         F.lit("insert"))
     starts = F.col("_present") & (prev_present.isNull() | ~prev_present | F.col("_reset") | changed)
     groups = groups.select("*", starts.alias("_starts"), opened.alias("_opened"))
-    start = F.struct((F.col("_kind") == "P").alias("prior"), F.coalesce("_vf_lsn", "_grp").alias("lsn"),
-                     F.coalesce("_vf_ts", "_commit_ts").alias("ts"), F.col("_opened").alias("op"))
+    start = F.struct((F.col(cc.KIND) == "P").alias("prior"), F.coalesce("_vf_lsn", "_grp").alias("lsn"),
+                     F.coalesce("_vf_ts", cc.COMMIT_TS).alias("ts"), F.col("_opened").alias("op"))
     g_to_here = g.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     marked = groups.select(
-        "*", F.lead("_grp").over(g).alias("_ng"), F.lead("_commit_ts").over(g).alias("_nts"),
+        "*", F.lead("_grp").over(g).alias("_ng"), F.lead(cc.COMMIT_TS).over(g).alias("_nts"),
         F.lead("_present").over(g).alias("_np"), F.lead("_starts").over(g).alias("_ns"),
         F.lead("_cause").over(g).alias("_nc"),
         F.last(F.when(F.col("_starts"), start), ignorenulls=True).over(g_to_here).alias("_start"))
@@ -216,34 +217,34 @@ def keyless_versions(projected, history, work: TableWork, h: HistoryColumns, tru
     from pyspark.sql import functions as F
 
     n = len(work.columns)
-    if projected.where((F.col("_op") == "U") & F.col("_old_kind").isNull()).limit(1).count():
+    if projected.where((F.col(cc.OP) == "U") & F.col(cc.OLD_KIND).isNull()).limit(1).count():
         raise ApplyError("an update without its old row on a table without a key: cannot tell which row changed; "
                          "set REPLICA IDENTITY FULL or configure the key", table=work.qualified_name)
     values = [f"v_{i}" for i in range(n)]
-    filled = [F.when(F.col(f"x_{i}"), F.col(f"n_{i}")).when(F.col(f"p_{i}"), F.col(f"o_{i}")) for i in range(n)]
-    common = [F.col("_commit_lsn").alias("_grp"), "_seq", *EVENT_META, F.col("_op").alias("_kind"),
+    filled = [F.when(F.col(cc.carried(i)), F.col(cc.value(i))).when(F.col(cc.present(i)), F.col(cc.old(i))) for i in range(n)]
+    common = [F.col(cc.COMMIT_LSN).alias("_grp"), cc.SEQ, *EVENT_META, F.col(cc.OP).alias(cc.KIND),
               F.lit(None).cast("bigint").alias("_vf_lsn"), F.lit(None).cast("timestamp").alias("_vf_ts"),
               F.lit(None).cast("string").alias("_vop"), truncates.epoch().alias("_epoch")]
-    adds = projected.where(F.col("_op").isin("I", "U")).select(
+    adds = projected.where(F.col(cc.OP).isin("I", "U")).select(
         *[v.alias(f"v_{i}") for i, v in enumerate(filled)], F.lit(1).cast("bigint").alias("_d"),
         F.lit(1).alias("_step"), *common)
-    subs = projected.where(F.col("_op").isin("U", "D")).select(
-        *[F.col(f"o_{i}").alias(f"v_{i}") for i in range(n)], F.lit(-1).cast("bigint").alias("_d"),
+    subs = projected.where(F.col(cc.OP).isin("U", "D")).select(
+        *[F.col(cc.old(i)).alias(f"v_{i}") for i in range(n)], F.lit(-1).cast("bigint").alias("_d"),
         F.lit(0).alias("_step"), *common)
     meta = _event_meta(work)
     open_rows = open_versions_of(history, adds.unionByName(subs), work, h, keyed=False, small=small)
     prior = open_rows.select(
         *[F.col(quote_ident(c.name)).alias(f"v_{i}") for i, c in enumerate(work.columns)],
         F.col(h.copies).alias("_d"), F.lit(0).alias("_step"), F.lit(-1).cast("bigint").alias("_grp"),
-        F.lit(-1).cast("bigint").alias("_seq"),
+        F.lit(-1).cast("bigint").alias(cc.SEQ),
         *[(F.col(quote_ident(meta[src])) if src in meta else F.lit(None)).cast(
-            {"_commit_lsn": "bigint", "_commit_ts": "timestamp", "_xid": "bigint"}.get(src, "string")).alias(src)
+            {cc.COMMIT_LSN: "bigint", cc.COMMIT_TS: "timestamp", cc.XID: "bigint"}.get(src, "string")).alias(src)
           for src in EVENT_META],
-        F.lit("P").alias("_kind"), F.col(h.valid_from_lsn).alias("_vf_lsn"), F.col(h.valid_from_ts).alias("_vf_ts"),
+        F.lit("P").alias(cc.KIND), F.col(h.valid_from_lsn).alias("_vf_lsn"), F.col(h.valid_from_ts).alias("_vf_ts"),
         F.col(h.operation).alias("_vop"), truncates.epoch_of_version(h.valid_from_lsn).alias("_epoch"))
     steps = adds.unionByName(subs).unionByName(prior.select(*adds.columns))
     part = [F.col(v) for v in values] + [F.col("_epoch")]
-    w_all = Window.partitionBy(*part).orderBy("_grp", "_seq", "_step")
+    w_all = Window.partitionBy(*part).orderBy("_grp", cc.SEQ, "_step")
     w = w_all.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     steps = steps.select("*", F.sum("_d").over(w).alias("_s"))
     # A removal that finds no copy left changes nothing: the count is the running sum lifted by its lowest dip.
@@ -254,20 +255,20 @@ def keyless_versions(projected, history, work: TableWork, h: HistoryColumns, tru
     changes = (groups.select("*", F.coalesce(F.lag("_count").over(g), F.lit(0)).alias("_pc"))
                .where(F.col("_count") != F.col("_pc")))
     kinds = F.create_map(*[F.lit(x) for kv in (("I", "insert"), ("U", "update"), ("D", "delete")) for x in kv])
-    marked = changes.select("*", F.lead("_grp").over(g).alias("_ng"), F.lead("_commit_ts").over(g).alias("_nts"),
-                            F.lead("_kind").over(g).alias("_nk"))
+    marked = changes.select("*", F.lead("_grp").over(g).alias("_ng"), F.lead(cc.COMMIT_TS).over(g).alias("_nts"),
+                            F.lead(cc.KIND).over(g).alias("_nk"))
     versions = marked.where(F.col("_count") > 0)
     cut_lsn, cut_ts, cut_cause = truncates.at("_epoch")
     has_next = F.col("_ng").isNotNull()
     valid_to = F.when(has_next, F.col("_ng")).otherwise(cut_lsn)
-    prior_flag = F.col("_kind") == "P"
-    opened = F.when((F.col("_kind") == "I") & (F.col("_xid") == SNAPSHOT_XID), F.lit("snapshot")).otherwise(
-        kinds[F.col("_kind")])
+    prior_flag = F.col(cc.KIND) == "P"
+    opened = F.when((F.col(cc.KIND) == "I") & (F.col(cc.XID) == SNAPSHOT_XID), F.lit("snapshot")).otherwise(
+        kinds[F.col(cc.KIND)])
     out = [F.col(f"v_{i}").alias(c.name) for i, c in enumerate(work.columns)]
     out += [F.col(src).alias(col) for src, col in meta.items()]
     out += [F.when(prior_flag, F.col("_vf_lsn")).otherwise(F.col("_grp")).alias(h.valid_from_lsn),
             valid_to.alias(h.valid_to_lsn),
-            F.when(prior_flag, F.col("_vf_ts")).otherwise(F.col("_commit_ts")).alias(h.valid_from_ts),
+            F.when(prior_flag, F.col("_vf_ts")).otherwise(F.col(cc.COMMIT_TS)).alias(h.valid_from_ts),
             F.when(has_next, F.col("_nts")).otherwise(cut_ts).alias(h.valid_to_ts),
             F.when(prior_flag, F.col("_vop")).otherwise(opened).alias(h.operation),
             F.when(has_next, kinds[F.col("_nk")]).otherwise(cut_cause).alias(h.closed_by),
@@ -319,7 +320,7 @@ def open_versions_of(history_df, keys_df, work: TableWork, h: HistoryColumns, ke
     current = history_df.where(F.col(quote_ident(h.is_current)))
     if keyed:
         names = [work.columns[i].name for i in work.key_index]
-        probe = [F.col(f"k_{p}") for p in range(len(names))]
+        probe = [F.col(cc.key(p)) for p in range(len(names))]
     else:
         names = [c.name for c in work.columns]
         probe = [F.col(f"v_{i}") for i in range(len(names))]

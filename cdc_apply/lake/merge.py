@@ -29,6 +29,7 @@ from typing import Sequence
 from cdc_apply.planning.tables import SilverColumn
 from cdc_apply.lake.tables import TableRef, quote_ident
 from cdc_apply.errors import ApplyError
+from cdc_apply.planning import columns as cc
 
 # The collapse's output is materialised (localCheckpoint) as row blocks, one per partition; a block
 # evicted to disk is read back whole. With the default 4 partitions the soak's ~300-column table
@@ -117,10 +118,10 @@ def project(decoded, work: TableWork):
     if work.truncate_after is not None:
         lsn, seq = work.truncate_after
         rows = rows.where((F.col("commit_lsn") > lsn) | ((F.col("commit_lsn") == lsn) & (F.col("seq") > seq)))
-    exprs = [F.col("seq").alias("_seq"), F.col("commit_lsn").alias("_commit_lsn"), F.col("commit_ts").alias("_commit_ts"),
-             F.col("xid").alias("_xid"), F.col("origin").alias("_origin"), F.col("user").alias("_user"),
-             F.col("op").alias("_op"),
-             F.col("old_kind").alias("_old_kind")]
+    exprs = [F.col("seq").alias(cc.SEQ), F.col("commit_lsn").alias(cc.COMMIT_LSN), F.col("commit_ts").alias(cc.COMMIT_TS),
+             F.col("xid").alias(cc.XID), F.col("origin").alias(cc.ORIGIN), F.col("user").alias(cc.USER),
+             F.col("op").alias(cc.OP),
+             F.col("old_kind").alias(cc.OLD_KIND)]
     not_delete = F.col("op") != F.lit("D")
     all_slots = {s.slot for s in work.slots}
     # silver column -> its position in each slot's relation version
@@ -159,7 +160,7 @@ def project(decoded, work: TableWork):
             holders |= older
         present = (not_delete if holders == all_slots else
                    _slot_in(holders) & not_delete if holders else F.lit(False))
-        exprs += [new_v.alias(f"n_{i}"), old_v.alias(f"o_{i}"), carried.alias(f"x_{i}"), present.alias(f"p_{i}")]
+        exprs += [new_v.alias(cc.value(i)), old_v.alias(cc.old(i)), carried.alias(cc.carried(i)), present.alias(cc.present(i))]
     return rows.select(*exprs)
 
 
@@ -202,42 +203,42 @@ def key_events(projected, work: TableWork):
 
     ki = work.key_index
     n, nk = len(work.columns), len(ki)
-    has_old = F.col("_old_kind").isNotNull()
-    k_new = [F.col(f"n_{i}") for i in ki]
-    k_old = [F.when(has_old, F.col(f"o_{i}")).otherwise(F.col(f"n_{i}")) for i in ki]
-    moved = (F.col("_op") == "U") & ~null_safe_equal(k_old, k_new)
-    meta = ["_seq", "_commit_lsn", "_commit_ts", "_xid", "_origin", "_user"]
+    has_old = F.col(cc.OLD_KIND).isNotNull()
+    k_new = [F.col(cc.value(i)) for i in ki]
+    k_old = [F.when(has_old, F.col(cc.old(i))).otherwise(F.col(cc.value(i))) for i in ki]
+    moved = (F.col(cc.OP) == "U") & ~null_safe_equal(k_old, k_new)
+    meta = [cc.SEQ, *cc.EVENT_META]
     key_ddl = [work.columns[i].spark_ddl for i in ki]
 
     def event(kind, sub: int, move: bool, out: bool, keys, sources):
         return F.struct(kind.alias("kind"), F.lit(sub).alias("sub"), F.lit(move).alias("move"),
                         F.lit(out).alias("out"),
-                        *[k.cast(t).alias(f"k_{p}") for p, (k, t) in enumerate(zip(keys, key_ddl))],
+                        *[k.cast(t).alias(cc.key(p)) for p, (k, t) in enumerate(zip(keys, key_ddl))],
                         *[(F.lit(None) if s is None else s).cast(t).alias(f"s_{p}")
                           for p, (s, t) in enumerate(zip(sources, key_ddl))])
 
     none = [None] * nk
-    plain = event(F.col("_op"), 0, False, False,
-                  [F.when(F.col("_op") == "D", o).otherwise(k) for o, k in zip(k_old, k_new)], none)
+    plain = event(F.col(cc.OP), 0, False, False,
+                  [F.when(F.col(cc.OP) == "D", o).otherwise(k) for o, k in zip(k_old, k_new)], none)
     pair = F.array(event(F.lit("D"), 0, True, True, k_old, none), event(F.lit("M"), 1, True, False, k_new, k_old))
     e = F.col("_e")
     out = e["out"]
-    exploded = projected.select(*meta, *[c for i in range(n) for c in (f"n_{i}", f"x_{i}", f"p_{i}")],
+    exploded = projected.select(*meta, *[c for i in range(n) for c in (cc.value(i), cc.carried(i), cc.present(i))],
                                 F.explode(F.when(moved, pair).otherwise(F.array(plain))).alias("_e"))
     values = []
     for i, column in enumerate(work.columns):
         # A move-out carries no values: the old key's row goes away.
-        values += [F.when(out, F.lit(None).cast(column.spark_ddl)).otherwise(F.col(f"n_{i}")).alias(f"n_{i}"),
-                   (~out & F.col(f"x_{i}")).alias(f"x_{i}"), (~out & F.col(f"p_{i}")).alias(f"p_{i}")]
+        values += [F.when(out, F.lit(None).cast(column.spark_ddl)).otherwise(F.col(cc.value(i))).alias(cc.value(i)),
+                   (~out & F.col(cc.carried(i))).alias(cc.carried(i)), (~out & F.col(cc.present(i))).alias(cc.present(i))]
     return exploded.select(
-        *meta, *values, e["kind"].alias("_kind"), e["sub"].alias("_sub"), e["move"].alias("_move"),
-        *[e[f"k_{p}"].alias(f"k_{p}") for p in range(nk)], *[e[f"s_{p}"].alias(f"_src_k_{p}") for p in range(nk)])
+        *meta, *values, e["kind"].alias(cc.KIND), e["sub"].alias("_sub"), e["move"].alias("_move"),
+        *[e[cc.key(p)].alias(cc.key(p)) for p in range(nk)], *[e[f"s_{p}"].alias(f"_src_k_{p}") for p in range(nk)])
 
 
 def key_window(nkeys: int, frame_to_current: bool = True):
     from pyspark.sql import Window
 
-    w = Window.partitionBy(*[f"k_{p}" for p in range(nkeys)]).orderBy("_commit_lsn", "_seq", "_sub")
+    w = Window.partitionBy(*[cc.key(p) for p in range(nkeys)]).orderBy(cc.COMMIT_LSN, cc.SEQ, "_sub")
     return w.rowsBetween(Window.unboundedPreceding, Window.currentRow) if frame_to_current else w
 
 
@@ -251,30 +252,28 @@ def collapse(events, work: TableWork, has_toast: bool, partitions: int | None = 
 
     n, nk = len(work.columns), len(work.key_index)
     if partitions:
-        events = events.repartition(partitions, *[F.col(f"k_{p}") for p in range(nk)])
+        events = events.repartition(partitions, *[F.col(cc.key(p)) for p in range(nk)])
     w = key_window(nk)
     w_all = key_window(nk, frame_to_current=False)
-    cols = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_seq", "_commit_lsn", "_commit_ts", "_xid",
-                                                                          "_origin", "_user", "_kind")]
+    cols = [F.col(cc.key(p)) for p in range(nk)] + [F.col(c) for c in (cc.SEQ, *cc.EVENT_META, cc.KIND)]
     for i in range(n):
         if has_toast:
-            r = F.last(F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v"))), ignorenulls=True).over(w)
+            r = F.last(F.when(F.col(cc.carried(i)), F.struct(F.col(cc.value(i)).alias("v"))), ignorenulls=True).over(w)
         else:
-            r = F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v")))
-        cols += [r.alias(f"r_{i}"), F.col(f"p_{i}")]
-    cols.append(F.lead("_seq").over(w_all).alias("_next"))
-    cols.append(F.first("_kind").over(w).alias("_first"))
+            r = F.when(F.col(cc.carried(i)), F.struct(F.col(cc.value(i)).alias("v")))
+        cols += [r.alias(f"r_{i}"), F.col(cc.present(i))]
+    cols.append(F.lead(cc.SEQ).over(w_all).alias("_next"))
+    cols.append(F.first(cc.KIND).over(w).alias("_first"))
     reduced = events.select(*cols).where(F.col("_next").isNull())
-    out = [F.col(f"k_{p}") for p in range(nk)] + [F.col(c) for c in ("_commit_lsn", "_commit_ts", "_xid", "_origin",
-                                                                      "_user")]
-    out.append(F.when(F.col("_kind") == "D", F.lit("delete")).otherwise(F.lit("upsert")).alias("_action"))
+    out = [F.col(cc.key(p)) for p in range(nk)] + [F.col(c) for c in cc.EVENT_META]
+    out.append(F.when(F.col(cc.KIND) == "D", F.lit("delete")).otherwise(F.lit("upsert")).alias("_action"))
     # The key's first event in the batch inserted it (or moved it in): under a unique key it cannot be
     # in silver yet (see SilverTables._fast_path), so its row can be appended without a join.
     out.append(F.col("_first").isin("I", "M").alias("_new"))
     for i in range(n):
         out += [F.col(f"r_{i}.v").alias(f"v_{i}"), F.col(f"r_{i}").isNotNull().alias(f"s_{i}")]
     # Complete: every column of the final change's version has a value (no TOAST gap left for silver to fill).
-    out.append(reduce(lambda a, b: a & b, [F.col(f"r_{i}").isNotNull() | ~F.col(f"p_{i}") for i in range(n)],
+    out.append(reduce(lambda a, b: a & b, [F.col(f"r_{i}").isNotNull() | ~F.col(cc.present(i)) for i in range(n)],
                       F.lit(True)).alias("_complete"))
     return reduced.select(*out)
 
@@ -360,17 +359,17 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     from pyspark.sql import functions as F
 
     n = len(work.columns)
-    meta_cols = ["_commit_lsn", "_commit_ts", "_xid", "_origin", "_user"]
-    if projected.where((F.col("_op") == "U") & F.col("_old_kind").isNull()).limit(1).count():
+    meta_cols = list(cc.EVENT_META)
+    if projected.where((F.col(cc.OP) == "U") & F.col(cc.OLD_KIND).isNull()).limit(1).count():
         raise ApplyError("an update without its old row on a table without a key: cannot tell which row changed; "
                          "set REPLICA IDENTITY FULL or configure the key", table=work.qualified_name)
-    filled = [F.when(F.col(f"x_{i}"), F.col(f"n_{i}")).when(F.col(f"p_{i}"), F.col(f"o_{i}")) for i in range(n)]
-    order = lambda step: F.struct("_commit_lsn", "_seq", F.lit(step).alias("_step"))  # noqa: E731
+    filled = [F.when(F.col(cc.carried(i)), F.col(cc.value(i))).when(F.col(cc.present(i)), F.col(cc.old(i))) for i in range(n)]
+    order = lambda step: F.struct(cc.COMMIT_LSN, cc.SEQ, F.lit(step).alias("_step"))  # noqa: E731
     meta = [F.col(c) for c in meta_cols]
-    adds = projected.where(F.col("_op").isin("I", "U")).select(
+    adds = projected.where(F.col(cc.OP).isin("I", "U")).select(
         *[v.alias(f"v_{i}") for i, v in enumerate(filled)], F.lit(1).alias("_d"), order(1).alias("_o"), *meta)
-    subs = projected.where(F.col("_op").isin("U", "D")).select(
-        *[F.col(f"o_{i}").alias(f"v_{i}") for i in range(n)], F.lit(-1).alias("_d"), order(0).alias("_o"), *meta)
+    subs = projected.where(F.col(cc.OP).isin("U", "D")).select(
+        *[F.col(cc.old(i)).alias(f"v_{i}") for i in range(n)], F.lit(-1).alias("_d"), order(0).alias("_o"), *meta)
     values = [f"v_{i}" for i in range(n)]
     running = Window.partitionBy(*values).orderBy("_o").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     net = (adds.unionByName(subs).withColumn("_s", F.sum("_d").over(running)).groupBy(*values)
@@ -392,10 +391,10 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
             F.coalesce(F.col("b._c"), F.lit(0)).alias("_c"))
     counted = counted.withColumn("_new", F.greatest(F.col("_c") + F.col("_d"), F.col("_d") - F.col("_low")))
     fewer = F.col("_new") < F.col("_c")
-    deletes = counted.where(fewer).select(*values, *meta_cols, F.lit("del").alias("_kind"))
+    deletes = counted.where(fewer).select(*values, *meta_cols, F.lit("del").alias(cc.KIND))
     copies = F.when(fewer, F.col("_new")).otherwise(F.col("_new") - F.col("_c"))
     inserts = (counted.where(copies > 0).withColumn("_k", F.explode(F.sequence(F.lit(1), copies.cast("int"))))
-               .select(*values, *meta_cols, F.lit("ins").alias("_kind")))
+               .select(*values, *meta_cols, F.lit("ins").alias(cc.KIND)))
     source = deletes.unionByName(inserts)
     condition = " AND ".join(f"t.{quote_ident(c.name)} <=> s.`v_{i}`" for i, c in enumerate(work.columns))
     meta_set = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
@@ -453,9 +452,9 @@ def append_rows(spark, projected, work: TableWork, metadata: str, inserts: int) 
     """
     from pyspark.sql import functions as F
 
-    values = [F.col(f"n_{i}").alias(c.name) for i, c in enumerate(work.columns)]
+    values = [F.col(cc.value(i)).alias(c.name) for i, c in enumerate(work.columns)]
     meta = [F.col(src).alias(col) for col, src in work.meta]
-    rows = projected.where(F.col("_op") == "I").select(*values, *meta)
+    rows = projected.where(F.col(cc.OP) == "I").select(*values, *meta)
     # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
     # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
     rows = rows.coalesce(append_files(inserts, len(work.columns)))

@@ -13,6 +13,7 @@ from functools import reduce
 from cdc_apply.lake.merge import TableWork, null_safe_equal, key_window
 from cdc_apply.lake.tables import quote_ident
 from cdc_apply.errors import ApplyError
+from cdc_apply.planning import columns as cc
 
 # Up to this many move-ins, their keys and the pass's output are broadcast (a hash join each) instead
 # of shuffling every event of the batch, wide rows included.
@@ -39,9 +40,9 @@ def resolve_moves(events, work: TableWork, target):
     events = events.localCheckpoint()
     # Which columns some move-in leaves a gap in: only those travel to the pass and back (a table
     # with many columns usually has one or two that can be TOASTed).
-    flags = events.where(F.col("_kind") == "M").agg(
+    flags = events.where(F.col(cc.KIND) == "M").agg(
         F.count(F.lit(1)).alias("_moves"),
-        *[F.max((F.col(f"p_{i}") & ~F.col(f"x_{i}")).cast("int")).alias(f"g_{i}") for i in range(n)]).first()
+        *[F.max((F.col(cc.present(i)) & ~F.col(cc.carried(i))).cast("int")).alias(f"g_{i}") for i in range(n)]).first()
     columns = [i for i in range(n) if flags is not None and flags[f"g_{i}"]]
     if not columns:
         return events
@@ -50,16 +51,16 @@ def resolve_moves(events, work: TableWork, target):
     ddl = ", ".join(["_m_seq BIGINT", "_mixed BOOLEAN"] + [f"_sk_{p} {t}" for p, t in enumerate(key_ddl)]
                     + [f"{c}_{i} {t}" for i in columns
                        for c, t in (("r", work.columns[i].spark_ddl), ("f", "BOOLEAN"), ("s", "BOOLEAN"))])
-    inputs = (["_commit_lsn", "_seq", "_sub", "_kind"] + [f"k_{p}" for p in range(nk)]
+    inputs = ([cc.COMMIT_LSN, cc.SEQ, "_sub", cc.KIND] + [cc.key(p) for p in range(nk)]
               + [f"_src_k_{p}" for p in range(nk)] + [f"{c}_{i}" for i in columns for c in ("n", "x", "p")])
     # Only the events of keys some move leaves or enters can be on a chain of moves: a batch of
     # 90,000 events with a few hundred moves hands the one-partition pass a few thousand.
     related = events.select(*inputs)
     if small:
-        moved = (events.where(F.col("_move")).select(*[F.col(f"k_{p}").alias(f"_mk_{p}") for p in range(nk)])
+        moved = (events.where(F.col("_move")).select(*[F.col(cc.key(p)).alias(f"_mk_{p}") for p in range(nk)])
                  .distinct())
         related = related.join(F.broadcast(moved), null_safe_equal(
-            [F.col(f"k_{p}") for p in range(nk)], [F.col(f"_mk_{p}") for p in range(nk)]), "left_semi")
+            [F.col(cc.key(p)) for p in range(nk)], [F.col(f"_mk_{p}") for p in range(nk)]), "left_semi")
     sources = (related.repartition(1)
                .mapInArrow(partial(resolve_move_batches, nk=nk, columns=columns), ddl).localCheckpoint())
     if sources.where("_mixed").limit(1).count():
@@ -129,23 +130,23 @@ def resolve_moves_by_rounds(events, work: TableWork, target, max_rounds: int = 1
     from pyspark.sql import Window
 
     n, nk = len(work.columns), len(work.key_index)
-    gaps = [F.col(f"p_{i}") & ~F.col(f"x_{i}") for i in range(n)]
+    gaps = [F.col(cc.present(i)) & ~F.col(cc.carried(i)) for i in range(n)]
     any_gap = reduce(lambda a, b: a | b, gaps, F.lit(False))
     # Only an unfilled move-in hides the value: a plain update's unchanged TOAST changes nothing, so
     # the value before it (earlier in the batch, or silver's) is still the one to take.
-    waits = [gaps[i] & (F.col("_kind") == "M") for i in range(n)]
+    waits = [gaps[i] & (F.col(cc.KIND) == "M") for i in range(n)]
     before = key_window(nk, frame_to_current=False).rowsBetween(Window.unboundedPreceding, -1)
     for _ in range(max_rounds):
-        if events.where((F.col("_kind") == "M") & any_gap).limit(1).count() == 0:
+        if events.where((F.col(cc.KIND) == "M") & any_gap).limit(1).count() == 0:
             return events
         looked = events.select(
-            "_seq", "_kind", "_move", *[f"k_{p}" for p in range(nk)],
-            *[F.last(F.when(F.col(f"x_{i}"), F.struct(F.col(f"n_{i}").alias("v"))), ignorenulls=True)
+            cc.SEQ, cc.KIND, "_move", *[cc.key(p) for p in range(nk)],
+            *[F.last(F.when(F.col(cc.carried(i)), F.struct(F.col(cc.value(i)).alias("v"))), ignorenulls=True)
               .over(before).alias(f"r_{i}") for i in range(n)],
-            *[F.last(F.when(F.col(f"x_{i}") | waits[i], waits[i]), ignorenulls=True).over(before).alias(f"b_{i}")
+            *[F.last(F.when(F.col(cc.carried(i)) | waits[i], waits[i]), ignorenulls=True).over(before).alias(f"b_{i}")
               for i in range(n)])
-        outs = looked.where((F.col("_kind") == "D") & F.col("_move")).select(
-            F.col("_seq").alias("_m_seq"), *[F.col(f"k_{p}").alias(f"_mk_{p}") for p in range(nk)],
+        outs = looked.where((F.col(cc.KIND) == "D") & F.col("_move")).select(
+            F.col(cc.SEQ).alias("_m_seq"), *[F.col(cc.key(p)).alias(f"_mk_{p}") for p in range(nk)],
             *[F.col(f"r_{i}") for i in range(n)], *[F.col(f"b_{i}") for i in range(n)])
         outs = _with_silver(outs, target, work, "_mk_", range(n))
         events = _fill_move_ins(

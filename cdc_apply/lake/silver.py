@@ -37,6 +37,7 @@ from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError, StateError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+from cdc_apply.planning import columns as cc
 
 PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
@@ -114,13 +115,13 @@ class SilverTables:
     def metadata(self) -> tuple[tuple[str, str, str], ...]:
         """(silver column, decoded column, Spark type) of the metadata columns."""
         p = self.config.silver.metadata_prefix
-        meta = [(p + "commit_lsn", "_commit_lsn", "BIGINT"), (p + "commit_ts", "_commit_ts", "TIMESTAMP")]
+        meta = [(p + "commit_lsn", cc.COMMIT_LSN, "BIGINT"), (p + "commit_ts", cc.COMMIT_TS, "TIMESTAMP")]
         if self.config.silver.include_xid:
-            meta.append((p + "xid", "_xid", "BIGINT"))
+            meta.append((p + "xid", cc.XID, "BIGINT"))
         if self.config.silver.include_origin:
-            meta.append((p + "origin", "_origin", "STRING"))
+            meta.append((p + "origin", cc.ORIGIN, "STRING"))
         if self.config.gaussdb.include_user and "gaussdb" in self.config.formats.values():
-            meta.append((p + "user", "_user", "STRING"))
+            meta.append((p + "user", cc.USER, "STRING"))
         return tuple(meta)
 
     # -- planning (driver) -----------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from cdc_apply.planning import columns as cc
 
 
 def resolve_move_sources(table: pa.Table, nk: int, columns: Sequence[int]) -> pa.Table:
@@ -29,15 +30,15 @@ def resolve_move_sources(table: pa.Table, nk: int, columns: Sequence[int]) -> pa
     different keys: the caller must resolve those otherwise); ``_sk_<p>`` the silver key its
     silver-filled gaps read; per column ``r_<i>`` the value from the batch, ``f_<i>`` filled from
     the batch, ``s_<i>`` filled from silver."""
-    order = pc.sort_indices(table, [("_commit_lsn", "ascending"), ("_seq", "ascending"), ("_sub", "ascending")])
+    order = pc.sort_indices(table, [(cc.COMMIT_LSN, "ascending"), (cc.SEQ, "ascending"), ("_sub", "ascending")])
     table = table.take(order)
-    kinds = table["_kind"].to_pylist()
-    keys = list(zip(*[table[f"k_{p}"].to_pylist() for p in range(nk)]))
+    kinds = table[cc.KIND].to_pylist()
+    keys = list(zip(*[table[cc.key(p)].to_pylist() for p in range(nk)]))
     movers = [r for r, k in enumerate(kinds) if k == "M"]
     old_keys = [table[f"_src_k_{p}"].to_pylist() for p in range(nk)]
     src = {r: tuple(column[r] for column in old_keys) for r in movers}
-    carried = {i: table[f"x_{i}"].to_pylist() for i in columns}
-    present = {i: table[f"p_{i}"].to_pylist() for i in columns}
+    carried = {i: table[cc.carried(i)].to_pylist() for i in columns}
+    present = {i: table[cc.present(i)].to_pylist() for i in columns}
     # key -> column -> (True, batch row) | (False, move-in row whose old key's silver row holds it)
     state: dict[tuple, dict[int, tuple[bool, int]]] = {}
     found: list[tuple[int, dict[int, tuple[bool, int]]]] = []
@@ -66,13 +67,13 @@ def resolve_move_sources(table: pa.Table, nk: int, columns: Sequence[int]) -> pa
         origins = {src[s] for from_batch, s in refs.values() if not from_batch}
         mixed.append(len(origins) > 1)
         silver_of.append(next((s for from_batch, s in refs.values() if not from_batch), None))
-    out = {"_m_seq": table["_seq"].take(pa.array(rows, pa.int64())), "_mixed": pa.array(mixed, pa.bool_())}
+    out = {"_m_seq": table[cc.SEQ].take(pa.array(rows, pa.int64())), "_mixed": pa.array(mixed, pa.bool_())}
     silver_rows = pa.array(silver_of, pa.int64())
     for p in range(nk):
         out[f"_sk_{p}"] = table[f"_src_k_{p}"].take(silver_rows)
     for i in columns:
         picks = [refs.get(i) for _, refs in found]
-        out[f"r_{i}"] = table[f"n_{i}"].take(pa.array([ref[1] if ref and ref[0] else None for ref in picks],
+        out[f"r_{i}"] = table[cc.value(i)].take(pa.array([ref[1] if ref and ref[0] else None for ref in picks],
                                                       pa.int64()))
         out[f"f_{i}"] = pa.array([bool(ref and ref[0]) for ref in picks], pa.bool_())
         out[f"s_{i}"] = pa.array([bool(ref and not ref[0]) for ref in picks], pa.bool_())
