@@ -32,7 +32,7 @@ def _work_and_rows(spark, columns: int, versions: int, rows: int):
     from pyspark.sql import functions as F
 
     from cdc_apply.planning.tables import SilverColumn
-    from cdc_apply.lake.merge import SlotMap, TableWork
+    from cdc_apply.planning.table_plan import SlotMap, TableWork
     from cdc_apply.lake.tables import TableRef
 
     decoded = spark.range(rows).select(

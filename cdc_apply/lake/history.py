@@ -32,7 +32,9 @@ from cdc_apply.lake.history_versions import (
     HistoryColumns, Truncates, keyed_versions, keyless_versions, merge_versions, open_versions_of,
 )
 from cdc_apply.lake.ledger import STEPS_PER_VERSION, SilverLedger
-from cdc_apply.lake.merge import TableWork, append_files, key_events, project
+from cdc_apply.lake.appends import append_files
+from cdc_apply.lake.merge import key_events, project
+from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.lake.merge_moves import resolve_moves
 from cdc_apply.lake.tables import (
     USER_METADATA, TableRef, apply_schema_ops, column_list, delta_version, history_ref, property_list,

@@ -28,7 +28,8 @@ from datetime import datetime
 from functools import reduce
 from typing import Sequence
 
-from cdc_apply.lake.merge import TableWork, null_safe_equal
+from cdc_apply.lake.merge import null_safe_equal
+from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.lake.tables import quote_ident
 from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
@@ -163,7 +164,7 @@ def keyed_versions(events, open_rows, work: TableWork, h: HistoryColumns, trunca
     reset = F.coalesce(F.col("_rk.g") == F.col("_grp"), F.lit(False))
     groups = groups.select(
         *[c for c in groups.columns if not c.startswith("r_") and not c.startswith("p_") and c != "_ng0"],
-        *[F.col(f"r_{i}.v").alias(f"v_{i}") for i in range(n)],
+        *[F.col(f"r_{i}.v").alias(cc.final(i)) for i in range(n)],
         ((F.col(cc.KIND) == "P") | ((F.col(cc.KIND) != "D") & complete)).alias("_present"),
         reset.alias("_reset"),
         F.when(reset, F.when(F.col("_rk.mv"), F.lit("move")).otherwise(F.lit("delete"))).alias("_cause"))
@@ -172,7 +173,7 @@ def keyed_versions(events, open_rows, work: TableWork, h: HistoryColumns, trunca
     if tracked is None:
         changed = F.lit(True)
     else:
-        changed = reduce(lambda a, b: a | b, [~F.col(f"v_{i}").eqNullSafe(F.lag(f"v_{i}").over(g)) for i in tracked],
+        changed = reduce(lambda a, b: a | b, [~F.col(cc.final(i)).eqNullSafe(F.lag(cc.final(i)).over(g)) for i in tracked],
                          F.lit(False))
     opened = F.when(F.col(cc.KIND) == "P", F.col("_vop")).when(
         F.coalesce(prev_present, F.lit(False)) & ~F.col("_reset"), F.lit("update")).when(
@@ -195,7 +196,7 @@ def keyed_versions(events, open_rows, work: TableWork, h: HistoryColumns, trunca
                                             .otherwise(F.lit("delete")))).otherwise(cut_cause)
     valid_to = F.when(has_next, F.col("_ng")).otherwise(cut_lsn)
     meta = {src: col for col, src in work.meta}
-    out = [F.col(f"v_{i}").alias(c.name) for i, c in enumerate(work.columns)]
+    out = [F.col(cc.final(i)).alias(c.name) for i, c in enumerate(work.columns)]
     out += [F.col(src).alias(col) for src, col in meta.items()]
     out += [F.col("_start.lsn").alias(h.valid_from_lsn), valid_to.alias(h.valid_to_lsn),
             F.col("_start.ts").alias(h.valid_from_ts), F.when(has_next, F.col("_nts")).otherwise(cut_ts)
@@ -220,21 +221,21 @@ def keyless_versions(projected, history, work: TableWork, h: HistoryColumns, tru
     if projected.where((F.col(cc.OP) == "U") & F.col(cc.OLD_KIND).isNull()).limit(1).count():
         raise ApplyError("an update without its old row on a table without a key: cannot tell which row changed; "
                          "set REPLICA IDENTITY FULL or configure the key", table=work.qualified_name)
-    values = [f"v_{i}" for i in range(n)]
+    values = [cc.final(i) for i in range(n)]
     filled = [F.when(F.col(cc.carried(i)), F.col(cc.value(i))).when(F.col(cc.present(i)), F.col(cc.old(i))) for i in range(n)]
     common = [F.col(cc.COMMIT_LSN).alias("_grp"), cc.SEQ, *EVENT_META, F.col(cc.OP).alias(cc.KIND),
               F.lit(None).cast("bigint").alias("_vf_lsn"), F.lit(None).cast("timestamp").alias("_vf_ts"),
               F.lit(None).cast("string").alias("_vop"), truncates.epoch().alias("_epoch")]
     adds = projected.where(F.col(cc.OP).isin("I", "U")).select(
-        *[v.alias(f"v_{i}") for i, v in enumerate(filled)], F.lit(1).cast("bigint").alias("_d"),
+        *[v.alias(cc.final(i)) for i, v in enumerate(filled)], F.lit(1).cast("bigint").alias("_d"),
         F.lit(1).alias("_step"), *common)
     subs = projected.where(F.col(cc.OP).isin("U", "D")).select(
-        *[F.col(cc.old(i)).alias(f"v_{i}") for i in range(n)], F.lit(-1).cast("bigint").alias("_d"),
+        *[F.col(cc.old(i)).alias(cc.final(i)) for i in range(n)], F.lit(-1).cast("bigint").alias("_d"),
         F.lit(0).alias("_step"), *common)
     meta = _event_meta(work)
     open_rows = open_versions_of(history, adds.unionByName(subs), work, h, keyed=False, small=small)
     prior = open_rows.select(
-        *[F.col(quote_ident(c.name)).alias(f"v_{i}") for i, c in enumerate(work.columns)],
+        *[F.col(quote_ident(c.name)).alias(cc.final(i)) for i, c in enumerate(work.columns)],
         F.col(h.copies).alias("_d"), F.lit(0).alias("_step"), F.lit(-1).cast("bigint").alias("_grp"),
         F.lit(-1).cast("bigint").alias(cc.SEQ),
         *[(F.col(quote_ident(meta[src])) if src in meta else F.lit(None)).cast(
@@ -264,7 +265,7 @@ def keyless_versions(projected, history, work: TableWork, h: HistoryColumns, tru
     prior_flag = F.col(cc.KIND) == "P"
     opened = F.when((F.col(cc.KIND) == "I") & (F.col(cc.XID) == SNAPSHOT_XID), F.lit("snapshot")).otherwise(
         kinds[F.col(cc.KIND)])
-    out = [F.col(f"v_{i}").alias(c.name) for i, c in enumerate(work.columns)]
+    out = [F.col(cc.final(i)).alias(c.name) for i, c in enumerate(work.columns)]
     out += [F.col(src).alias(col) for src, col in meta.items()]
     out += [F.when(prior_flag, F.col("_vf_lsn")).otherwise(F.col("_grp")).alias(h.valid_from_lsn),
             valid_to.alias(h.valid_to_lsn),
@@ -323,7 +324,7 @@ def open_versions_of(history_df, keys_df, work: TableWork, h: HistoryColumns, ke
         probe = [F.col(cc.key(p)) for p in range(len(names))]
     else:
         names = [c.name for c in work.columns]
-        probe = [F.col(f"v_{i}") for i in range(len(names))]
+        probe = [F.col(cc.final(i)) for i in range(len(names))]
     keys = keys_df.select(*[p.alias(f"_hk_{j}") for j, p in enumerate(probe)]).distinct()
     keys = F.broadcast(keys) if small else keys
     cond = null_safe_equal([F.col(quote_ident(name)) for name in names], [F.col(f"_hk_{j}") for j in range(len(names))])

@@ -21,13 +21,12 @@ all values, with exact duplicate counts: see :func:`merge_keyless`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import reduce
 from typing import Sequence
 
-from cdc_apply.planning.tables import SilverColumn
-from cdc_apply.lake.tables import TableRef, quote_ident
+from cdc_apply.planning.table_plan import TableWork
+from cdc_apply.lake.tables import quote_ident
 from cdc_apply.errors import ApplyError
 from cdc_apply.planning import columns as cc
 
@@ -35,8 +34,6 @@ from cdc_apply.planning import columns as cc
 # evicted to disk is read back whole. With the default 4 partitions the soak's ~300-column table
 # (95,000 changes a batch) ran the driver out of heap reading one back in its MERGE.
 CELLS_PER_PARTITION = 2_000_000
-# Values (rows x columns) per file of an append (append_rows): ~1M rows of an 8-column table.
-CELLS_PER_FILE = 8_000_000
 
 # Spark settings for the sessions that build and run the MERGEs: the job's session while a batch runs
 # (restored after; the sources are built from the decoded rows, which belong to it) and each table's.
@@ -63,42 +60,6 @@ REWRITE_MIN_CHANGES = 10_000
 # 20.0 s with a MERGE and an append each). An insert-only batch of new keys is one append whatever its size.
 NEW_KEYS_APPEND_MIN = 10_000
 
-
-
-@dataclass(frozen=True)
-class SlotMap:
-    slot: int
-    mapping: tuple[int | None, ...]   # version column j -> silver column index
-    ddls: tuple[str, ...]             # Spark type of version column j
-    pooled: tuple[int, ...]           # version column j -> decoded column new_<p> / old_<p>
-    version_seq: int = -1             # the relation version the slot decodes
-
-
-@dataclass(frozen=True)
-class TableWork:
-    """Everything one silver table needs for one batch."""
-
-    source: str
-    relation_id: int
-    qualified_name: str
-    ref: TableRef
-    columns: tuple[SilverColumn, ...]
-    key: tuple[str, ...] | None
-    slots: tuple[SlotMap, ...]
-    truncate_after: tuple[int, int] | None   # (commit_lsn, seq) of the last truncate: earlier changes are gone
-    meta: tuple[tuple[str, str], ...]        # (silver column, decoded column): commit LSN, commit ts, xid, origin
-    has_toast: bool = True
-    # Some update sent an old/key tuple and unchanged TOAST: only such a change can be a key move with
-    # gaps to fill (an update without an old tuple kept its key).
-    toast_moves: bool = True
-    # (silver column index, seq of the version that added it, value): changes of older versions carry
-    # the column's missing value (ADD COLUMN ... DEFAULT), as PostgreSQL shows for rows older than it.
-    defaults: tuple[tuple[int, int, object], ...] = ()
-
-    @property
-    def key_index(self) -> tuple[int, ...]:
-        names = [c.name for c in self.columns]
-        return tuple(names.index(k) for k in (self.key or ()))
 
 
 @dataclass(frozen=True)
@@ -214,7 +175,7 @@ def key_events(projected, work: TableWork):
         return F.struct(kind.alias("kind"), F.lit(sub).alias("sub"), F.lit(move).alias("move"),
                         F.lit(out).alias("out"),
                         *[k.cast(t).alias(cc.key(p)) for p, (k, t) in enumerate(zip(keys, key_ddl))],
-                        *[(F.lit(None) if s is None else s).cast(t).alias(f"s_{p}")
+                        *[(F.lit(None) if s is None else s).cast(t).alias(cc.sets(p))
                           for p, (s, t) in enumerate(zip(sources, key_ddl))])
 
     none = [None] * nk
@@ -232,7 +193,7 @@ def key_events(projected, work: TableWork):
                    (~out & F.col(cc.carried(i))).alias(cc.carried(i)), (~out & F.col(cc.present(i))).alias(cc.present(i))]
     return exploded.select(
         *meta, *values, e["kind"].alias(cc.KIND), e["sub"].alias("_sub"), e["move"].alias("_move"),
-        *[e[cc.key(p)].alias(cc.key(p)) for p in range(nk)], *[e[f"s_{p}"].alias(f"_src_k_{p}") for p in range(nk)])
+        *[e[cc.key(p)].alias(cc.key(p)) for p in range(nk)], *[e[cc.sets(p)].alias(f"_src_k_{p}") for p in range(nk)])
 
 
 def key_window(nkeys: int, frame_to_current: bool = True):
@@ -271,7 +232,7 @@ def collapse(events, work: TableWork, has_toast: bool, partitions: int | None = 
     # in silver yet (see SilverTables._fast_path), so its row can be appended without a join.
     out.append(F.col("_first").isin("I", "M").alias("_new"))
     for i in range(n):
-        out += [F.col(f"r_{i}.v").alias(f"v_{i}"), F.col(f"r_{i}").isNotNull().alias(f"s_{i}")]
+        out += [F.col(f"r_{i}.v").alias(cc.final(i)), F.col(f"r_{i}").isNotNull().alias(cc.sets(i))]
     # Complete: every column of the final change's version has a value (no TOAST gap left for silver to fill).
     out.append(reduce(lambda a, b: a & b, [F.col(f"r_{i}").isNotNull() | ~F.col(cc.present(i)) for i in range(n)],
                       F.lit(True)).alias("_complete"))
@@ -319,18 +280,18 @@ def merge_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None) 
     from pyspark.sql import functions as F
 
     key_names = [work.columns[i].name for i in work.key_index]
-    condition = " AND ".join(f"t.{quote_ident(k)} = s.`k_{p}`" for p, k in enumerate(key_names))
+    condition = " AND ".join(f"t.{quote_ident(k)} = s.`{cc.key(p)}`" for p, k in enumerate(key_names))
     if bounds is not None and bounds[0] is not None:
         column = F.col(f"t.{quote_ident(key_names[0])}")
         ddl = work.columns[work.key_index[0]].spark_ddl
         condition = F.expr(condition) & column.between(F.lit(bounds[0]).cast(ddl), F.lit(bounds[1]).cast(ddl))
     meta = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
-    assignments = {quote_ident(c.name): F.when(F.col(f"s.`s_{i}`"), F.col(f"s.`v_{i}`"))
+    assignments = {quote_ident(c.name): F.when(F.col(f"s.`{cc.sets(i)}`"), F.col(f"s.`{cc.final(i)}`"))
                    .otherwise(F.col(f"t.{quote_ident(c.name)}")) for i, c in enumerate(work.columns)}
     assignments.update(meta)
     # A row silver lacks can be inserted only when no unchanged-TOAST value of it is missing: like
     # PostgreSQL's apply worker, an update of a missing row is otherwise skipped.
-    values = {quote_ident(c.name): F.col(f"s.`v_{i}`") for i, c in enumerate(work.columns)}
+    values = {quote_ident(c.name): F.col(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
     values.update(meta)
     metrics = (work.ref.delta_table(spark).alias("t").merge(collapsed.alias("s"), condition)
                .whenMatchedDelete(condition="s._action = 'delete'")
@@ -367,10 +328,10 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     order = lambda step: F.struct(cc.COMMIT_LSN, cc.SEQ, F.lit(step).alias("_step"))  # noqa: E731
     meta = [F.col(c) for c in meta_cols]
     adds = projected.where(F.col(cc.OP).isin("I", "U")).select(
-        *[v.alias(f"v_{i}") for i, v in enumerate(filled)], F.lit(1).alias("_d"), order(1).alias("_o"), *meta)
+        *[v.alias(cc.final(i)) for i, v in enumerate(filled)], F.lit(1).alias("_d"), order(1).alias("_o"), *meta)
     subs = projected.where(F.col(cc.OP).isin("U", "D")).select(
-        *[F.col(cc.old(i)).alias(f"v_{i}") for i in range(n)], F.lit(-1).alias("_d"), order(0).alias("_o"), *meta)
-    values = [f"v_{i}" for i in range(n)]
+        *[F.col(cc.old(i)).alias(cc.final(i)) for i in range(n)], F.lit(-1).alias("_d"), order(0).alias("_o"), *meta)
+    values = [cc.final(i) for i in range(n)]
     running = Window.partitionBy(*values).orderBy("_o").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     net = (adds.unionByName(subs).withColumn("_s", F.sum("_d").over(running)).groupBy(*values)
            .agg(F.sum("_d").alias("_d"), F.least(F.min("_s"), F.lit(0)).alias("_low"),
@@ -380,7 +341,7 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     if target_empty:
         counted = net.withColumn("_c", F.lit(0).cast("long"))
     else:
-        target = work.ref.read(spark).select(*[F.col(quote_ident(c.name)).alias(f"v_{i}")
+        target = work.ref.read(spark).select(*[F.col(quote_ident(c.name)).alias(cc.final(i))
                                                for i, c in enumerate(work.columns)])
         cond = null_safe_equal([target[v] for v in values], [F.col(f"_n.{v}") for v in values])
         present = (target.join(F.broadcast(net.select(*values).alias("_n")), cond, "left_semi")
@@ -396,9 +357,9 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     inserts = (counted.where(copies > 0).withColumn("_k", F.explode(F.sequence(F.lit(1), copies.cast("int"))))
                .select(*values, *meta_cols, F.lit("ins").alias(cc.KIND)))
     source = deletes.unionByName(inserts)
-    condition = " AND ".join(f"t.{quote_ident(c.name)} <=> s.`v_{i}`" for i, c in enumerate(work.columns))
+    condition = " AND ".join(f"t.{quote_ident(c.name)} <=> s.`{cc.final(i)}`" for i, c in enumerate(work.columns))
     meta_set = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
-    insert_values = {quote_ident(c.name): F.col(f"s.`v_{i}`") for i, c in enumerate(work.columns)}
+    insert_values = {quote_ident(c.name): F.col(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
     insert_values.update(meta_set)
     metrics = (work.ref.delta_table(spark).alias("t")
                .merge(source.alias("s"), f"({condition}) AND s._kind = 'del'")
@@ -407,56 +368,3 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
                .execute().collect())
     row = metrics[0].asDict() if metrics else {}
     return MergeResult(row.get("num_inserted_rows", 0) or 0, 0, row.get("num_deleted_rows", 0) or 0)
-
-
-def append_new_keys(spark, collapsed, work: TableWork, metadata: str) -> int:
-    """Append the collapsed rows of keys new in this batch (``_new``, kept and complete): rows no silver
-    row can match. Its ``userMetadata`` marks it as the batch's new-key part. Returns how many rows
-    it wrote."""
-    from pyspark.sql import functions as F
-
-    rows = collapsed.where(F.col("_new") & (F.col("_action") == "upsert") & F.col("_complete"))
-    values = [F.col(f"v_{i}").alias(c.name) for i, c in enumerate(work.columns)]
-    meta = [F.col(src).alias(col) for col, src in work.meta]
-    count = rows.count()
-    if count:
-        tagged = json.loads(metadata)
-        tagged["cdc_apply"]["part"] = "new keys"
-        out = rows.select(*values, *meta).coalesce(append_files(count, len(work.columns)))
-        work.ref.append(_key_sorted(out, work), None, 0, json.dumps(tagged, separators=(",", ":")))
-    return count
-
-
-def _key_sorted(rows, work: TableWork):
-    """Rows sorted by key within each file written: the file's min/max statistics then bound a key
-    range tightly, and a MERGE limited to a batch's key range (merge_keyed) skips the other files."""
-    from pyspark.sql import functions as F
-
-    if not work.key:
-        return rows
-    return rows.sortWithinPartitions(*[F.col(quote_ident(work.columns[i].name)) for i in work.key_index])
-
-
-def append_files(rows: int, columns: int) -> int:
-    """Files for an append of ``rows`` rows of ``columns`` columns: about CELLS_PER_FILE values each."""
-    return max(1, -(-rows * (columns + 2) // CELLS_PER_FILE))
-
-
-def append_rows(spark, projected, work: TableWork, metadata: str, inserts: int) -> MergeResult:
-    """Inserts only, where a MERGE has nothing to match: append the new rows as they are.
-
-    Used for keyless tables whose batch only inserts (each Insert adds one copy) and for keyed batches
-    whose keys are all new. The write carries ``metadata`` (its step: see cdc_apply.lake.ledger).
-    ``inserts`` (the batch's Inserts of the table, from its counts) is what the append writes, and
-    sizes the files: otherwise each partition of the decoded batch would write one.
-    """
-    from pyspark.sql import functions as F
-
-    values = [F.col(cc.value(i)).alias(c.name) for i, c in enumerate(work.columns)]
-    meta = [F.col(src).alias(col) for col, src in work.meta]
-    rows = projected.where(F.col(cc.OP) == "I").select(*values, *meta)
-    # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
-    # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
-    rows = rows.coalesce(append_files(inserts, len(work.columns)))
-    work.ref.append(_key_sorted(rows, work), None, 0, metadata)
-    return MergeResult(inserted=inserts)

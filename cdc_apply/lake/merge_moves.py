@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from functools import reduce
 
-from cdc_apply.lake.merge import TableWork, null_safe_equal, key_window
+from cdc_apply.lake.merge import key_window, null_safe_equal
+from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.lake.tables import quote_ident
 from cdc_apply.errors import ApplyError
 from cdc_apply.planning import columns as cc

@@ -19,13 +19,11 @@ start — changes nothing twice.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from functools import partial
 from typing import Callable, Iterator, TextIO
 
@@ -42,8 +40,8 @@ from cdc_apply.lake.payload_columns import is_change, is_control, is_directive, 
 from cdc_apply.lake.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.lake.merge import BATCH_SETTINGS
 from cdc_apply.lake.silver import SilverTables, TableStats
-from cdc_apply.lake.formats import EXPANDED_DDL, Expansion, expand_gaussdb, expanded_ref
-from cdc_apply.lake.tables import bronze_ref, create_table
+from cdc_apply.lake.sources import SourceFormats
+from cdc_apply.lake.tables import bronze_ref
 from cdc_apply.errors import ApplyError, CdcApplyError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
@@ -141,10 +139,8 @@ class ApplyPipeline:
         self.silver.quarantined_sources = {r.source for r in self.books.ref("quarantine").read(spark)
                                            .select("source").distinct().collect()}
         self.logs = BatchLogs(spark, config, self.books, self.silver.names_of, self._type_name)
-        self.gaussdb_sources = sorted(s for s, f in config.formats.items() if f == "gaussdb")
-        if self.gaussdb_sources:
-            create_table(spark, expanded_ref(config), EXPANDED_DDL, {"delta.appendOnly": "true"},
-                         comment=f"cdc_apply: pgoutput messages transcoded from GaussDB sources of {config.pipeline}")
+        self.formats = SourceFormats(config)
+        self.formats.create_tables(spark)
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc_apply-lag")
         # Tests inject crashes here: called with "table:<ns.name>", "history:<ns.name>" (after a table's
         # history write, before its silver writes), "logs" and "progress".
@@ -153,14 +149,8 @@ class ApplyPipeline:
         self.reports: list[BatchReport] = []
 
     def _messages(self):
-        """Every source's pgoutput messages: bronze, and for GaussDB sources their transcoded messages."""
-        from pyspark.sql import functions as F
-
-        df = self.bronze.read(self.spark)
-        if not self.gaussdb_sources:
-            return df
-        df = df.where(~F.col("source").isin(self.gaussdb_sources)).select("source", "seq", "lsn", "payload")
-        return df.unionByName(expanded_ref(self.config).read(self.spark).select("source", "seq", "lsn", "payload"))
+        """Every source's pgoutput messages (bronze's, or transcoded from it: see cdc_apply.lake.sources)."""
+        return self.formats.messages(self.spark, self.bronze)
 
     # -- planning helpers ----------------------------------------------------------
     def _first_change_seq(self, source: str, ranges, subxids):
@@ -220,13 +210,10 @@ class ApplyPipeline:
         check_late_rows(self.spark, self.bronze, self.config, self.states, stats)
         lag_query = self._side.submit(self._bronze_max, sorted(stats))
         last = {source: int(row.last) for source, row in stats.items()}
-        expansions: dict[str, Expansion] = {}
-        for source in stats:
-            if self.config.format_of(source) == "gaussdb":
-                state = self.states.get(source, SourceState())
-                expansions[source] = expand_gaussdb(self.spark, self.config, self.bronze, source, state.format_state,
-                                                    last[source], version)
-                last[source] = expansions[source].last_seq
+        prepared = {source: self.formats.of(source).prepare(self.spark, self.bronze, source,
+                                                            self.states.get(source, SourceState()), last[source], version)
+                    for source in stats}
+        last = {source: p.last_seq for source, p in prepared.items()}
         # The micro-batch says how far each source has landed; the rows themselves are read from the
         # bronze table by seq, so however Spark splits bronze commits into micro-batches, every row is
         # seen once and in seq order.
@@ -250,10 +237,10 @@ class ApplyPipeline:
         # batch then stops on the first of them (first_decode_error), not on whichever task failed first.
         plan = plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
                           quarantine=True, table_selected=self.config.table_selected,
-                          txn_users={s: e.users for s, e in expansions.items()},
+                          txn_users={s: p.users for s, p in prepared.items() if p.users},
                           quarantine_controls=self.config.apply.on_error == "quarantine")
-        states = {s: replace(b.state, format_state=expansions[s].format_state) if s in expansions else
-                  replace(b.state, applied_rows=applied_rows(self.spark, self.bronze, s, b.previous) + landed.get(s, 0))
+        states = {s: replace(b.state, applied_rows=applied_rows(self.spark, self.bronze, s, b.previous) + landed.get(s, 0))
+                  if self.formats.of(s).counts_bronze_rows else replace(b.state, format_state=prepared[s].format_state)
                   for s, b in plan.sources.items()}
         decoded = self._decode(fresh, plan, report.messages)
         report.mark("plan")
@@ -263,7 +250,7 @@ class ApplyPipeline:
             if decoded is not None:
                 decoded.unpersist()
         self._fault("progress")
-        self._write_progress(plan, states, stats, version, batch_id, report, expansions, lag_query)
+        self._write_progress(plan, states, stats, version, batch_id, report, prepared, lag_query)
         report.mark("progress")
         self.version = version
         self.states = {**self.states, **states}
@@ -357,9 +344,7 @@ class ApplyPipeline:
         since = None
         for source in sources:
             state = self.states.get(source)
-            floor = 0 if state is None else state.applied_seq
-            if state is not None and state.format_state and self.config.format_of(source) == "gaussdb":
-                floor = min(floor, json.loads(state.format_state)["bronze_seq"])
+            floor = 0 if state is None else self.formats.of(source).bronze_seq(state)
             cond = (F.col("source") == source) & (F.col("seq") >= floor)
             since = cond if since is None else since | cond
         if since is None:
@@ -368,21 +353,19 @@ class ApplyPipeline:
         return {r.source: int(r.m) for r in rows}
 
     def _write_progress(self, plan: BatchPlan, states, stats, version: int, batch_id: int, report: BatchReport,
-                        expansions, lag_query) -> None:
+                        prepared, lag_query) -> None:
         bronze_max = lag_query.result()
         now = _now()
         rows = []
         for source, batch in plan.sources.items():
             state = states[source]
             commit_ts = m.pg_timestamp_to_datetime(state.last_commit_ts) if state.last_commit_ts is not None else None
-            if source in expansions:  # lag in bronze rows not yet transcoded; heartbeats say how current we are
-                lag_seq = max(bronze_max.get(source, 0) - json.loads(state.format_state)["bronze_seq"], 0)
-                beat = expansions[source].heartbeat_ts
-                if beat is not None:
-                    commit_ts = max(commit_ts, datetime.fromtimestamp(beat / 1e6, timezone.utc)) if commit_ts else \
-                        datetime.fromtimestamp(beat / 1e6, timezone.utc)
-            else:
-                lag_seq = max(bronze_max.get(source, state.applied_seq) - state.applied_seq, 0)
+            source_format = self.formats.of(source)
+            applied = source_format.bronze_seq(state)   # lag: bronze rows not yet applied (or transcoded)
+            lag_seq = max(bronze_max.get(source, applied) - applied, 0)
+            fresh = source_format.freshness(prepared[source])   # e.g. a heartbeat newer than the last commit
+            if fresh is not None:
+                commit_ts = max(commit_ts, fresh) if commit_ts else fresh
             lag_s = (now - commit_ts).total_seconds() if commit_ts is not None else None
             pending = state.describe_pending()
             carried = pending["open"] + pending["streamed"] + pending["prepared"]

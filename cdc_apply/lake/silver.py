@@ -14,14 +14,16 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
-from cdc_apply.planning.decode_plan import Pool, pool_columns
+from cdc_apply.planning.decode_plan import pool_columns
 from cdc_apply.planning.plan import BatchPlan
-from cdc_apply.planning.schema import RelationHistory, RelationVersion, SchemaHistory
-from cdc_apply.planning.tables import SilverColumn, check_policies, evolve, identity_of, slot_mapping
-from cdc_apply.config import Config, HistorySpec
+from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.table_plan import TablePlan, TableRules, TableWork, plan_table, touch_relations
+from cdc_apply.planning.tables import SilverColumn, check_policies, evolve
+from cdc_apply.config import Config
+from cdc_apply.lake.appends import append_new_keys, append_rows
 from cdc_apply.lake.history import HistoryTables
 from cdc_apply.lake.merge import (
-    BATCH_SETTINGS, NEW_KEYS_APPEND_MIN, PERSISTENT_DVS, MergeResult, SlotMap, TableWork, append_new_keys, append_rows, key_range,
+    BATCH_SETTINGS, NEW_KEYS_APPEND_MIN, PERSISTENT_DVS, MergeResult, key_range,
     collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
 )
 from cdc_apply.lake.ledger import (
@@ -35,8 +37,7 @@ from cdc_apply.lake.tables import (
 )
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError, StateError
 from cdc_apply.pgoutput import messages as m
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
-from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+from cdc_apply.pgoutput.types import TypeOptions
 from cdc_apply.planning import columns as cc
 
 PROP_SOURCE = "cdc_apply.source"
@@ -66,25 +67,6 @@ class TableStats:
     last_commit_lsn: int | None = None  # of the batch's last change (or truncate) of the table
 
 
-@dataclass(frozen=True)
-class _Planned:
-    work: TableWork                   # the table as of the newest version this batch applies
-    segments: tuple[TableWork, ...]   # consecutive relation versions with the same row identity
-    chain: tuple[RelationVersion, ...]
-    type_of: Callable[[int, int], str]
-    rows: int    # this batch's committed changes of the table
-    last_commit_lsn: int
-    ops: frozenset[str]  # change kinds of this table in the batch (I, U, D)
-    inserts: int
-    history: HistorySpec | None = None  # the table keeps a history table
-    truncates: tuple[tuple[int, int, object, str], ...] = ()  # every truncate: (commit LSN, seq, commit ts, cause)
-    previous_lsn: int | None = None     # the source's last applied commit LSN before the batch
-
-    @property
-    def has_rows(self) -> bool:
-        return self.rows > 0
-
-
 class SilverTables:
     def __init__(self, spark, config: Config) -> None:
         self.spark = spark
@@ -92,7 +74,7 @@ class SilverTables:
         check_policies(config.silver.drop_columns, config.silver.retype)
         self.type_options = TypeOptions(numeric=config.apply.numeric)
         self._names: dict[tuple[str, int], str] = {}
-        self._planned: dict[tuple[str, int], _Planned] = {}
+        self._planned: dict[tuple[str, int], TablePlan] = {}
         # What this process knows a silver table to look like: table -> (source, relation id, version seq).
         # Saves reading each table's properties and schema every batch.
         self._known: dict[str, tuple[str, int, int]] = {}
@@ -109,9 +91,6 @@ class SilverTables:
     def names_of(self, source: str, relation_ids) -> list[str]:
         return [self._names[(source, rid)] for rid in relation_ids if (source, rid) in self._names]
 
-    def _type_of(self, history: SchemaHistory):
-        return lambda oid, typmod: resolve_column_type(oid, typmod, history.types, self.type_options).spark_ddl
-
     def metadata(self) -> tuple[tuple[str, str, str], ...]:
         """(silver column, decoded column, Spark type) of the metadata columns."""
         p = self.config.silver.metadata_prefix
@@ -126,92 +105,26 @@ class SilverTables:
 
     # -- planning (driver) -----------------------------------------------------------
     def plan_tables(self, plan: BatchPlan, histories: dict[str, SchemaHistory], counts, truncates) -> list[TableWork]:
-        touched: dict[tuple[str, int], dict] = {}
-        slot_rel = {k: (s.source, s.relation_id) for k, s in enumerate(plan.decode.slots)}
-
-        def entry_for(key):
-            return touched.setdefault(key, {"rows": 0, "toast": 0, "moved_toast": 0, "truncate": None, "lsn": 0,
-                                            "version": -1, "ops": set(), "inserts": 0})
-
-        for r in counts:
-            if r.slot is not None and not r.errors and r.op in ("I", "U", "D"):
-                entry = entry_for(slot_rel[r.slot])
-                entry["rows"] += r.n
-                entry["toast"] += r.toasted
-                entry["moved_toast"] += r.moved_toasted
-                entry["ops"].add(r.op)
-                entry["inserts"] += r.n if r.op == "I" else 0
-                entry["lsn"] = max(entry["lsn"], r.last_commit_lsn or 0)
-                entry["version"] = max(entry["version"], plan.decode.slots[r.slot].version_seq)
-        for t in truncates:
-            for rid in t.trunc_relids:
-                entry = entry_for((t.source, rid))
-                entry["lsn"] = max(entry["lsn"], t.commit_lsn)
-                entry["truncate_seq"] = max(entry.get("truncate_seq", -1), t.seq)
-                point = (t.commit_lsn, t.seq, t.trunc_options)
-                if entry["truncate"] is None or point[:2] > entry["truncate"][:2]:
-                    entry["truncate"] = point
-                committed = plan.sources[t.source].committed
-                ts = committed[t.txn].commit_ts if 0 <= t.txn < len(committed) else None
-                snapshot = 0 <= t.txn < len(committed) and committed[t.txn].xid == SNAPSHOT_XID
-                entry.setdefault("truncates", []).append(
-                    (t.commit_lsn, t.seq, m.pg_timestamp_to_datetime(ts) if ts is not None else None,
-                     "snapshot" if snapshot else "truncate"))
         works = []
         pool = pool_columns(plan.decode)
-        for (source, rid), info in sorted(touched.items()):
+        meta = tuple((c, d) for c, d, _ in self.metadata())
+        for (source, rid), touch in sorted(touch_relations(plan, counts, truncates).items()):
             history = histories[source].relations.get(rid)
             if history is None:
                 continue  # a truncate of a relation never described: nothing in silver to empty
-            # Silver follows the newest relation version a committed change of this batch used: a
-            # Relation message of a transaction still open (or later aborted) must not reshape it yet.
-            if info["version"] >= 0:
-                latest = next(v for v in history.versions if v.seq == info["version"])
-            else:
-                latest = history.at(info.get("truncate_seq", plan.sources[source].last_seq + 1)) or history.latest
+            latest = touch.latest_version(history, plan.sources[source].last_seq + 1)
             if not self.config.table_selected(latest.qualified_name):
                 continue
-            planned = self._plan_table(source, rid, history, latest, histories[source], plan, info, pool)
+            first = history.versions[0]
+            self._names[(source, rid)] = latest.qualified_name
+            rules = TableRules(self.config.key_for(latest.qualified_name), self.config.silver.drop_columns,
+                               self.config.silver.retype, meta, self.type_options,
+                               self.config.history_for(latest.qualified_name))
+            planned = plan_table(source, history, latest, histories[source], plan, touch, pool,
+                                 silver_ref(self.config, first.namespace, first.name, source), rules)
             self._planned[(source, rid)] = planned
             works.append(planned.work)
         return works
-
-    def _plan_table(self, source: str, rid: int, history: RelationHistory, latest: RelationVersion,
-                    schema: SchemaHistory, plan: BatchPlan, info: dict, pool: Pool) -> _Planned:
-        first = history.versions[0]
-        ref = silver_ref(self.config, first.namespace, first.name, source)
-        self._names[(source, rid)] = latest.qualified_name
-        chain = tuple(v for v in history.versions if v.seq <= latest.seq)
-        type_of = self._type_of(schema)
-        columns, _ = evolve(chain, type_of, self.config.silver.drop_columns, self.config.silver.retype)
-        # Versions whose row identity differs (ADD PRIMARY KEY, REPLICA IDENTITY FULL) are merged
-        # one after the other: an identity applies only to the changes written under it.
-        segments: list[tuple[tuple[str, ...] | None, list[SlotMap]]] = []
-        for k, slot in enumerate(plan.decode.slots):
-            if slot.source != source or slot.relation_id != rid or slot.version_seq > latest.seq:
-                continue
-            version = next(v for v in history.versions if v.seq == slot.version_seq)
-            key = identity_of(version, self.config.key_for(latest.qualified_name))
-            slot_map = SlotMap(k, slot_mapping(version, columns), tuple(t.spark_ddl for t in slot.column_types),
-                               pool.columns[k], version.seq)
-            if segments and segments[-1][0] == key:
-                segments[-1][1].append(slot_map)
-            else:
-                segments.append((key, [slot_map]))
-        if not segments:
-            segments.append((identity_of(latest, self.config.key_for(latest.qualified_name)), []))
-        truncate = info["truncate"]
-        defaults = column_defaults(chain, columns, schema, self.type_options)
-        works = tuple(TableWork(
-            source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
-            columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
-            meta=tuple((c, d) for c, d, _ in self.metadata()), has_toast=info["toast"] > 0,
-            toast_moves=info["moved_toast"] > 0, defaults=defaults)
-            for key, slot_maps in segments)
-        return _Planned(works[-1], works, chain, type_of, info["rows"], info["lsn"], frozenset(info["ops"]),
-                        info["inserts"], self.config.history_for(latest.qualified_name),
-                        tuple(sorted(info.get("truncates", ()), key=lambda t: t[:2])),
-                        plan.sources[source].previous.last_commit_lsn)
 
     # -- applying (one thread per table) -------------------------------------------------
     def apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
@@ -316,7 +229,7 @@ class SilverTables:
         silver to be written by cdc_apply alone."""
         return not self.config.key_for(work.qualified_name) and work.source not in self.quarantined_sources
 
-    def _merge(self, session, decoded, work: TableWork, planned: _Planned, version: int, segment: int,
+    def _merge(self, session, decoded, work: TableWork, planned: TablePlan, version: int, segment: int,
                write) -> MergeResult:
         """One identity segment's writes, each through ``write(step, action)`` (skipped when done)."""
         projected = project(decoded, work)
@@ -351,7 +264,7 @@ class SilverTables:
         appended = write(new_keys_step(version, segment), lambda meta: append_new_keys(session, collapsed, work, meta))
         return MergeResult(merged.inserted + (appended or 0), merged.updated, merged.deleted)
 
-    def _choose_deletion_vectors(self, session, work: TableWork, planned: _Planned) -> None:
+    def _choose_deletion_vectors(self, session, work: TableWork, planned: TablePlan) -> None:
         """Once per table and batch, before its MERGEs: mark rows, or rewrite the files they touch."""
         def table_rows() -> int:
             if str(work.ref) in self._empty:  # created, or truncated by this batch, and not written since
@@ -362,7 +275,7 @@ class SilverTables:
         marks = writes_deletion_vectors(planned.rows, table_rows, self.config.silver.rewrite_share)
         session.conf.set(PERSISTENT_DVS, str(marks).lower())
 
-    def _ensure_schema(self, session, planned: _Planned) -> None:
+    def _ensure_schema(self, session, planned: TablePlan) -> None:
         work = planned.work
         ref = work.ref
         shape = (work.source, work.relation_id, planned.chain[-1].seq)
@@ -371,7 +284,7 @@ class SilverTables:
         self._create_or_evolve(session, planned)
         self._known[str(ref)] = shape
 
-    def _create_or_evolve(self, session, planned: _Planned) -> None:
+    def _create_or_evolve(self, session, planned: TablePlan) -> None:
         work = planned.work
         ref = work.ref
         meta = [(c, t) for c, _, t in self.metadata()]
@@ -405,22 +318,6 @@ class SilverTables:
         if ops or fills:
             # Named by where the chain starts and ends: the table's commits say which steps are done.
             apply_schema_ops(session, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills)
-
-
-def column_defaults(chain, columns, schema: SchemaHistory, options: TypeOptions) -> tuple[tuple[int, int, object], ...]:
-    """(silver column index, seq of the version adding it, typed value) for every column of ``chain``
-    added with a missing value that silver still has."""
-    from cdc_apply.pgoutput.values import convert_text_value
-
-    index = {c.lineage: i for i, c in enumerate(columns) if not c.dropped}
-    out = []
-    for version in chain:
-        for lineage, text in version.missing:
-            if lineage in index:
-                column = version.columns[version.lineage.index(lineage)]
-                column_type = resolve_column_type(column.type_oid, column.type_modifier, schema.types, options)
-                out.append((index[lineage], version.seq, convert_text_value(column_type, text)))
-    return tuple(out)
 
 
 __all__ = ["SilverTables", "TableStats", "SilverColumn", "TableRef"]

@@ -8,7 +8,6 @@ gets a ``health`` that the command turns into its exit code, so a scheduler can 
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -16,6 +15,7 @@ from cdc_apply.planning.state import SourceState
 from cdc_apply.config import Config
 from cdc_apply.lake.bookkeeping import Bookkeeping
 from cdc_apply.lake.tables import bronze_ref
+from cdc_apply.lake.sources import SourceFormats
 from cdc_apply.pgoutput.messages import format_lsn
 
 # Exit codes of ``cdc-apply status``, worst first (the command exits with the worst source's code).
@@ -95,9 +95,7 @@ def _utc(ts: datetime | None) -> datetime | None:
 def _bronze_seq(config: Config, source: str, state: SourceState) -> int:
     """How far into bronze's own seqs the source is applied (GaussDB sources count transcoded messages
     in a seq space of their own; their bronze position is kept in the format state)."""
-    if config.format_of(source) == "gaussdb" and state.format_state:
-        return int(json.loads(state.format_state)["bronze_seq"])
-    return state.applied_seq
+    return SourceFormats(config).of(source).bronze_seq(state)
 
 
 def _bronze_max(spark, config: Config, states: dict[str, SourceState]) -> dict[str, int]:

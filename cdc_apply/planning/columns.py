@@ -14,6 +14,11 @@ Per silver column ``i`` (its index in the table's silver columns) and key column
   unchanged TOAST);
 * ``old(i)``    — ``o_i``: the value in the change's old tuple (REPLICA IDENTITY FULL) or key tuple;
 * ``key(p)``    — ``k_p``: key column ``p`` of the row the event is about (after a key move: the new key).
+
+After the collapse, one row per key (the MERGE's source):
+
+* ``final(i)``  — ``v_i``: column ``i``'s value for the silver row;
+* ``sets(i)``   — ``s_i``: the MERGE sets column ``i`` (false: keep the value silver has).
 """
 
 from __future__ import annotations
@@ -54,3 +59,13 @@ def old(i: int) -> str:
 def key(p: int) -> str:
     """``k_p``: key column ``p`` of the row the event is about."""
     return f"k_{p}"
+
+
+def final(i: int) -> str:
+    """``v_i``: silver column ``i``'s value after the collapse."""
+    return f"v_{i}"
+
+
+def sets(i: int) -> str:
+    """``s_i``: the MERGE sets silver column ``i`` from ``v_i`` (else keeps silver's value)."""
+    return f"s_{i}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_apply.lake import merge
+from cdc_apply.lake import appends, merge
 from cdc_apply.lake.merge import collapse_partitions, writes_deletion_vectors
 
 from rules_capture import apply_rules
@@ -62,10 +62,10 @@ def test_a_collapse_spread_over_more_partitions_leaves_every_table_as_with_the_d
 
 
 def test_an_append_takes_one_file_per_eight_million_values():
-    assert merge.append_files(0, 6) == 1
-    assert merge.append_files(100_000, 8) == 1                          # a bench table's base load
-    assert merge.append_files(1_000_000, 8) == 2
-    assert merge.append_files(1_000_000, 300) > merge.append_files(1_000_000, 8)
+    assert appends.append_files(0, 6) == 1
+    assert appends.append_files(100_000, 8) == 1                          # a bench table's base load
+    assert appends.append_files(1_000_000, 8) == 2
+    assert appends.append_files(1_000_000, 300) > appends.append_files(1_000_000, 8)
 
 
 @pytest.mark.spark
@@ -73,7 +73,8 @@ def test_an_insert_only_load_into_an_empty_table_writes_files_by_rows_not_by_dec
     from pyspark.sql import functions as F
 
     from cdc_apply.planning.tables import SilverColumn
-    from cdc_apply.lake.merge import TableWork, append_rows
+    from cdc_apply.lake.appends import append_rows
+    from cdc_apply.planning.table_plan import TableWork
     from cdc_apply.lake.tables import TableRef
 
     ref = TableRef(path=str(tmp_path / "t"))

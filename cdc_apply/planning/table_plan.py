@@ -1,0 +1,206 @@
+"""Plan each silver table's part of one batch: which relation versions, which columns, which identity.
+
+Input: the batch plan, each source's schema history, the decode's per-slot counts and the batch's
+truncates. Output per touched relation a :class:`TablePlan` — the :class:`TableWork` of each segment
+(consecutive relation versions with the same row identity, merged one after the other), the relation
+version chain silver follows, and what the batch does to the table (rows, kinds, inserts, truncates).
+The lake layer (:mod:`cdc_apply.lake.silver`) carries the plans out; nothing here touches Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from cdc_apply.config import HistorySpec
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
+from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+from cdc_apply.planning.decode_plan import Pool
+from cdc_apply.planning.plan import BatchPlan
+from cdc_apply.planning.schema import RelationHistory, RelationVersion, SchemaHistory
+from cdc_apply.planning.tables import SilverColumn, evolve, identity_of, slot_mapping
+
+TypeOf = Callable[[int, int], str]   # (type OID, type modifier) -> Spark type
+
+
+@dataclass(frozen=True)
+class SlotMap:
+    """How one decode slot (a relation version) maps onto the silver table's columns."""
+
+    slot: int
+    mapping: tuple[int | None, ...]   # version column j -> silver column index
+    ddls: tuple[str, ...]             # Spark type of version column j
+    pooled: tuple[int, ...]           # version column j -> decoded column new_<p> / old_<p>
+    version_seq: int = -1             # the relation version the slot decodes
+
+
+@dataclass(frozen=True)
+class TableWork:
+    """Everything one silver table needs for one batch (one segment of it)."""
+
+    source: str
+    relation_id: int
+    qualified_name: str
+    ref: Any                                 # where the lake keeps the table (cdc_apply.lake.tables.TableRef)
+    columns: tuple[SilverColumn, ...]
+    key: tuple[str, ...] | None
+    slots: tuple[SlotMap, ...]
+    truncate_after: tuple[int, int] | None   # (commit_lsn, seq) of the last truncate: earlier changes are gone
+    meta: tuple[tuple[str, str], ...]        # (silver column, decoded column): commit LSN, commit ts, xid, origin
+    has_toast: bool = True
+    # Some update sent an old/key tuple and unchanged TOAST: only such a change can be a key move with
+    # gaps to fill (an update without an old tuple kept its key).
+    toast_moves: bool = True
+    # (silver column index, seq of the version that added it, value): changes of older versions carry
+    # the column's missing value (ADD COLUMN ... DEFAULT), as PostgreSQL shows for rows older than it.
+    defaults: tuple[tuple[int, int, object], ...] = ()
+
+    @property
+    def key_index(self) -> tuple[int, ...]:
+        names = [c.name for c in self.columns]
+        return tuple(names.index(k) for k in (self.key or ()))
+
+
+@dataclass
+class TableTouch:
+    """What one batch does to one relation, summed from the decode's counts and the batch's truncates."""
+
+    rows: int = 0              # committed changes (I/U/D)
+    toasted: int = 0           # ... with unchanged TOAST values
+    moved_toasted: int = 0     # ... of them updates with an old/key tuple (possible key moves)
+    inserts: int = 0
+    ops: set[str] = field(default_factory=set)
+    last_commit_lsn: int = 0   # of the last change or truncate
+    version_seq: int = -1      # the newest relation version a committed change used
+    truncate: tuple[int, int, int] | None = None   # the last truncate: (commit LSN, seq, options)
+    truncate_seq: int | None = None
+    # every truncate: (commit LSN, seq, commit time, cause "truncate" or "snapshot")
+    truncates: list[tuple[int, int, object, str]] = field(default_factory=list)
+
+    def latest_version(self, history: RelationHistory, next_seq: int) -> RelationVersion:
+        """The version silver follows: the newest one a committed change of this batch used (a Relation
+        message of a transaction still open, or later aborted, must not reshape silver yet); for a
+        truncate alone, the one in force at the truncate."""
+        if self.version_seq >= 0:
+            return next(v for v in history.versions if v.seq == self.version_seq)
+        at = self.truncate_seq if self.truncate_seq is not None else next_seq
+        return history.at(at) or history.latest
+
+
+def touch_relations(plan: BatchPlan, counts: Iterable, truncates: Iterable) -> dict[tuple[str, int], TableTouch]:
+    """(source, relation id) -> :class:`TableTouch`. ``counts``: the decode's rows per (slot, op, errors)
+    with ``n``, ``toasted``, ``moved_toasted``, ``last_commit_lsn``; ``truncates``: its Truncate rows."""
+    touched: dict[tuple[str, int], TableTouch] = {}
+    slot_rel = {k: (s.source, s.relation_id) for k, s in enumerate(plan.decode.slots)}
+    for r in counts:
+        if r.slot is not None and not r.errors and r.op in ("I", "U", "D"):
+            touch = touched.setdefault(slot_rel[r.slot], TableTouch())
+            touch.rows += r.n
+            touch.toasted += r.toasted
+            touch.moved_toasted += r.moved_toasted
+            touch.ops.add(r.op)
+            touch.inserts += r.n if r.op == "I" else 0
+            touch.last_commit_lsn = max(touch.last_commit_lsn, r.last_commit_lsn or 0)
+            touch.version_seq = max(touch.version_seq, plan.decode.slots[r.slot].version_seq)
+    for t in truncates:
+        committed = plan.sources[t.source].committed
+        ts = committed[t.txn].commit_ts if 0 <= t.txn < len(committed) else None
+        snapshot = 0 <= t.txn < len(committed) and committed[t.txn].xid == SNAPSHOT_XID
+        for rid in t.trunc_relids:
+            touch = touched.setdefault((t.source, rid), TableTouch())
+            touch.last_commit_lsn = max(touch.last_commit_lsn, t.commit_lsn)
+            touch.truncate_seq = max(touch.truncate_seq if touch.truncate_seq is not None else -1, t.seq)
+            if touch.truncate is None or (t.commit_lsn, t.seq) > touch.truncate[:2]:
+                touch.truncate = (t.commit_lsn, t.seq, t.trunc_options)
+            touch.truncates.append((t.commit_lsn, t.seq, m.pg_timestamp_to_datetime(ts) if ts is not None else None,
+                                    "snapshot" if snapshot else "truncate"))
+    return touched
+
+
+@dataclass(frozen=True)
+class TableRules:
+    """What the configuration says about one table, as its plan needs it."""
+
+    configured_key: tuple[str, ...] | None
+    drop_columns: str
+    retype: str
+    meta: tuple[tuple[str, str], ...]   # (silver column, decoded column) of the metadata columns
+    type_options: TypeOptions
+    history: HistorySpec | None = None
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """One silver table's part of a batch."""
+
+    work: TableWork                   # the table as of the newest version this batch applies
+    segments: tuple[TableWork, ...]   # consecutive relation versions with the same row identity
+    chain: tuple[RelationVersion, ...]
+    type_of: TypeOf
+    rows: int    # this batch's committed changes of the table
+    last_commit_lsn: int
+    ops: frozenset[str]  # change kinds of this table in the batch (I, U, D)
+    inserts: int
+    history: HistorySpec | None = None  # the table keeps a history table
+    truncates: tuple[tuple[int, int, object, str], ...] = ()  # every truncate: (commit LSN, seq, commit ts, cause)
+    previous_lsn: int | None = None     # the source's last applied commit LSN before the batch
+
+    @property
+    def has_rows(self) -> bool:
+        return self.rows > 0
+
+
+def type_of_in(schema: SchemaHistory, options: TypeOptions) -> TypeOf:
+    return lambda oid, typmod: resolve_column_type(oid, typmod, schema.types, options).spark_ddl
+
+
+def plan_table(source: str, history: RelationHistory, latest: RelationVersion, schema: SchemaHistory,
+               plan: BatchPlan, touch: TableTouch, pool: Pool, ref: Any, rules: TableRules) -> TablePlan:
+    """The :class:`TablePlan` of relation ``history`` of ``source`` for ``plan``, following ``latest``."""
+    rid = latest.relation_id
+    chain = tuple(v for v in history.versions if v.seq <= latest.seq)
+    type_of = type_of_in(schema, rules.type_options)
+    columns, _ = evolve(chain, type_of, rules.drop_columns, rules.retype)
+    # Versions whose row identity differs (ADD PRIMARY KEY, REPLICA IDENTITY FULL) are merged
+    # one after the other: an identity applies only to the changes written under it.
+    segments: list[tuple[tuple[str, ...] | None, list[SlotMap]]] = []
+    for k, slot in enumerate(plan.decode.slots):
+        if slot.source != source or slot.relation_id != rid or slot.version_seq > latest.seq:
+            continue
+        version = next(v for v in history.versions if v.seq == slot.version_seq)
+        key = identity_of(version, rules.configured_key)
+        slot_map = SlotMap(k, slot_mapping(version, columns), tuple(t.spark_ddl for t in slot.column_types),
+                           pool.columns[k], version.seq)
+        if segments and segments[-1][0] == key:
+            segments[-1][1].append(slot_map)
+        else:
+            segments.append((key, [slot_map]))
+    if not segments:
+        segments.append((identity_of(latest, rules.configured_key), []))
+    truncate = touch.truncate
+    defaults = column_defaults(chain, columns, schema, rules.type_options)
+    works = tuple(TableWork(
+        source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
+        columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
+        meta=rules.meta, has_toast=touch.toasted > 0, toast_moves=touch.moved_toasted > 0, defaults=defaults)
+        for key, slot_maps in segments)
+    return TablePlan(works[-1], works, chain, type_of, touch.rows, touch.last_commit_lsn, frozenset(touch.ops),
+                     touch.inserts, rules.history, tuple(sorted(touch.truncates, key=lambda t: t[:2])),
+                     plan.sources[source].previous.last_commit_lsn)
+
+
+def column_defaults(chain, columns, schema: SchemaHistory, options: TypeOptions) -> tuple[tuple[int, int, object], ...]:
+    """(silver column index, seq of the version adding it, typed value) for every column of ``chain``
+    added with a missing value that silver still has."""
+    from cdc_apply.pgoutput.values import convert_text_value
+
+    index = {c.lineage: i for i, c in enumerate(columns) if not c.dropped}
+    out = []
+    for version in chain:
+        for lineage, text in version.missing:
+            if lineage in index:
+                column = version.columns[version.lineage.index(lineage)]
+                column_type = resolve_column_type(column.type_oid, column.type_modifier, schema.types, options)
+                out.append((index[lineage], version.seq, convert_text_value(column_type, text)))
+    return tuple(out)
