@@ -37,7 +37,7 @@ from cdc_apply.log import LineLog
 
 if TYPE_CHECKING:  # for annotations only: importing them at run time would import Spark
     from cdc_apply.lake.as_of import AsOf
-    from cdc_apply.lake.pipeline import BatchReport
+    from cdc_apply.lake.report import BatchReport
     from cdc_apply.lander.lander import LandSummary
 
 ConfigLike = Config | Mapping[str, Any] | str | os.PathLike
@@ -59,7 +59,7 @@ def load_config(config: ConfigLike) -> Config:
 
 def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | None = None,
           progress_seconds: float | None = PROGRESS_SECONDS) -> list["BatchReport"]:
-    """Apply bronze to silver; return one :class:`~cdc_apply.lake.pipeline.BatchReport` per batch applied.
+    """Apply bronze to silver; return one :class:`~cdc_apply.lake.report.BatchReport` per batch applied.
 
     ``once=True`` (the default) applies everything bronze holds now and returns; ``once=False`` keeps
     running on ``apply.trigger_interval`` until the query is stopped (interrupting the call stops it

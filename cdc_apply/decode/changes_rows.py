@@ -88,7 +88,7 @@ def decode_row(plan: DecodePlan, source, seq: int, lsn: int, payload, out: Rows)
             return
         if where >= 0 and splan.range_txn[where] == QUARANTINE:
             raise ApplyError("not applied: " + splan.quarantine_reasons.get(splan.range_starts[where], "quarantined"))
-        if kind in (b"I", b"U", b"D"):
+        if kind and kind[0] in m.DML_TYPES:
             if where < 0:
                 raise DecodeError("change outside any transaction", message_type=m.MESSAGE_NAMES[kind.decode()])
             raise AssertionError("an Insert/Update/Delete inside a transaction belongs to the bulk path")

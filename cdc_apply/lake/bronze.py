@@ -16,6 +16,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from cdc_apply.errors import ConfigError
+from cdc_apply.pgoutput import messages as m
+
+_START, _STOP = m.StreamStart.TYPE.encode(), m.StreamStop.TYPE.encode()
 
 BRONZE_DDL = "source STRING NOT NULL, seq BIGINT NOT NULL, lsn BIGINT NOT NULL, payload BINARY NOT NULL, landed_at TIMESTAMP"
 REQUIRED_COLUMNS = {"source": "string", "seq": "bigint", "lsn": "bigint", "payload": "binary"}
@@ -85,8 +88,8 @@ def read_bronze_messages(path: str, source: str | None = None, from_seq: int = 0
     first_byte = F.substring("payload", 1, 1)
     for name in sources:
         rows = bronze.where(F.col("source") == name)
-        last_marker = (rows.where((F.col("seq") < from_seq) & first_byte.isin(b"S", b"E"))
+        last_marker = (rows.where((F.col("seq") < from_seq) & first_byte.isin(_START, _STOP))
                        .orderBy(F.col("seq").desc()).select(first_byte.alias("t")).limit(1).collect())
-        in_stream = bool(last_marker) and bytes(last_marker[0].t) == b"S"
+        in_stream = bool(last_marker) and bytes(last_marker[0].t) == _START
         selected = rows.where(F.col("seq") >= from_seq).select("seq", "lsn", "payload").orderBy("seq")
         yield name, in_stream, ((r.seq, r.lsn, bytes(r.payload)) for r in selected.toLocalIterator())

@@ -14,8 +14,8 @@ from cdc_apply.pgoutput import messages as m
 CONTROL_HEX = tuple(sorted(f"{t:02X}" for t in m.CONTROL_TYPES))
 CHANGE_HEX = tuple(sorted(f"{t:02X}" for t in m.CHANGE_TYPES))
 MESSAGE_HEX = f"{ord(m.Message.TYPE):02X}"
-# Message: Byte1('M'), [Int32 xid inside a stream block], Int8 flags, Int64 lsn, String prefix, ...
-_PREFIX_AT = (1 + 1 + 1 + 8, 1 + 1 + 4 + 1 + 8)
+# Where a Message's prefix starts, as Spark's substring counts (from 1).
+_PREFIX_AT = tuple(at + 1 for at in m.MESSAGE_PREFIX_OFFSETS)
 
 
 def first_byte_hex():

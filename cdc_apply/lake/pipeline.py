@@ -23,7 +23,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from typing import Callable, Iterator, TextIO
 
@@ -39,7 +39,8 @@ from cdc_apply.lake.bronze_contract import applied_rows, check_late_rows, count_
 from cdc_apply.lake.payload_columns import is_change, is_control, is_directive, streamed_xid
 from cdc_apply.lake.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.lake.merge import BATCH_SETTINGS
-from cdc_apply.lake.silver import SilverTables, TableStats
+from cdc_apply.lake.report import BatchReport
+from cdc_apply.lake.silver import SilverTables
 from cdc_apply.lake.sources import SourceFormats
 from cdc_apply.lake.tables import bronze_ref
 from cdc_apply.errors import ApplyError, CdcApplyError
@@ -64,59 +65,6 @@ def session_settings(spark, settings: dict[str, str]) -> Iterator[None]:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
-
-
-@dataclass
-class BatchReport:
-    """What one batch did (also printed as the progress line)."""
-
-    apply_version: int
-    batch_id: int
-    messages: int = 0
-    transactions: int = 0
-    carried: int = 0
-    aborted: int = 0
-    tables: dict[str, TableStats] = field(default_factory=dict)
-    quarantined: int = 0
-    lag_seq: int = 0
-    lag_seconds: float | None = None
-    seconds: float = 0.0
-    # Wall seconds per phase, in order: plan (read bronze, plan on the driver), decode (the decode job
-    # and its counts), tables (schema history, then per table evolve, collapse and MERGE, tables in
-    # parallel), logs (transactions, messages, quarantine), progress.
-    phases: dict[str, float] = field(default_factory=dict)
-    clock: float = field(default_factory=time.monotonic, repr=False)  # end of the last phase marked
-    # (source, relation id, table, stats) of every table the batch applied: the progress rows record versions
-    written: list[tuple] = field(default_factory=list, repr=False)
-
-    def line(self) -> str:
-        parts = [f"batch {self.batch_id} (v{self.apply_version})", f"{self.messages} msgs",
-                 f"{self.transactions} txns applied", f"{self.carried} carried"]
-        if self.aborted:
-            parts.append(f"{self.aborted} aborted")
-        for name, t in sorted(self.tables.items()):
-            detail = f"{name} +{t.inserted}/~{t.updated}/-{t.deleted}"
-            if t.truncated:
-                detail += " (truncated)"
-            detail += f" {t.seconds:.1f}s"
-            parts.append(detail)
-        if self.quarantined:
-            parts.append(f"{self.quarantined} quarantined")
-        lag = f"lag {self.lag_seq} msgs"
-        if self.lag_seconds is not None:
-            lag += f", {self.lag_seconds:.1f}s behind last commit"
-        parts.append(lag)
-        spent = f"{self.seconds:.1f}s"
-        if self.phases:
-            spent += " (" + ", ".join(f"{k} {v:.1f}" for k, v in self.phases.items()) + ")"
-        parts.append(spent)
-        return " | ".join(parts)
-
-    def mark(self, phase: str) -> None:
-        """Record the seconds since the last mark (or the report's creation) as ``phase``."""
-        now = time.monotonic()
-        self.phases[phase] = self.phases.get(phase, 0.0) + now - self.clock
-        self.clock = now
 
 
 class ApplyPipeline:

@@ -295,3 +295,9 @@ MESSAGE_NAMES: dict[str, str] = {t: cls.__name__ for t, cls in MESSAGE_CLASSES.i
 DML_TYPES = frozenset(b"IUD")
 CHANGE_TYPES = frozenset(b"IUDTM")
 CONTROL_TYPES = frozenset(t.encode()[0] for t in MESSAGE_CLASSES) - CHANGE_TYPES
+# The stream messages: which transaction a streamed change belongs to depends on them.
+STREAM_TYPES = frozenset(cls.TYPE.encode()[0] for cls in (StreamStart, StreamStop, StreamCommit, StreamAbort,
+                                                          StreamPrepare))
+# Message: Byte1('M'), [Int32 xid inside a stream block], Int8 flags, Int64 lsn, String prefix, ...:
+# where the prefix starts (0-based), outside and inside a stream block.
+MESSAGE_PREFIX_OFFSETS = (1 + 1 + 8, 1 + 4 + 1 + 8)

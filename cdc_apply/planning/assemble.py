@@ -20,87 +20,21 @@ ignored when its Prepare was never received, as the apply worker does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterable, Mapping
 
 from cdc_apply.errors import CdcApplyError, DecodeError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import StreamDecoder
 from cdc_apply.planning.state import OpenTxn, PreparedTxn, SeqRange, SourceState, StreamedTxn
+from cdc_apply.planning.transactions import (  # noqa: F401  (re-exported: the assembly's results)
+    Assembly, BadControl, DecidedTxn, QuarantinedTxn, SchemaEvent,
+)
 
 CHANGE_TYPES, CONTROL_TYPES = m.CHANGE_TYPES, m.CONTROL_TYPES
 # Logical decoding messages under this prefix are cdc_apply's own (a lander's snapshot, an event
 # trigger's column defaults): the driver reads them with the control messages.
 DIRECTIVE_PREFIX = "cdc_apply."
-
-
-@dataclass(frozen=True, slots=True)
-class DecidedTxn:
-    """A transaction whose fate is known: committed (in commit order) or aborted."""
-
-    kind: str  # "plain", "streamed" or "prepared"
-    xid: int
-    begin_seq: int
-    decide_seq: int
-    ranges: tuple[SeqRange, ...]
-    in_stream: bool
-    commit_lsn: int | None = None
-    end_lsn: int | None = None
-    commit_ts: int | None = None
-    gid: str | None = None
-    origin: str | None = None
-    origin_lsn: int | None = None
-    sub_aborts: tuple[tuple[int, int], ...] = ()
-    directives: tuple[tuple[str, str], ...] = ()  # cdc_apply's own messages in it: (prefix, content)
-
-
-@dataclass(frozen=True, slots=True)
-class SchemaEvent:
-    """A Relation or Type message, with where it sits."""
-
-    seq: int
-    lsn: int
-    message: m.Relation | m.Type
-
-
-@dataclass(frozen=True, slots=True)
-class QuarantinedTxn:
-    """A transaction a bad control message made unappliable: its changes go to quarantine whole."""
-
-    begin_seq: int
-    decide_seq: int
-    ranges: tuple[SeqRange, ...]
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class BadControl:
-    """A control message that could not be decoded or broke the framing (``on_error = "quarantine"``)."""
-
-    seq: int
-    lsn: int
-    payload: bytes
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class Assembly:
-    committed: tuple[DecidedTxn, ...]
-    aborted: tuple[DecidedTxn, ...]
-    schema_events: tuple[SchemaEvent, ...]
-    state: SourceState
-    quarantined: tuple[QuarantinedTxn, ...] = ()
-    bad_controls: tuple[BadControl, ...] = ()
-
-    def skip_ranges(self) -> tuple[SeqRange, ...]:
-        """Ranges whose change rows must not be applied now: aborted, or still pending."""
-        out = [r for t in self.aborted for r in t.ranges]
-        out.extend(self.state.pending_ranges())
-        return tuple(sorted(out))
-
-
-# Stream messages whose loss leaves the stream framing unknown: even under quarantine they stop the source.
-_STREAM_KINDS = frozenset((b"S", b"E", b"c", b"A", b"p"))
 
 
 class _Assembler:
@@ -143,26 +77,26 @@ class _Assembler:
         open one, or the one a garbled Begin starts) — never a part of one. A bad stream message stops
         the source even then: which blocks belong to which transaction is no longer known."""
         kind = payload[:1] if payload else b""
-        if not self.quarantine or kind in _STREAM_KINDS or self.decoder.in_stream:
+        if not self.quarantine or (kind and kind[0] in m.STREAM_TYPES) or self.decoder.in_stream:
             raise err from None
         self.bad.append(BadControl(seq, lsn, payload, str(err)))
         reason = f"its transaction holds a bad control message at seq {seq}: {err}"
-        closes = {b"C": "plain", b"P": "prepared"}
+        closes = {m.Commit.TYPE.encode(): "plain", m.Prepare.TYPE.encode(): "prepared"}
+        begins = {m.Begin.TYPE.encode(): "plain", m.BeginPrepare.TYPE.encode(): "prepared"}
         if self.open is not None:
             if closes.get(kind) == self.open.kind:
                 self._quarantine_open(seq, reason)
                 return
-            if kind in (b"B", b"b"):  # a Begin while one is open: the open one lost its end
+            if kind in begins:  # a Begin while one is open: the open one lost its end
                 self._quarantine_open(seq - 1, reason)
             else:
                 self.open = replace(self.open, quarantined=self.open.quarantined or reason)
                 return
-        if kind in (b"B", b"b"):
+        if kind in begins:
             if msg is not None:
                 self.feed_decoded(msg, seq, lsn)
             else:
-                kind_name = "plain" if kind == b"B" else "prepared"
-                self.open = OpenTxn(kind_name, 0, seq, 0, 0, quarantined=reason)
+                self.open = OpenTxn(begins[kind], 0, seq, 0, 0, quarantined=reason)
         # Anything else outside a transaction is quarantined alone.
 
     def feed_decoded(self, msg, seq: int, lsn: int) -> None:
@@ -381,13 +315,14 @@ def assemble_transactions(state: SourceState, controls: Iterable[tuple[int, int,
 
 
 _DIRECTIVE_BYTES = DIRECTIVE_PREFIX.encode()
+_MESSAGE_TYPE = m.Message.TYPE.encode()
 
 
 def is_directive(payload: bytes) -> bool:
     """Whether a payload is a logical decoding message with cdc_apply's prefix (streamed or not:
     'M', [xid], flags, LSN, prefix)."""
-    return payload[:1] == b"M" and (payload[10:10 + len(_DIRECTIVE_BYTES)] == _DIRECTIVE_BYTES
-                                    or payload[14:14 + len(_DIRECTIVE_BYTES)] == _DIRECTIVE_BYTES)
+    return payload[:1] == _MESSAGE_TYPE and any(payload[at:at + len(_DIRECTIVE_BYTES)] == _DIRECTIVE_BYTES
+                                                for at in m.MESSAGE_PREFIX_OFFSETS)
 
 
 def excluded_ranges(txn: DecidedTxn, first_change_seq: Mapping[int, int]) -> tuple[SeqRange, ...]:
