@@ -240,12 +240,13 @@ def _median(values):
 
 def run(reps: int = 3, previous: str | None = None, seed: int = 26, floor: bool = False) -> dict:
     code_previous = _import_path(_checkout(previous)) if previous else None
-    current, before = [], []
+    current, before, loads = [], [], []
     for rep in range(reps):
         order = [("current", None), ("previous", code_previous)] if previous else [("current", None)]
         for name, code in (order if rep % 2 == 0 else order[::-1]):
             result = _run_child(seed, code, rep if floor and name == "current" else None)
             (current if name == "current" else before).append(result)
+            loads.append(round(os.getloadavg()[0], 2))
             print(f"rep {rep} {name}: changes {result['changes']['seconds']:.1f}s, insert-only "
                   f"{result['insert_only']['seconds']:.1f}s (append {result['plain_append_seconds']:.1f}s), "
                   f"hot {result['hot']['seconds']:.1f}s, random {result['random']['seconds']:.1f}s", flush=True)
@@ -264,7 +265,7 @@ def run(reps: int = 3, previous: str | None = None, seed: int = 26, floor: bool 
         "hot_vs_random_keys": _median(r["hot"]["tables"]["public.hot"] / r["random"]["tables"]["public.hot"]
                                       for r in current)["median"],
     }
-    details = {"reps": reps, "tables": TABLES, "changes": CHANGES, "inserts": INSERTS,
+    details = {"reps": reps, "cpu_count": os.cpu_count(), "loadavg_after_each_child": loads, "tables": TABLES, "changes": CHANGES, "inserts": INSERTS,
                "hot_rows": HOT_ROWS, "hot_changes": HOT_CHANGES,
                "current": {k: _median(r[k]["seconds"] for r in current) for k in ("changes", "insert_only", "hot",
                                                                                   "random")},
