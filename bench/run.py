@@ -85,8 +85,9 @@ STEPS: tuple[Step, ...] = (
          what="the ~1M-change batch on one core (the scaling curve's first point)"),
     Step("sustained", "sustained", ("--rates", "200,1000,4000,8000,16000", "--seconds", "60"),
          what="lander and apply together against PostgreSQL at fixed offered rates"),
-    Step("small_batch", "small_batch", ("--reps", "5"),
-         what="small batches by shape: 1,000 changes over ten tables, insert-only vs append, recent vs random keys"),
+    Step("small_batch", "small_batch", ("--reps", "5", "--floor"),
+         what="small batches by shape: 1,000 changes over ten tables, insert-only vs append, recent vs random keys; "
+              "Delta's own MERGE and append floors for them"),
     Step("snapshot", "snapshot", ("--rows", "10000000"),
          what="a 10M-row table PostgreSQL -> bronze -> silver by the initial snapshot, vs binary COPY into Parquet"),
     # Not a measure of speed, and it mounts a small filesystem (root): run by name.
