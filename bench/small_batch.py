@@ -119,8 +119,12 @@ def child(seed: int, floor: int | None = None) -> dict:
     before the batches it mirrors on even repetitions, after them on odd ones."""
     from cdc_apply import spark_session
     from cdc_apply.config import parse_config
-    from cdc_apply.lake.bronze import bronze_schema, create_bronze_table
-    from cdc_apply.lake.pipeline import ApplyPipeline
+    try:
+        from cdc_apply.lake.bronze import bronze_schema, create_bronze_table
+        from cdc_apply.lake.pipeline import ApplyPipeline
+    except ImportError:  # a commit before the lake layer's rename (--previous c9068a9): cdc_apply.delta
+        from cdc_apply.delta.bronze import bronze_schema, create_bronze_table
+        from cdc_apply.delta.pipeline import ApplyPipeline
 
     spark = spark_session("cdc_apply-bench-small")
     root = Path(tempfile.mkdtemp(prefix="small-batch-", dir=os.environ.get("CDC_APPLY_BENCH_TMP")))
