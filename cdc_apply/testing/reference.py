@@ -1,4 +1,4 @@
-"""A reference applier: the semantics of DESIGN.md, one message at a time, in plain Python.
+"""A reference applier: the semantics of docs/ARCHITECTURE.md and README.md, one message at a time, in plain Python.
 
 It is deliberately simple and sequential — the opposite of the Spark job — so
 tests can check the job (and the planning code) against it: committed

@@ -248,7 +248,7 @@ def _plans(draw, worlds, clean, landed, quarantine: bool):
     return plan, rows
 
 
-@settings(max_examples=300, deadline=None, print_blob=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, deadline=None, print_blob=True, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_random_streams_decode_the_same(data):
     draw = data.draw

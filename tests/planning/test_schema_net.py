@@ -79,7 +79,7 @@ def reuses_a_name(ops) -> bool:
     return bool(given_up & taken)
 
 
-@settings(max_examples=300, print_blob=True, deadline=None)
+@settings(max_examples=120, print_blob=True, deadline=None)
 @given(chains(), st.integers(0, 30))
 def test_a_rerun_after_a_crash_part_way_through_the_netted_operations_completes_them(ops, done):
     assume(not reuses_a_name(ops))
