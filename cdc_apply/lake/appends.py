@@ -53,13 +53,14 @@ def append_files(rows: int, columns: int) -> int:
     return max(1, -(-rows * (columns + 2) // CELLS_PER_FILE))
 
 
-def append_rows(spark, projected, work: TableWork, metadata: str, inserts: int) -> MergeResult:
+def append_rows(spark, projected, work: TableWork, metadata: str, inserts: int | None) -> MergeResult:
     """Inserts only, where a MERGE has nothing to match: append the new rows as they are.
 
     Used for keyless tables whose batch only inserts (each Insert adds one copy) and for keyed batches
     whose keys are all new. The write carries ``metadata`` (its step: see cdc_apply.lake.ledger).
     ``inserts`` (the batch's Inserts of the table, from its counts) is what the append writes, and
-    sizes the files: otherwise each partition of the decoded batch would write one.
+    sizes the files: otherwise each partition of the decoded batch would write one. ``None``: unknown,
+    one file per partition (a snapshot's load, whose partitions are bronze's file splits).
     """
     from pyspark.sql import functions as F
 
@@ -68,6 +69,7 @@ def append_rows(spark, projected, work: TableWork, metadata: str, inserts: int) 
     rows = projected.where(F.col(cc.OP) == "I").select(*values, *meta)
     # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
     # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
-    rows = rows.coalesce(append_files(inserts, len(work.columns)))
+    if inserts is not None:
+        rows = rows.coalesce(append_files(inserts, len(work.columns)))
     work.ref.append(_key_sorted(rows, work), None, 0, metadata)
-    return MergeResult(inserted=inserts)
+    return MergeResult(inserted=inserts or 0)

@@ -1,8 +1,8 @@
 """Which writes a silver table already has: exactly once without Delta's ``txnAppId`` check.
 
 Every silver commit of a batch carries, in its ``userMetadata``, the pipeline's app id and its
-*step* — ``apply version * STEPS_PER_VERSION + k`` (1 the truncate, ``2 + 2j`` the MERGE of identity
-segment ``j``, ``3 + 2j`` the append of its new keys). A write whose step is not above the newest
+*step* — ``apply version * STEPS_PER_VERSION + k`` (1 the truncate, 2 the load of a snapshot's rows,
+``3 + 2j`` the MERGE of identity segment ``j``, ``4 + 2j`` the append of its new keys). A write whose step is not above the newest
 step the table records for the app id is one a crashed run already committed, and is skipped.
 
 Delta's own idempotent writes (``txnAppId``/``txnVersion``) say the same, but their check rebuilds the
@@ -27,15 +27,19 @@ def truncate_step(version: int) -> int:
     return version * STEPS_PER_VERSION + 1
 
 
+def snapshot_step(version: int) -> int:
+    return version * STEPS_PER_VERSION + 2
+
+
 def merge_step(version: int, segment: int) -> int:
-    return version * STEPS_PER_VERSION + 2 + 2 * segment
-
-
-def new_keys_step(version: int, segment: int) -> int:
     return version * STEPS_PER_VERSION + 3 + 2 * segment
 
 
-MAX_SEGMENTS = (STEPS_PER_VERSION - 2) // 2
+def new_keys_step(version: int, segment: int) -> int:
+    return version * STEPS_PER_VERSION + 4 + 2 * segment
+
+
+MAX_SEGMENTS = (STEPS_PER_VERSION - 3) // 2
 
 
 class SilverLedger:

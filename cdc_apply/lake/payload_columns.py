@@ -50,3 +50,22 @@ def streamed_xid():
     from pyspark.sql import functions as F
 
     return F.conv(F.hex(F.substring("payload", 2, 4)), 16, 10).cast("long")
+
+
+def is_insert():
+    from pyspark.sql import functions as F
+
+    return F.coalesce(first_byte_hex() == f"{ord(m.Insert.TYPE):02X}", F.lit(False))
+
+
+def in_seq_ranges(source: str, ranges):
+    """Rows of ``source`` whose seq lies in one of ``ranges`` (a snapshot's stream blocks). The ORs form a
+    balanced tree: a chain of hundreds nests too deep for the optimizer."""
+    from pyspark.sql import functions as F
+
+    parts = [F.col("seq").between(int(a), int(b)) for a, b in ranges]
+    if not parts:
+        return F.lit(False)
+    while len(parts) > 1:
+        parts = [parts[i] | parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    return (F.col("source") == source) & parts[0]

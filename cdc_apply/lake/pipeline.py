@@ -30,6 +30,7 @@ from typing import Callable, Iterator, TextIO
 from cdc_apply.decode.changes import SKIP, decode_batches, output_ddl
 from cdc_apply.planning.plan import BatchPlan, plan_batch
 from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads
 from cdc_apply.planning.state import SourceState
 from cdc_apply.config import Config
 from cdc_apply.lake.batch_logs import BatchLogs, now as _now
@@ -41,6 +42,7 @@ from cdc_apply.lake.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.lake.merge import BATCH_SETTINGS
 from cdc_apply.lake.report import BatchReport
 from cdc_apply.lake.silver import SilverTables
+from cdc_apply.lake.snapshot_loads import load_counts, without_loads
 from cdc_apply.lake.sources import SourceFormats
 from cdc_apply.lake.tables import bronze_ref
 from cdc_apply.errors import ApplyError, CdcApplyError
@@ -94,6 +96,7 @@ class ApplyPipeline:
         # history write, before its silver writes), "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
         self.silver.fault = self._fault
+        self.silver.messages = self._messages
         self.reports: list[BatchReport] = []
 
     def _messages(self):
@@ -190,10 +193,11 @@ class ApplyPipeline:
         states = {s: replace(b.state, applied_rows=applied_rows(self.spark, self.bronze, s, b.previous) + landed.get(s, 0))
                   if self.formats.of(s).counts_bronze_rows else replace(b.state, format_state=prepared[s].format_state)
                   for s, b in plan.sources.items()}
-        decoded = self._decode(fresh, plan, report.messages)
+        loads = self._snapshot_loads(plan)
+        decoded = self._decode(fresh, plan, report.messages, loads)
         report.mark("plan")
         try:
-            self._apply(plan, decoded, version, report)
+            self._apply(plan, decoded, version, report, loads)
         finally:
             if decoded is not None:
                 decoded.unpersist()
@@ -207,7 +211,20 @@ class ApplyPipeline:
         print(report.line(), file=self.out, flush=True)
         return report
 
-    def _decode(self, fresh, plan: BatchPlan, messages: int = 0):
+    def _snapshot_loads(self, plan: BatchPlan) -> tuple[SnapshotLoad, ...]:
+        """The batch's snapshots whose rows go straight into silver (cdc_apply.planning.snapshot_loads):
+        not under the quarantine policy (their load decodes without error rows) nor for tables that keep
+        a history table (its versions come from the decoded change rows)."""
+        if self.config.apply.on_error != "fail":
+            return ()
+
+        def wanted(source: str, relation_id: int) -> bool:
+            name = self.histories[source].relations[relation_id].latest.qualified_name
+            return self.config.table_selected(name) and self.config.history_for(name) is None
+
+        return find_snapshot_loads(plan, self.histories, wanted)
+
+    def _decode(self, fresh, plan: BatchPlan, messages: int = 0, loads: tuple[SnapshotLoad, ...] = ()):
         from pyspark.sql import functions as F
 
         if not plan.has_changes and not any(
@@ -223,16 +240,19 @@ class ApplyPipeline:
             old = (self._messages().where(reread & ~is_control())
                    .select("source", "seq", "lsn", "payload"))
             changes = changes.unionByName(old)
+        changes = without_loads(changes, loads)
         # Enough partitions that each cached block stays small: a block evicted to disk is read back
         # whole, and the soak's 450k-message batches (rows as wide as the widest relation) ran the
         # driver out of heap doing so in two partitions.
+        messages -= sum(b - a + 1 for load in loads for a, b in load.ranges)   # loaded on their own
         wanted = max(self.spark.sparkContext.defaultParallelism, -(-messages // DECODE_MESSAGES_PER_PARTITION))
         if changes.rdd.getNumPartitions() < wanted:
             changes = changes.repartition(wanted)
         decoded = changes.mapInArrow(partial(decode_batches, plan=plan.decode), output_ddl(plan.decode))
         return decoded.persist()
 
-    def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport) -> None:
+    def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport,
+               loads: tuple[SnapshotLoad, ...] = ()) -> None:
         from pyspark.sql import functions as F
 
         if decoded is None:
@@ -263,6 +283,8 @@ class ApplyPipeline:
         self.silver.quarantined_sources |= {r.source for r in counts if r.errors}
         self.silver.quarantined_sources |= {s for s, b in plan.sources.items() if b.assembly.bad_controls}
         works = self.silver.plan_tables(plan, self.histories, counts, truncates)
+        self.silver.loads = {(load.source, load.relation_id): load for load in loads}  # the last one of each table
+        self.silver.loaded = {}
         quarantined = sum(r.n for r in counts if r.errors)
         report.quarantined = int(quarantined) + sum(len(b.assembly.bad_controls) for b in plan.sources.values())
 
@@ -280,7 +302,7 @@ class ApplyPipeline:
                 report.written.append((work.source, work.relation_id, work.qualified_name, stats))
         report.mark("tables")
         self._fault("logs")
-        self.logs.write_logs(plan, decoded, counts, truncates, version)
+        self.logs.write_logs(plan, decoded, list(counts) + load_counts(loads, self.silver, self._messages), truncates, version)
         report.mark("logs")
 
     def _bronze_max(self, sources: list[str]) -> dict[str, int]:

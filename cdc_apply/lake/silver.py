@@ -16,6 +16,7 @@ from typing import Callable
 
 from cdc_apply.planning.decode_plan import pool_columns
 from cdc_apply.planning.plan import BatchPlan
+from cdc_apply.planning.snapshot_loads import SnapshotLoad
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.table_plan import TablePlan, TableRules, TableWork, plan_table, touch_relations
 from cdc_apply.planning.tables import SilverColumn, check_policies, evolve
@@ -27,8 +28,9 @@ from cdc_apply.lake.merge import (
     collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
 )
 from cdc_apply.lake.ledger import (
-    MAX_SEGMENTS, STEPS_PER_VERSION, SilverLedger, merge_step, new_keys_step, truncate_step,
+    MAX_SEGMENTS, STEPS_PER_VERSION, SilverLedger, merge_step, new_keys_step, snapshot_step, truncate_step,
 )
+from cdc_apply.lake.snapshot_loads import count_snapshot_rows, load_snapshot
 from cdc_apply.lake.merge_moves import resolve_moves
 from cdc_apply.lake.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.lake.tables import (
@@ -87,6 +89,10 @@ class SilverTables:
         self.fault: Callable[[str], None] = lambda point: None  # tests inject crashes (ApplyPipeline's hook)
         # The properties this process last set on each table (set again only when they change).
         self._properties: dict[str, dict[str, str]] = {}
+        # The batch's snapshot loads, by (source, relation id), and bronze's messages they read (the pipeline sets both).
+        self.loads: dict[tuple[str, int], SnapshotLoad] = {}
+        self.messages: Callable[[], object] = lambda: None
+        self.loaded: dict[tuple[str, int], int] = {}   # rows each load wrote (or holds, when run before)
 
     def names_of(self, source: str, relation_ids) -> list[str]:
         return [self._names[(source, rid)] for rid in relation_ids if (source, rid) in self._names]
@@ -187,6 +193,16 @@ class SilverTables:
         if work.truncate_after is not None:
             if write(truncate_step(version), lambda _: work.ref.delta_table(session).delete()) is not None:
                 self._empty.add(str(work.ref))
+        load = self.loads.get((work.source, work.relation_id))
+        if load is not None and work.truncate_after is not None and load.holds(work.truncate_after[1]):
+            # The snapshot's own Truncate is the table's last: its rows go in right after it.
+            loaded = write(snapshot_step(version),
+                           lambda meta: load_snapshot(session, self.messages(), load, planned.segments, meta))
+            if loaded is None:  # written by an earlier run of this batch
+                loaded = count_snapshot_rows(self.messages(), load)
+            self.loaded[(work.source, work.relation_id)] = loaded
+            self._empty.discard(str(work.ref))
+            stats.inserted += loaded
         if planned.has_rows:
             for segment_index, segment in enumerate(planned.segments):
                 result = self._merge(session, decoded, segment, planned, version, segment_index, write)

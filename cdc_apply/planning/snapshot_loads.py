@@ -1,0 +1,97 @@
+"""Snapshot loads: a snapshot's rows written straight into its emptied silver table.
+
+A snapshot of relation R arrives as a streamed transaction of xid 2 (docs/SNAPSHOTS.md): the marker,
+R's Relation, a Truncate, then one Insert per copied row. Through the general decode every one of
+those rows would be decoded into the batch's wide, persisted change rows, counted, projected and
+only then appended — for an initial load of millions of rows almost all of a batch's time. A
+:class:`SnapshotLoad` says where such a snapshot's Inserts are, so the lake layer leaves them out of
+the general decode and writes them in one job of their own (read, decode, append) right after the
+Truncate empties the table, before the batch's later changes of R are merged.
+
+A snapshot is loaded this way when all its rows decode with one version of R (the one in force when
+it starts, or the Relation the lander writes at its head); otherwise its rows take the general path. Nothing here touches Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+from cdc_apply.planning.decode_plan import DecodePlan, SourcePlan
+from cdc_apply.planning.plan import SNAPSHOT_PREFIX, BatchPlan
+from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.state import SeqRange
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotLoad:
+    """One committed snapshot of one relation whose Inserts skip the general decode."""
+
+    source: str
+    txn: int                        # index of the snapshot's transaction among the source's committed ones
+    relation_id: int
+    slot: int                       # the decode slot of the snapshot's relation version (in the batch's plan)
+    ranges: tuple[SeqRange, ...]    # the transaction's seq ranges: its stream blocks
+    commit_lsn: int                 # the snapshot's consistent point C
+    decode: DecodePlan              # the batch's plan narrowed to this transaction and its one slot (slot 0)
+
+    def holds(self, seq: int) -> bool:
+        return any(a <= seq <= b for a, b in self.ranges)
+
+
+def find_snapshot_loads(plan: BatchPlan, histories: dict[str, SchemaHistory],
+                        wanted: Callable[[str, int], bool]) -> tuple[SnapshotLoad, ...]:
+    """Every committed snapshot of the batch that can be loaded, for which ``wanted(source, relation id)``."""
+    loads = []
+    for source, batch in sorted(plan.sources.items()):
+        splan = plan.decode.sources[source]
+        history = histories.get(source)
+        for index, txn in enumerate(batch.committed):
+            if txn.xid != SNAPSHOT_XID:
+                continue
+            relation_id = _snapshot_relation(txn.directives)
+            if relation_id is None or history is None or relation_id not in history.relations:
+                continue
+            if relation_id in splan.ignored or not wanted(source, relation_id):
+                continue
+            start, end = txn.ranges[0][0], txn.ranges[-1][1]
+            seqs = [v.seq for v in history.relations[relation_id].versions if v.seq <= end]
+            inside = [q for q in seqs if q >= start]   # any version between its first and last block
+            entry = splan.versions.get(relation_id)
+            # Every row must decode with one version: the one in force when the snapshot starts, or the
+            # Relation of its own first block (a redundant one records no version).
+            if not seqs or len(inside) > 1 or (inside and inside[0] > txn.ranges[0][1]):
+                continue
+            if entry is None or seqs[-1] not in entry[0]:
+                continue
+            slot = entry[1][entry[0].index(seqs[-1])]
+            loads.append(SnapshotLoad(source, index, relation_id, slot, txn.ranges, txn.commit_lsn,
+                                      _narrowed(plan.decode, source, splan, index, txn.ranges, relation_id,
+                                                seqs[-1], slot)))
+    return tuple(loads)
+
+
+def _snapshot_relation(directives) -> int | None:
+    for prefix, content in directives:
+        if prefix == SNAPSHOT_PREFIX:
+            try:
+                return int(json.loads(content)["relation_id"])
+            except (ValueError, KeyError, TypeError):
+                return None   # the assembly already refused a marker it cannot read
+    return None
+
+
+def _narrowed(decode: DecodePlan, source: str, splan: SourcePlan, txn: int, ranges: tuple[SeqRange, ...],
+              relation_id: int, version_seq: int, slot: int) -> DecodePlan:
+    """The decode plan of the snapshot's rows alone: its ranges, its transaction (index 0), its slot (0)."""
+    narrowed = SourcePlan(
+        range_starts=tuple(a for a, _ in ranges), range_ends=tuple(b for _, b in ranges),
+        range_txn=(0,) * len(ranges), range_in_stream=(True,) * len(ranges),
+        txn_commit_lsn=(splan.txn_commit_lsn[txn],), txn_xid=(splan.txn_xid[txn],),
+        txn_commit_ts=(splan.txn_commit_ts[txn],) if splan.txn_commit_ts else (),
+        txn_origin=(splan.txn_origin[txn],) if splan.txn_origin else (),
+        txn_user=(splan.txn_user[txn],) if splan.txn_user else (),
+        versions={relation_id: ((version_seq,), (0,))})
+    return DecodePlan({source: narrowed}, (decode.slots[slot],), quarantine=False)

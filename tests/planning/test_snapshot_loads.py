@@ -1,0 +1,103 @@
+"""Which snapshots a batch loads on their own, and the narrowed decode that loads them (no JVM)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from cdc_apply.decode.changes import decode_batch
+from cdc_apply.planning.plan import plan_batch
+from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.snapshot_loads import find_snapshot_loads
+from cdc_apply.planning.state import SourceState
+from cdc_apply.testing.stream import StreamBuilder
+
+CONTROL = b"BCRYSEcAKPrbOp"
+
+
+def _plan(b: StreamBuilder):
+    rows = b.rows()
+    controls = [(seq, lsn, p) for _, seq, lsn, p in rows if p[:1] in CONTROL or p[:1] == b"M"]
+    history = SchemaHistory()
+    plan = plan_batch({b.source: (SourceState(), history, controls, rows[-1][1])}, lambda *a: {})
+    return plan, {b.source: history}, rows
+
+
+def _arrow(rows) -> pa.RecordBatch:
+    source, seq, lsn, payload = zip(*rows)
+    return pa.RecordBatch.from_arrays([pa.array(source), pa.array(seq, pa.int64()), pa.array(lsn, pa.int64()),
+                                       pa.array(payload, pa.binary())], names=["source", "seq", "lsn", "payload"])
+
+
+def test_a_committed_snapshot_is_found_with_its_blocks_its_slot_and_its_point():
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    with b.transaction() as tx:
+        tx.insert(t, {"id": 0, "v": "before"})
+    c = b.snapshot(t, [{"id": i, "v": f"r{i}"} for i in range(5)], chunk_rows=2)
+    with b.transaction() as tx:
+        tx.insert(t, {"id": 9, "v": "after"})
+    plan, histories, rows = _plan(b)
+    [load] = find_snapshot_loads(plan, histories, lambda source, rid: True)
+    assert (load.source, load.relation_id, load.commit_lsn, load.txn) == ("src", t.oid, c, 1)
+    assert len(load.ranges) == 3                       # one stream block per chunk of two rows
+    inserts = [r for r in rows if load.holds(r[1]) and r[3][:1] == b"I"]
+    assert len(inserts) == 5
+    assert plan.decode.slots[load.slot].relation_id == t.oid
+    assert not any(load.holds(r[1]) for r in rows[:4] + rows[-3:])   # the transactions around it
+
+
+def test_the_narrowed_plan_decodes_a_snapshots_rows_as_the_batchs_own_plan_does():
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int8", True), ("v", "text", False), ("n", "numeric", False)])
+    b.snapshot(t, [{"id": i, "v": f"r{i}", "n": f"{i}.5"} for i in range(7)], chunk_rows=3)
+    plan, histories, rows = _plan(b)
+    [load] = find_snapshot_loads(plan, histories, lambda source, rid: True)
+    inserts = _arrow([r for r in rows if load.holds(r[1]) and r[3][:1] == b"I"])
+    whole = pa.Table.from_batches(list(decode_batch(inserts, plan.decode)))
+    alone = pa.Table.from_batches(list(decode_batch(inserts, load.decode)))
+    pooled_whole = [f"new_{p}" for p in _pooled(plan.decode, load.slot)]
+    pooled_alone = [f"new_{p}" for p in _pooled(load.decode, 0)]
+    for a, w in zip(pooled_alone, pooled_whole):
+        assert alone.column(a).to_pylist() == whole.column(w).to_pylist()
+    for column in ("seq", "commit_lsn", "commit_ts", "xid", "op"):
+        assert alone.column(column).to_pylist() == whole.column(column).to_pylist()
+
+
+def _pooled(decode, slot):
+    from cdc_apply.planning.decode_plan import pool_columns
+
+    return pool_columns(decode).columns[slot]
+
+
+def test_snapshots_of_unwanted_tables_and_snapshots_without_a_relation_of_their_own_are_left_to_the_decode():
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True)])
+    u = b.relation("public", "u", [("id", "int4", True)])
+    b.snapshot(t, [[1], [2]])
+    b.snapshot(u, [[3]])
+    plan, histories, _ = _plan(b)
+    assert [load.relation_id for load in find_snapshot_loads(plan, histories, lambda s, rid: rid == u.oid)] == [u.oid]
+    assert find_snapshot_loads(plan, histories, lambda s, rid: False) == ()
+
+
+def test_a_snapshot_whose_rows_span_two_versions_of_its_relation_is_left_to_the_decode():
+    from cdc_apply.pgoutput import messages as m
+    from dataclasses import replace
+
+    from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, snapshot_head
+
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True)])
+    wider = b.relation("public", "t", [("id", "int4", True), ("extra", "int4", False)], oid=t.oid, emit=False)
+    for message in snapshot_head(t.message, 0x7000000):
+        b.emit(message)
+    b.emit(m.Insert(SNAPSHOT_XID, t.oid, t.tuple_of([1])))
+    b.emit(m.StreamStop())
+    b.emit(m.StreamStart(SNAPSHOT_XID, False))
+    b.emit(replace(wider.message, xid=SNAPSHOT_XID))   # the table changed under the copy
+    b.emit(m.Insert(SNAPSHOT_XID, t.oid, wider.tuple_of([2, 3])))
+    b.emit(m.StreamStop())
+    b.emit(m.StreamCommit(SNAPSHOT_XID, 0, 0x7000000, 0x7000000, 0))
+    plan, histories, _ = _plan(b)
+    assert [txn.xid for txn in plan.sources["src"].committed] == [SNAPSHOT_XID]
+    assert find_snapshot_loads(plan, histories, lambda s, rid: True) == ()
