@@ -10,12 +10,19 @@ timestamptz; ~70 bytes a row) before any slot exists. Measured in the same run, 
 * **floor** — the same rows by binary COPY over the same number of sessions and the same block
   ranges, each range's fields cut out with numpy into typed Arrow columns and written as a Parquet
   file with pyarrow: the least any copy into a lake file has to do.
+* **Delta append floor** — those Parquet files read by Spark and appended to a new Delta table: the
+  least one Delta write of the rows through Spark costs on this machine (a snapshot writes two: bronze,
+  then silver).
+
+The JVM is warmed up first (a small Delta write, read and ``mapInArrow``: ~10 s, once per process,
+the same for any table size) and that is not counted.
 
     .venv/bin/python -m bench.snapshot --rows 10000000
 
 Keys merged into bench/results.json: ``snapshot_rows_per_second`` (rows / (land + apply) seconds),
-``snapshot_vs_copy_floor`` ((land + apply) / floor seconds) and the details under ``snapshot``
-(rows, seconds of each phase, land-only rate, table and bronze sizes).
+``snapshot_vs_copy_floor`` ((land + apply) / floor seconds), ``snapshot_vs_delta_floor`` ((land +
+apply) / (floor + Delta append floor) seconds) and the details under ``snapshot`` (rows, seconds of
+each phase, land-only rate, table and bronze sizes).
 """
 
 from __future__ import annotations
@@ -143,6 +150,24 @@ def _floor(pg, workers: int, out: Path) -> tuple[float, int]:
     return time.monotonic() - started, rows
 
 
+def _warm_up(spark, path: Path) -> None:
+    """The first Delta write, read and Python worker of a JVM compile and load what every later one
+    reuses: done once before anything is timed."""
+    spark.range(10_000).selectExpr("id", "cast(id as string) as s").write.format("delta").mode("overwrite").save(str(path))
+    df = spark.read.format("delta").load(str(path))
+    df.mapInArrow(lambda batches: batches, df.schema).count()
+
+
+def _delta_append(spark, floor: Path, path: Path) -> float:
+    """Seconds Spark takes to append the floor's Parquet files to a new Delta table."""
+    shutil.rmtree(path, ignore_errors=True)
+    started = time.monotonic()
+    spark.read.parquet(str(floor)).write.format("delta").save(str(path))
+    seconds = time.monotonic() - started
+    shutil.rmtree(path, ignore_errors=True)
+    return seconds
+
+
 def _du(path: Path) -> int:
     return int(subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True).stdout.split()[0])
 
@@ -171,6 +196,9 @@ def run(rows: int, workers: int, keep: bool) -> dict:
         toml.write_text(TOML.format(root=WORK, dsn=pg.dsn("bench"), workers=workers))
         config = load_config(toml)
         spark = spark_session("cdc_apply-bench-snapshot")
+        _warm_up(spark, WORK / "warm")
+        delta_seconds = _delta_append(spark, WORK / "floor", WORK / "delta_floor")
+        print(f"Delta append floor: {delta_seconds:.1f} s", flush=True)
         log = io.StringIO()
         started = time.monotonic()
         land(config, spark=spark, once=True, out=log)
@@ -189,13 +217,15 @@ def run(rows: int, workers: int, keep: bool) -> dict:
             "bronze_bytes": _du(WORK / "bronze"), "floor_parquet_bytes": _du(WORK / "floor"),
             "land_seconds": round(land_seconds, 1), "apply_seconds": round(apply_seconds, 1),
             "floor_seconds": round(floor_seconds, 1),
+            "delta_append_floor_seconds": round(delta_seconds, 1),
             "land_rows_per_second": round(rows / land_seconds),
             "land_vs_copy_floor": round(land_seconds / floor_seconds, 2),
             "log": [line for line in log.getvalue().splitlines()       # the copy, the landing, the apply batch
                      if " rows in " in line or "] done:" in line or line.startswith("batch ")],
         }
         out = {"snapshot_rows_per_second": round(rows / total),
-               "snapshot_vs_copy_floor": round(total / floor_seconds, 2), "snapshot": details}
+               "snapshot_vs_copy_floor": round(total / floor_seconds, 2),
+               "snapshot_vs_delta_floor": round(total / (floor_seconds + delta_seconds), 2), "snapshot": details}
         merge_results(out)
         print(json.dumps(out, indent=2))
         return out
