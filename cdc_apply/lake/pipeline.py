@@ -283,7 +283,9 @@ class ApplyPipeline:
         self.silver.quarantined_sources |= {r.source for r in counts if r.errors}
         self.silver.quarantined_sources |= {s for s, b in plan.sources.items() if b.assembly.bad_controls}
         works = self.silver.plan_tables(plan, self.histories, counts, truncates)
-        self.silver.loads = {(load.source, load.relation_id): load for load in loads}  # the last one of each table
+        self.silver.loads = {}
+        for load in loads:
+            self.silver.loads.setdefault((load.source, load.relation_id), []).append(load)
         self.silver.loaded = {}
         quarantined = sum(r.n for r in counts if r.errors)
         report.quarantined = int(quarantined) + sum(len(b.assembly.bad_controls) for b in plan.sources.values())
@@ -302,7 +304,7 @@ class ApplyPipeline:
                 report.written.append((work.source, work.relation_id, work.qualified_name, stats))
         report.mark("tables")
         self._fault("logs")
-        self.logs.write_logs(plan, decoded, list(counts) + load_counts(loads, self.silver, self._messages), truncates, version)
+        self.logs.write_logs(plan, decoded, list(counts) + load_counts(loads, self.silver.loaded, self._messages), truncates, version)
         report.mark("logs")
 
     def _bronze_max(self, sources: list[str]) -> dict[str, int]:

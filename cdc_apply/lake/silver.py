@@ -30,7 +30,7 @@ from cdc_apply.lake.merge import (
 from cdc_apply.lake.ledger import (
     MAX_SEGMENTS, STEPS_PER_VERSION, SilverLedger, merge_step, new_keys_step, snapshot_step, truncate_step,
 )
-from cdc_apply.lake.snapshot_loads import count_snapshot_rows, load_snapshot
+from cdc_apply.lake.snapshot_loads import clear_ranges, drop_cleared, load_snapshots
 from cdc_apply.lake.merge_moves import resolve_moves
 from cdc_apply.lake.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.lake.tables import (
@@ -89,10 +89,10 @@ class SilverTables:
         self.fault: Callable[[str], None] = lambda point: None  # tests inject crashes (ApplyPipeline's hook)
         # The properties this process last set on each table (set again only when they change).
         self._properties: dict[str, dict[str, str]] = {}
-        # The batch's snapshot loads, by (source, relation id), and bronze's messages they read (the pipeline sets both).
-        self.loads: dict[tuple[str, int], SnapshotLoad] = {}
+        # The batch's snapshot loads by (source, relation id), and bronze's messages they read (the pipeline sets both).
+        self.loads: dict[tuple[str, int], list[SnapshotLoad]] = {}
         self.messages: Callable[[], object] = lambda: None
-        self.loaded: dict[tuple[str, int], int] = {}   # rows each load wrote (or holds, when run before)
+        self.loaded: dict[tuple[str, int], int] = {}   # (source, txn) -> rows a table's only load wrote
 
     def names_of(self, source: str, relation_ids) -> list[str]:
         return [self._names[(source, rid)] for rid in relation_ids if (source, rid) in self._names]
@@ -193,16 +193,19 @@ class SilverTables:
         if work.truncate_after is not None:
             if write(truncate_step(version), lambda _: work.ref.delta_table(session).delete()) is not None:
                 self._empty.add(str(work.ref))
-        load = self.loads.get((work.source, work.relation_id))
-        if load is not None and work.truncate_after is not None and load.holds(work.truncate_after[1]):
-            # The snapshot's own Truncate is the table's last: its rows go in right after it.
-            loaded = write(snapshot_step(version),
-                           lambda meta: load_snapshot(session, self.messages(), load, planned.segments, meta))
-            if loaded is None:  # written by an earlier run of this batch
-                loaded = count_snapshot_rows(self.messages(), load)
-            self.loaded[(work.source, work.relation_id)] = loaded
+        elif work.clears and str(work.ref) not in self._empty:   # key-range chunks: only their ranges are emptied
+            write(truncate_step(version), lambda _: clear_ranges(session, work))
+        loads = [load for load in self.loads.get((work.source, work.relation_id), ())
+                 if load.in_force(work.truncate_after)]
+        if loads:
+            # The snapshots' rows go in right after their Truncate (or ranges) emptied the table.
+            loaded = write(snapshot_step(version), lambda meta: load_snapshots(
+                session, self.messages(), loads, work.clears, planned.segments, meta))
+            if loaded is not None:
+                stats.inserted += loaded
+                if len(loads) == 1:
+                    self.loaded[(work.source, loads[0].txn)] = loaded
             self._empty.discard(str(work.ref))
-            stats.inserted += loaded
         if planned.has_rows:
             for segment_index, segment in enumerate(planned.segments):
                 result = self._merge(session, decoded, segment, planned, version, segment_index, write)
@@ -254,14 +257,18 @@ class SilverTables:
         step = merge_step(version, segment)
         done = MergeResult(0)
         if work.key is None:
+            if work.clears:
+                raise ApplyError(f"a key-range snapshot chunk of {work.qualified_name}, which is applied without a "
+                                 "key: set source.snapshot_chunk_rows = 0 for this source so that tables are copied "
+                                 "whole", table=work.qualified_name, source=work.source)
             if insert_only:  # each Insert adds one copy: exactly an append
                 return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
             self._choose_deletion_vectors(session, work, planned)
             return write(step, lambda _: merge_keyless(session, projected, work, target_empty=empty)) or done
         new_keys = segment < MAX_SEGMENTS and self._new_keys_are_new(work)
-        if insert_only and (empty or new_keys):  # every key is new: one append, no join with silver
+        if insert_only and (empty or new_keys) and not work.clears:  # every key is new: one append, no join
             return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
-        events = key_events(projected, work)
+        events = drop_cleared(key_events(projected, work), work)
         if work.toast_moves:
             target = None if work.truncate_after is not None else work.ref.read(session)
             events = resolve_moves(events, work, target)

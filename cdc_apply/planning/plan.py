@@ -127,7 +127,10 @@ def snapshot_skips(committed: Sequence[DecidedTxn], resets: tuple[tuple[int, int
         for prefix, content in txn.directives:
             if prefix == SNAPSHOT_PREFIX:
                 snapshot = json.loads(content)
-                active[int(snapshot["relation_id"])] = int(snapshot["lsn"])
+                # A key-range chunk lands before every transaction committed at or past its LSN and
+                # after every one below it (the lander holds the stream for it): nothing to skip.
+                if snapshot.get("range") is None:
+                    active[int(snapshot["relation_id"])] = int(snapshot["lsn"])
     return {r: frozenset(t) for r, t in skips.items()}, tuple(sorted(active.items()))
 
 

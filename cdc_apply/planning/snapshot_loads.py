@@ -22,7 +22,7 @@ from cdc_apply.planning.decode_plan import DecodePlan, SourcePlan
 from cdc_apply.planning.plan import SNAPSHOT_PREFIX, BatchPlan
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.state import SeqRange
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, KeyRange, snapshot_range
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +36,22 @@ class SnapshotLoad:
     ranges: tuple[SeqRange, ...]    # the transaction's seq ranges: its stream blocks
     commit_lsn: int                 # the snapshot's consistent point C
     decode: DecodePlan              # the batch's plan narrowed to this transaction and its one slot (slot 0)
+    key_range: KeyRange | None = None   # a key-range chunk's range (None: the whole table)
 
     def holds(self, seq: int) -> bool:
         return any(a <= seq <= b for a, b in self.ranges)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """Where it takes effect in commit order: its commit LSN and first block."""
+        return self.commit_lsn, self.ranges[0][0]
+
+    def in_force(self, truncate_after: tuple[int, int] | None) -> bool:
+        """Whether its rows survive the table's last truncate of the batch (``truncate_after``): a whole
+        table's snapshot only when that truncate is its own, a chunk when it comes after it."""
+        if self.key_range is None:
+            return truncate_after is not None and self.holds(truncate_after[1])
+        return truncate_after is None or self.position > tuple(truncate_after)
 
 
 def find_snapshot_loads(plan: BatchPlan, histories: dict[str, SchemaHistory],
@@ -51,7 +64,7 @@ def find_snapshot_loads(plan: BatchPlan, histories: dict[str, SchemaHistory],
         for index, txn in enumerate(batch.committed):
             if txn.xid != SNAPSHOT_XID:
                 continue
-            relation_id = _snapshot_relation(txn.directives)
+            relation_id, key_range = _snapshot_relation(txn.directives)
             if relation_id is None or history is None or relation_id not in history.relations:
                 continue
             if relation_id in splan.ignored or not wanted(source, relation_id):
@@ -69,18 +82,18 @@ def find_snapshot_loads(plan: BatchPlan, histories: dict[str, SchemaHistory],
             slot = entry[1][entry[0].index(seqs[-1])]
             loads.append(SnapshotLoad(source, index, relation_id, slot, txn.ranges, txn.commit_lsn,
                                       _narrowed(plan.decode, source, splan, index, txn.ranges, relation_id,
-                                                seqs[-1], slot)))
+                                                seqs[-1], slot), key_range))
     return tuple(loads)
 
 
-def _snapshot_relation(directives) -> int | None:
+def _snapshot_relation(directives) -> tuple[int | None, KeyRange | None]:
     for prefix, content in directives:
         if prefix == SNAPSHOT_PREFIX:
             try:
-                return int(json.loads(content)["relation_id"])
+                return int(json.loads(content)["relation_id"]), snapshot_range(content)
             except (ValueError, KeyError, TypeError):
-                return None   # the assembly already refused a marker it cannot read
-    return None
+                return None, None   # the assembly already refused a marker it cannot read
+    return None, None
 
 
 def _narrowed(decode: DecodePlan, source: str, splan: SourcePlan, txn: int, ranges: tuple[SeqRange, ...],

@@ -9,12 +9,14 @@ The lake layer (:mod:`cdc_apply.lake.silver`) carries the plans out; nothing her
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from cdc_apply.config import HistorySpec
+from cdc_apply.errors import SchemaError
 from cdc_apply.pgoutput import messages as m
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange, snapshot_range
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.planning.decode_plan import Pool
 from cdc_apply.planning.plan import BatchPlan
@@ -55,11 +57,29 @@ class TableWork:
     # (silver column index, seq of the version that added it, value): changes of older versions carry
     # the column's missing value (ADD COLUMN ... DEFAULT), as PostgreSQL shows for rows older than it.
     defaults: tuple[tuple[int, int, object], ...] = ()
+    # Key-range snapshot chunks after the last truncate, in commit order: silver's rows whose column
+    # lies in the range are replaced by the chunk's, and earlier changes of keys in it are gone.
+    clears: tuple["Clear", ...] = ()
 
     @property
     def key_index(self) -> tuple[int, ...]:
         names = [c.name for c in self.columns]
         return tuple(names.index(k) for k in (self.key or ()))
+
+
+@dataclass(frozen=True, slots=True)
+class Clear:
+    """A key-range snapshot chunk's effect on its table: from ``(commit_lsn, seq)`` on, the rows whose
+    silver column ``column`` lies in ``[low, high)`` are the chunk's (``None``: that end is open)."""
+
+    commit_lsn: int
+    seq: int
+    column: int
+    low: int | None
+    high: int | None
+
+    def after(self, other: tuple[int, int] | None) -> bool:
+        return other is None or (self.commit_lsn, self.seq) > tuple(other)
 
 
 @dataclass
@@ -77,6 +97,8 @@ class TableTouch:
     truncate_seq: int | None = None
     # every truncate: (commit LSN, seq, commit time, cause "truncate" or "snapshot")
     truncates: list[tuple[int, int, object, str]] = field(default_factory=list)
+    # key-range snapshot chunks: (commit LSN, seq of its first block, the range)
+    ranges: list[tuple[int, int, KeyRange]] = field(default_factory=list)
 
     def latest_version(self, history: RelationHistory, next_seq: int) -> RelationVersion:
         """The version silver follows: the newest one a committed change of this batch used (a Relation
@@ -103,6 +125,16 @@ def touch_relations(plan: BatchPlan, counts: Iterable, truncates: Iterable) -> d
             touch.inserts += r.n if r.op == "I" else 0
             touch.last_commit_lsn = max(touch.last_commit_lsn, r.last_commit_lsn or 0)
             touch.version_seq = max(touch.version_seq, plan.decode.slots[r.slot].version_seq)
+    for source, batch in plan.sources.items():
+        for txn in batch.committed:
+            if txn.xid != SNAPSHOT_XID:
+                continue
+            for prefix, content in txn.directives:
+                key_range = snapshot_range(content) if prefix == SNAPSHOT_PREFIX else None
+                if key_range is not None:
+                    touch = touched.setdefault((source, int(json.loads(content)["relation_id"])), TableTouch())
+                    touch.ranges.append((txn.commit_lsn, txn.ranges[0][0], key_range))
+                    touch.last_commit_lsn = max(touch.last_commit_lsn, txn.commit_lsn)
     for t in truncates:
         committed = plan.sources[t.source].committed
         ts = committed[t.txn].commit_ts if 0 <= t.txn < len(committed) else None
@@ -180,10 +212,12 @@ def plan_table(source: str, history: RelationHistory, latest: RelationVersion, s
         segments.append((identity_of(latest, rules.configured_key), []))
     truncate = touch.truncate
     defaults = column_defaults(chain, columns, schema, rules.type_options)
+    clears = tuple(c for c in range_clears(touch.ranges, history, columns) if c.after(truncate[:2] if truncate else None))
     works = tuple(TableWork(
         source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
         columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
-        meta=rules.meta, has_toast=touch.toasted > 0, toast_moves=touch.moved_toasted > 0, defaults=defaults)
+        meta=rules.meta, has_toast=touch.toasted > 0, toast_moves=touch.moved_toasted > 0, defaults=defaults,
+        clears=clears)
         for key, slot_maps in segments)
     return TablePlan(works[-1], works, chain, type_of, touch.rows, touch.last_commit_lsn, frozenset(touch.ops),
                      touch.inserts, rules.history, tuple(sorted(touch.truncates, key=lambda t: t[:2])),
@@ -204,3 +238,18 @@ def column_defaults(chain, columns, schema: SchemaHistory, options: TypeOptions)
                 column_type = resolve_column_type(column.type_oid, column.type_modifier, schema.types, options)
                 out.append((index[lineage], version.seq, convert_text_value(column_type, text)))
     return tuple(out)
+
+
+def range_clears(ranges, history: RelationHistory, columns) -> list[Clear]:
+    """The batch's key-range chunks of one table as :class:`Clear` records, their column named by its
+    silver column (found by lineage in the relation version in force at the chunk)."""
+    index = {c.lineage: i for i, c in enumerate(columns) if not c.dropped}
+    out = []
+    for commit_lsn, seq, key_range in sorted(ranges, key=lambda r: r[:2]):
+        version = history.at(seq) or history.latest
+        if key_range.column not in version.column_names:
+            raise SchemaError(f"a snapshot chunk of {version.qualified_name} names column {key_range.column!r}, "
+                              "which its Relation does not have", relation_id=version.relation_id)
+        lineage = version.lineage[version.column_names.index(key_range.column)]
+        out.append(Clear(commit_lsn, seq, index[lineage], key_range.low, key_range.high))
+    return out

@@ -29,7 +29,7 @@ from typing import Any, Callable
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.tables import identity_of
 from cdc_apply.errors import ApplyError
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, KeyRange
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import StreamDecoder
 
@@ -169,7 +169,10 @@ class ReferenceApplier:
                 self.messages.append(msg)
                 if msg.prefix == SNAPSHOT_PREFIX:
                     snapshot = json.loads(msg.content)
-                    self.snapshot_resets[int(snapshot["relation_id"])] = int(snapshot["lsn"])
+                    if snapshot.get("range") is None:
+                        self.snapshot_resets[int(snapshot["relation_id"])] = int(snapshot["lsn"])
+                    else:   # a key-range chunk: its range is emptied, its rows follow
+                        self._clear_range(seq, int(snapshot["relation_id"]), KeyRange.from_json(snapshot["range"]))
             elif msg.relation_id not in skip:
                 self._apply(seq, msg)
         if self.on_commit is not None:
@@ -237,6 +240,20 @@ class ReferenceApplier:
         live = set(lineage)
         table.keyed[ident(new)] = {l: v for l, v in row.items() if l in live}
 
+    def _clear_range(self, seq: int, relation_id: int, key_range: KeyRange) -> None:
+        table = self.tables.get(relation_id)
+        version = self.history.version_at(relation_id, seq)
+        if table is None or version is None:
+            return
+        lineage = version.lineage[version.column_names.index(key_range.column)]
+
+        def inside(row) -> bool:
+            value = row.get(lineage)
+            return value is not None and key_range.holds(_as_int(value))
+
+        table.keyed = {k: row for k, row in table.keyed.items() if not inside(row)}
+        table.bag = [row for row in table.bag if not inside(row)]
+
     def _retype(self, table: _Table, version) -> None:
         types = {lin: (c.type_oid, c.type_modifier) for lin, c in zip(version.lineage, version.columns)}
         changed = [lin for lin, t in types.items() if table.lineage_names.get(lin, t) != t]
@@ -264,3 +281,10 @@ class ReferenceApplier:
 
     def table_names(self) -> list[str]:
         return sorted(t.name for t in self.tables.values())
+
+
+def _as_int(value) -> int:
+    """A key value as the integer a chunk's range bounds (typed, text, or a binary big-endian integer)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return int.from_bytes(bytes(value), "big", signed=True)
+    return int(value)

@@ -177,15 +177,16 @@ class StreamBuilder:
         return StreamedTx(self, xid or self.next_xid())
 
     def snapshot(self, rel: "Rel", rows: Sequence[Mapping[str, Any] | Sequence[Any]], lsn: int | None = None,
-                 chunk_rows: int = 1000) -> int:
+                 chunk_rows: int = 1000, key_range=None) -> int:
         """A lander's snapshot of ``rel`` holding ``rows``, consistent with ``lsn`` (default: the next
-        LSN); returns that LSN. See :mod:`cdc_apply.pgoutput.snapshot`."""
+        LSN); returns that LSN. ``key_range``: a :class:`~cdc_apply.pgoutput.snapshot.KeyRange` chunk
+        (``rows`` are the rows in that range). See :mod:`cdc_apply.pgoutput.snapshot`."""
         from cdc_apply.pgoutput.snapshot import snapshot_messages
 
         lsn = self._lsn if lsn is None else lsn
         tuples = [rel.tuple_of(r) for r in rows]
         chunks = [tuples[i:i + chunk_rows] for i in range(0, len(tuples), chunk_rows)]
-        for message in snapshot_messages(rel.message, lsn, self._tick(), chunks):
+        for message in snapshot_messages(rel.message, lsn, self._tick(), chunks, key_range):
             self.emit(message)
         return lsn
 

@@ -101,3 +101,68 @@ def test_a_batch_run_again_after_its_snapshot_load_loads_nothing_twice(lake_fact
     lake.apply()
     assert _silver(lake) == _expected(rows)
     assert _snapshot_inserts(lake) == [5, 2, 3]
+
+
+def test_key_range_chunks_replace_only_their_ranges_and_changes_before_them(lake_factory):
+    from cdc_apply.pgoutput.snapshot import KeyRange
+
+    b = StreamBuilder("ranges")
+    t = b.relation("public", "t", [("id", "int8", True), ("v", "text", False), ("doc", "text", False)])
+    with b.transaction() as tx:                        # silver before the chunks: 1..10, stale values
+        for i in range(1, 11):
+            tx.insert(t, {"id": i, "v": "stale", "doc": "old"})
+    first = len(b.rows())
+    with b.transaction() as tx:                        # committed before the first chunk's point
+        tx.update(t, {"id": 2, "v": "two", "doc": DOC})   # in the range: the chunk holds its result
+        tx.update(t, {"id": 7, "v": "seven", "doc": "old"})  # outside: applies
+    b.snapshot(t, [{"id": 1, "v": "one", "doc": DOC}, {"id": 2, "v": "two", "doc": DOC},
+                   {"id": 4, "v": "four", "doc": DOC}],   # 3 is gone from the source
+               key_range=KeyRange("id", None, 5, rows=3))
+    with b.transaction() as tx:                        # after the chunk
+        tx.update(t, {"id": 4, "v": "four!", "doc": UNCHANGED_TOAST})   # the chunk's value stays
+        tx.insert(t, {"id": 3, "v": "three again", "doc": "new"})
+    second = len(b.rows())
+    b.snapshot(t, [{"id": i, "v": f"r{i}", "doc": "x"} for i in (5, 7, 8, 9, 10, 11)],   # 6 is gone
+               key_range=KeyRange("id", 5, None, rows=6))
+    with b.transaction() as tx:
+        tx.delete(t, key={"id": 9})
+    rows = b.rows()
+    lake = lake_factory("snapshot_ranges")
+    lake.land(rows[:first])
+    lake.apply()
+    lake.land(rows[first:second])                      # the first chunk alone in a batch
+    lake.apply()
+    lake.land(rows[second:])
+    lake.apply()
+    ref = ReferenceApplier()
+    for _, seq, _, payload in rows:
+        ref.feed(seq, payload)
+    expected = sorted((int(r["id"]), r["v"], r["doc"]) for r in ref.rows("public.t"))
+    got = sorted((r.id, r.v, r.doc) for r in lake.silver("public", "t").collect())
+    assert got == expected
+    assert [r[:2] for r in got] == [(1, "one"), (2, "two"), (3, "three again"), (4, "four!"), (5, "r5"),
+                                    (7, "r7"), (8, "r8"), (10, "r10"), (11, "r11")]
+    assert (4, "four!", DOC) in got
+    assert _snapshot_inserts(lake) == [3, 6]
+
+
+def test_chunks_landed_in_one_batch_with_their_changes_load_in_one_append(lake_factory):
+    from cdc_apply.pgoutput.snapshot import KeyRange
+
+    b = StreamBuilder("ranges1")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    b.snapshot(t, [{"id": i, "v": f"a{i}"} for i in range(0, 50)], key_range=KeyRange("id", None, 50, rows=50))
+    with b.transaction() as tx:
+        tx.update(t, {"id": 10, "v": "changed"})
+        tx.insert(t, {"id": 60, "v": "between"})        # in the next chunk's range, before it: the chunk has it
+    b.snapshot(t, [{"id": i, "v": f"b{i}"} for i in range(50, 100)], key_range=KeyRange("id", 50, None, rows=50))
+    lake = lake_factory("snapshot_ranges_one")
+    lake.land(b.rows())
+    lake.apply()
+    got = dict((r.id, r.v) for r in lake.silver("public", "t").collect())
+    assert len(got) == 100 and got[10] == "changed" and got[60] == "b60" and got[99] == "b99"
+    from cdc_apply.lake.tables import silver_ref
+
+    history = (silver_ref(lake.config, "public", "t").delta_table(lake.spark).history()
+               .where("userMetadata IS NOT NULL").orderBy("version").collect())
+    assert [h.operation for h in history] == ["WRITE", "MERGE"]   # a new table: nothing to empty
