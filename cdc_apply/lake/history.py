@@ -100,7 +100,11 @@ class HistoryTables:
                 set_properties(session, ref, {PROP_COMPLETE_FROM: complete_from})  # first: a re-run seeds again
             if silver_recorded is not None:
                 self._seed(session, planned, ref, app_id, version)
-        truncates = Truncates(tuple(planned.truncates))
+        truncates = Truncates(tuple(planned.truncates), tuple(c.spark_ddl for c in work.columns))
+        if work.key is None and any(p[4] is not None for p in planned.truncates):
+            raise ApplyError(f"a key-range snapshot chunk of {work.qualified_name}, whose history is kept without "
+                             "a key: set source.snapshot_chunk_rows = 0 for this source so that tables are copied "
+                             "whole", table=work.qualified_name, source=work.source)
         base = json.dumps({"cdc_apply": {
             "source": work.source, "relation": work.qualified_name, "history": True,
             "last_commit_lsn": m.format_lsn(planned.last_commit_lsn),

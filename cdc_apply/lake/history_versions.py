@@ -66,40 +66,75 @@ class HistoryColumns:
 
 @dataclass(frozen=True)
 class Truncates:
-    """The batch's truncates of one table, in commit order: (commit LSN, seq, commit timestamp, cause) —
-    the cause ``'truncate'``, or ``'snapshot'`` for a lander's snapshot (which empties the table at its
-    LSN before its rows: docs/SNAPSHOTS.md)."""
+    """The batch's truncates of one table, in commit order: (commit LSN, seq, commit timestamp, cause,
+    range) — the cause ``'truncate'``, or ``'snapshot'`` for a lander's snapshot (which empties the table
+    at its LSN before its rows: docs/SNAPSHOTS.md); the range ``None`` (every row), or for a key-range
+    chunk ``(silver column index, low, high)``: only rows whose column lies in ``[low, high)``.
 
-    points: tuple[tuple[int, int, datetime | None, str], ...] = ()
+    Each method takes the row's value of a range's column as ``key(column index)`` (events and open
+    versions name it differently); without ranges it is never called."""
 
-    def epoch(self, lsn_col: str = cc.COMMIT_LSN, seq_col: str = cc.SEQ):
-        """How many truncates come before an event (at ``(lsn, seq)``) in commit order."""
+    points: tuple[tuple, ...] = ()
+    ddls: tuple[str, ...] = ()   # Spark type of each silver column (a range's bounds are cast to it)
+
+    def _applies(self, point, key):
         from pyspark.sql import functions as F
 
-        terms = [((F.col(lsn_col) > lsn) | ((F.col(lsn_col) == lsn) & (F.col(seq_col) > seq))).cast("int")
-                 for lsn, seq, *_ in self.points]
-        return reduce(lambda a, b: a + b, terms, F.lit(0))
+        rng = point[4] if len(point) > 4 else None
+        if rng is None:
+            return F.lit(True)
+        column, low, high = rng
+        value, ddl = key(column), self.ddls[column]
+        cond = F.lit(True)
+        if low is not None:
+            cond = cond & (value >= F.lit(low).cast(ddl))
+        if high is not None:
+            cond = cond & (value < F.lit(high).cast(ddl))
+        return F.coalesce(cond, F.lit(False))
 
-    def epoch_of_version(self, from_col: str):
-        """Epoch of a version that began at commit LSN ``from_col``: truncates at or before that commit."""
+    def epoch(self, key=None, lsn_col: str = cc.COMMIT_LSN, seq_col: str = cc.SEQ):
+        """How many truncates of the row come before an event (at ``(lsn, seq)``) in commit order."""
         from pyspark.sql import functions as F
 
-        terms = [(F.col(from_col) >= lsn).cast("int") for lsn, *_ in self.points]
+        terms = [(((F.col(lsn_col) > p[0]) | ((F.col(lsn_col) == p[0]) & (F.col(seq_col) > p[1])))
+                  & self._applies(p, key)).cast("int") for p in self.points]
         return reduce(lambda a, b: a + b, terms, F.lit(0))
 
-    def at(self, epoch_col: str):
-        """(LSN, timestamp, cause) of the truncate that ends epoch ``epoch_col`` (null for the last epoch)."""
+    def epoch_of_version(self, from_col: str, key=None):
+        """Epoch of a version that began at commit LSN ``from_col``: its row's truncates at or before that commit."""
+        from pyspark.sql import functions as F
+
+        terms = [((F.col(from_col) >= p[0]) & self._applies(p, key)).cast("int") for p in self.points]
+        return reduce(lambda a, b: a + b, terms, F.lit(0))
+
+    def at(self, epoch_col: str, key=None):
+        """(LSN, timestamp, cause) of the row's truncate that ends epoch ``epoch_col`` (null for its last epoch)."""
         from pyspark.sql import functions as F
 
         if not self.points:
             return F.lit(None).cast("bigint"), F.lit(None).cast("timestamp"), F.lit(None).cast("string")
-        lsns = F.array(*[F.lit(p[0]).cast("bigint") for p in self.points])
-        stamps = F.array(*[F.lit(p[2]).cast("timestamp") for p in self.points])
-        causes = F.array(*[F.lit(p[3]) for p in self.points])
+        points = F.array(*[F.struct(F.lit(p[0]).cast("bigint").alias("lsn"), F.lit(p[2]).cast("timestamp").alias("ts"),
+                                    F.lit(p[3]).alias("cause"), self._applies(p, key).alias("on"))
+                           for p in self.points])
+        mine = F.filter(points, lambda p: p["on"])
         index = F.col(epoch_col) + 1
-        inside = F.col(epoch_col) < len(self.points)
-        return (F.when(inside, F.element_at(lsns, index)), F.when(inside, F.element_at(stamps, index)),
-                F.when(inside, F.element_at(causes, index)))
+        inside = F.col(epoch_col) < F.size(mine)
+        hit = F.element_at(mine, F.when(inside, index).otherwise(F.lit(1)))
+        return F.when(inside, hit["lsn"]), F.when(inside, hit["ts"]), F.when(inside, hit["cause"])
+
+
+def _event_key(work: TableWork):
+    """A key-range chunk's column among the key columns ``k_<p>`` of key events."""
+    from pyspark.sql import functions as F
+
+    def key(column: int):
+        if column not in work.key_index:
+            raise ApplyError(f"a snapshot chunk of {work.qualified_name} is a range of column "
+                             f"{work.columns[column].name!r}, which is not a column of the key its history is kept "
+                             "by", table=work.qualified_name)
+        return F.col(cc.key(work.key_index.index(column)))
+
+    return key
 
 
 def _event_meta(work: TableWork) -> dict[str, str]:
@@ -123,7 +158,8 @@ def _prior_events(open_rows, work: TableWork, h: HistoryColumns, truncates: Trun
     cols += [F.lit(None).cast(work.columns[i].spark_ddl).alias(f"_src_k_{p}") for p, i in enumerate(work.key_index)]
     cols += [F.lit(-1).cast("bigint").alias("_grp"), F.col(h.valid_from_lsn).alias("_vf_lsn"),
              F.col(h.valid_from_ts).alias("_vf_ts"), F.col(h.operation).alias("_vop"),
-             truncates.epoch_of_version(h.valid_from_lsn).alias("_epoch")]
+             truncates.epoch_of_version(h.valid_from_lsn, lambda i: F.col(quote_ident(work.columns[i].name)))
+             .alias("_epoch")]
     return open_rows.select(*cols)
 
 
@@ -141,7 +177,7 @@ def keyed_versions(events, open_rows, work: TableWork, h: HistoryColumns, trunca
     n, nk = len(work.columns), len(work.key_index)
     ev = events.select("*", F.col(cc.COMMIT_LSN).alias("_grp"), F.lit(None).cast("bigint").alias("_vf_lsn"),
                        F.lit(None).cast("timestamp").alias("_vf_ts"), F.lit(None).cast("string").alias("_vop"),
-                       truncates.epoch().alias("_epoch"))
+                       truncates.epoch(_event_key(work)).alias("_epoch"))
     prior = _prior_events(open_rows, work, h, truncates)
     stream = ev.unionByName(prior.select(*ev.columns))
     part = [F.col(cc.key(p)) for p in range(nk)] + [F.col("_epoch")]
@@ -190,7 +226,7 @@ def keyed_versions(events, open_rows, work: TableWork, h: HistoryColumns, trunca
         F.lead("_cause").over(g).alias("_nc"),
         F.last(F.when(F.col("_starts"), start), ignorenulls=True).over(g_to_here).alias("_start"))
     ends = marked.where(F.col("_present") & (F.col("_ng").isNull() | ~F.col("_np") | F.col("_ns")))
-    cut_lsn, cut_ts, cut_cause = truncates.at("_epoch")
+    cut_lsn, cut_ts, cut_cause = truncates.at("_epoch", _event_key(work))
     has_next = F.col("_ng").isNotNull()
     closed_by = F.when(has_next, F.coalesce(F.col("_nc"), F.when(F.col("_np"), F.lit("update"))
                                             .otherwise(F.lit("delete")))).otherwise(cut_cause)
@@ -301,13 +337,17 @@ def merge_versions(spark, target, versions, work: TableWork, h: HistoryColumns, 
                                      values={quote_ident(c): F.col(f"s.{quote_ident(c)}") for c in everything}))
     if truncates.points:
         frm = F.col(f"t.{quote_ident(h.valid_from_lsn)}")
-        lsn, ts, cause = None, None, None
-        for point_lsn, _, point_ts, point_cause in reversed(truncates.points):
-            lsn = F.when(frm < point_lsn, F.lit(point_lsn).cast("bigint")).otherwise(lsn)
-            ts = F.when(frm < point_lsn, F.lit(point_ts).cast("timestamp")).otherwise(ts)
-            cause = F.when(frm < point_lsn, F.lit(point_cause)).otherwise(cause)
+        target_key = lambda i: F.col(f"t.{quote_ident(work.columns[i].name)}")  # noqa: E731
+        lsn, ts, cause, closes = None, None, None, F.lit(False)
+        for point in reversed(truncates.points):
+            point_lsn, _, point_ts, point_cause = point[:4]
+            hit = (frm < point_lsn) & truncates._applies(point, target_key)
+            lsn = F.when(hit, F.lit(point_lsn).cast("bigint")).otherwise(lsn)
+            ts = F.when(hit, F.lit(point_ts).cast("timestamp")).otherwise(ts)
+            cause = F.when(hit, F.lit(point_cause)).otherwise(cause)
+            closes = closes | hit
         builder = builder.whenNotMatchedBySourceUpdate(
-            condition=F.col(f"t.{quote_ident(h.is_current)}") & (frm < truncates.points[-1][0]),
+            condition=F.col(f"t.{quote_ident(h.is_current)}") & closes,
             set={quote_ident(h.valid_to_lsn): lsn, quote_ident(h.valid_to_ts): ts,
                  quote_ident(h.closed_by): cause, quote_ident(h.is_current): F.lit(False)})
     builder.execute()

@@ -97,8 +97,8 @@ class TableTouch:
     truncate_seq: int | None = None
     # every truncate: (commit LSN, seq, commit time, cause "truncate" or "snapshot")
     truncates: list[tuple[int, int, object, str]] = field(default_factory=list)
-    # key-range snapshot chunks: (commit LSN, seq of its first block, the range)
-    ranges: list[tuple[int, int, KeyRange]] = field(default_factory=list)
+    # key-range snapshot chunks: (commit LSN, seq of its first block, the range, commit time)
+    ranges: list[tuple[int, int, KeyRange, object]] = field(default_factory=list)
 
     def latest_version(self, history: RelationHistory, next_seq: int) -> RelationVersion:
         """The version silver follows: the newest one a committed change of this batch used (a Relation
@@ -133,7 +133,8 @@ def touch_relations(plan: BatchPlan, counts: Iterable, truncates: Iterable) -> d
                 key_range = snapshot_range(content) if prefix == SNAPSHOT_PREFIX else None
                 if key_range is not None:
                     touch = touched.setdefault((source, int(json.loads(content)["relation_id"])), TableTouch())
-                    touch.ranges.append((txn.commit_lsn, txn.ranges[0][0], key_range))
+                    touch.ranges.append((txn.commit_lsn, txn.ranges[0][0], key_range,
+                                         m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None))
                     touch.last_commit_lsn = max(touch.last_commit_lsn, txn.commit_lsn)
     for t in truncates:
         committed = plan.sources[t.source].committed
@@ -175,7 +176,9 @@ class TablePlan:
     ops: frozenset[str]  # change kinds of this table in the batch (I, U, D)
     inserts: int
     history: HistorySpec | None = None  # the table keeps a history table
-    truncates: tuple[tuple[int, int, object, str], ...] = ()  # every truncate: (commit LSN, seq, commit ts, cause)
+    # every truncate and key-range chunk: (commit LSN, seq, commit ts, cause, range) — range None for a
+    # truncate, (silver column index, low, high) for a chunk
+    truncates: tuple[tuple[int, int, object, str, tuple | None], ...] = ()
     previous_lsn: int | None = None     # the source's last applied commit LSN before the batch
 
     @property
@@ -212,7 +215,11 @@ def plan_table(source: str, history: RelationHistory, latest: RelationVersion, s
         segments.append((identity_of(latest, rules.configured_key), []))
     truncate = touch.truncate
     defaults = column_defaults(chain, columns, schema, rules.type_options)
-    clears = tuple(c for c in range_clears(touch.ranges, history, columns) if c.after(truncate[:2] if truncate else None))
+    every_clear = range_clears(touch.ranges, history, columns)
+    clears = tuple(c for c in every_clear if c.after(truncate[:2] if truncate else None))
+    points = [(*t, None) for t in touch.truncates] + [
+        (c.commit_lsn, c.seq, ts, "snapshot", (c.column, c.low, c.high))
+        for c, (*_, ts) in zip(every_clear, sorted(touch.ranges, key=lambda r: r[:2]))]
     works = tuple(TableWork(
         source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
         columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
@@ -220,7 +227,7 @@ def plan_table(source: str, history: RelationHistory, latest: RelationVersion, s
         clears=clears)
         for key, slot_maps in segments)
     return TablePlan(works[-1], works, chain, type_of, touch.rows, touch.last_commit_lsn, frozenset(touch.ops),
-                     touch.inserts, rules.history, tuple(sorted(touch.truncates, key=lambda t: t[:2])),
+                     touch.inserts, rules.history, tuple(sorted(points, key=lambda t: t[:2])),
                      plan.sources[source].previous.last_commit_lsn)
 
 
@@ -245,7 +252,7 @@ def range_clears(ranges, history: RelationHistory, columns) -> list[Clear]:
     silver column (found by lineage in the relation version in force at the chunk)."""
     index = {c.lineage: i for i, c in enumerate(columns) if not c.dropped}
     out = []
-    for commit_lsn, seq, key_range in sorted(ranges, key=lambda r: r[:2]):
+    for commit_lsn, seq, key_range, _ in sorted(ranges, key=lambda r: r[:2]):
         version = history.at(seq) or history.latest
         if key_range.column not in version.column_names:
             raise SchemaError(f"a snapshot chunk of {version.qualified_name} names column {key_range.column!r}, "

@@ -118,3 +118,36 @@ def test_a_snapshot_closes_every_open_version_at_its_lsn_and_opens_the_copied_ro
     assert as_of(_history_rows(lake, "t"), c, ["id", "v"]) == {("1", "one"): 1, ("2", "two"): 1}
     current = sorted((r["id"], r["v"]) for r in _history_rows(lake, "t") if r["_cdc_is_current"])
     assert current == sorted((r.id, r.v) for r in lake.silver("public", "t").collect())
+
+
+def test_a_key_range_chunk_closes_only_the_open_versions_in_its_range(lake_factory):
+    from cdc_apply.pgoutput.snapshot import KeyRange
+
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    with b.transaction() as tx:
+        for i in (1, 2, 3, 7, 8):
+            tx.insert(t, {"id": i, "v": "old"})
+    lake = lake_factory("range_history", silver={"history": ["public.*"]})
+    lake.land(b.rows())
+    lake.apply()
+    done = len(b.rows())
+    c1 = b.snapshot(t, [{"id": 1, "v": "one"}, {"id": 2, "v": "old"}], key_range=KeyRange("id", None, 5, rows=2))
+    with b.transaction() as tx:
+        tx.update(t, {"id": 7, "v": "seven"})          # outside the first chunk: a plain update
+    c2 = b.snapshot(t, [{"id": 7, "v": "seven"}, {"id": 9, "v": "nine"}], key_range=KeyRange("id", 5, None, rows=2))
+    lake.land(b.rows()[done:])
+    lake.apply()
+
+    versions = sorted((r["id"], r["v"], r["_cdc_valid_to_lsn"] or 0, r["_cdc_operation"], r["_cdc_closed_by"])
+                      for r in _history_rows(lake, "t"))
+    assert [v for v in versions if v[0] in (1, 2, 3)] == [
+        (1, "old", c1, "insert", "snapshot"), (1, "one", 0, "snapshot", None),
+        (2, "old", 0, "snapshot", None), (2, "old", c1, "insert", "snapshot"),
+        (3, "old", c1, "insert", "snapshot")]           # gone at the source: closed by the chunk, none opened
+    update = next(v for v in versions if v[:2] == (7, "seven") and v[3] == "update")
+    assert update[2:] == (c2, "update", "snapshot")    # closed by the second chunk only, not the first
+    assert (8, "old", c2, "insert", "snapshot") in versions and (9, "nine", 0, "snapshot", None) in versions
+    current = sorted((r["id"], r["v"]) for r in _history_rows(lake, "t") if r["_cdc_is_current"])
+    assert current == sorted((r.id, r.v) for r in lake.silver("public", "t").collect()) == [
+        (1, "one"), (2, "old"), (7, "seven"), (9, "nine")]
