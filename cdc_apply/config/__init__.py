@@ -125,6 +125,9 @@ class SourceConfig:
     snapshot_workers: int = 4            # connections copying at once
     snapshot_check_seconds: float = 30.0  # when_needed: how often the publications are compared with bronze
     snapshot_batch_bytes: int = 1024 * 1024 * 1024  # copied rows per bronze commit (and one at the end of a round)
+    # Tables with an integer key are copied in key ranges of about this many rows, each consistent with a
+    # point of its own (docs/SNAPSHOTS.md); 0 copies every table whole.
+    snapshot_chunk_rows: int = 500_000
     ddl_events: bool = False             # install the event trigger that reports ADD COLUMN defaults and rewrites
 
 
@@ -339,6 +342,8 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         raise ConfigError("must be at least 1", key="source.snapshot_workers")
     if not source.snapshot_check_seconds > 0:
         raise ConfigError("must be more than 0", key="source.snapshot_check_seconds")
+    if source.snapshot_chunk_rows < 0:
+        raise ConfigError("must be 0 (whole tables) or more", key="source.snapshot_chunk_rows")
     land = _section(LandConfig, raw.get("land"), "land")
     gaussdb = _section(GaussdbConfig, raw.get("gaussdb"), "gaussdb")
     pipeline = raw.get("pipeline", None)

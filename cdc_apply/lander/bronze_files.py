@@ -118,8 +118,9 @@ class ArrowAppender:
                 batches.append(bronze_batch(self.writer.source, seq, array, landed_at))
                 seq += len(array)
             self._append_spark(pa.Table.from_batches(batches, schema=SCHEMA), state)
+        # The stream lands rows of its own between two landings of snapshot rows: numbering starts afresh.
         self._held, self._held_bytes, self._files = [], 0, []
-        self._first_seq, self.staged_bytes = None, 0
+        self._first_seq, self._next_seq, self.staged_bytes = None, None, 0
 
     def _write_file(self) -> None:
         import pyarrow.parquet as pq

@@ -22,6 +22,7 @@ from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
 from cdc_apply.pgoutput.types import ColumnType, resolve_column_type
 
 FIRST_GENBKI_OID = 10000        # pgoutput sends a Type message for column types from here on
+INTEGER_TYPES = frozenset((20, 21, 23))   # int8, int2, int4: key columns a copy can be cut into ranges of
 MIN_SERVER_VERSION = 150000     # pg_get_publication_tables with column lists and row filters
 
 _PUBLISHED = """
@@ -111,6 +112,9 @@ class TableShape:
     formats: bytes
     sources: tuple[CopySource, ...]
     skipped: tuple[str, ...] = ()        # leaf partitions without storage of their own (foreign tables)
+    # The first column of the replica identity key (primary key or identity index) when it is an integer
+    # type: the table can be copied in ranges of it (key-range chunks); None otherwise.
+    range_column: str | None = None
 
 
 def _query(cur, sql: str, params: tuple = ()) -> list[tuple]:
@@ -178,7 +182,8 @@ def describe(cur, published: PublishedRelation, binary: bool) -> TableShape:
     identity = _query(cur, _IDENTITY, (published.relation_id,))
     if not identity:
         raise LandError(f"table {published.qualified_name} no longer exists", relation_id=published.relation_id)
-    replident, key = identity[0][0], set(identity[0][1] or ())
+    replident, key_columns = identity[0][0], tuple(identity[0][1] or ())
+    key = set(key_columns)
     user_oids = sorted({c[2] for c in columns if c[2] >= FIRST_GENBKI_OID})
     named = {oid: (ns, name) for oid, ns, name in _query(cur, _TYPES, (user_oids,))} if user_oids else {}
     types = tuple(m.Type(SNAPSHOT_XID, c[2], *named[c[2]]) for c in columns if c[2] in named)
@@ -204,7 +209,10 @@ def describe(cur, published: PublishedRelation, binary: bool) -> TableShape:
                 sources.append(CopySource(oid, f"{quote_ident(ns)}.{quote_ident(name)}"))
             elif relkind != "p":
                 skipped.append(f"{ns}.{name}")
-    return TableShape(published, relation, types, tuple(select), bytes(formats), tuple(sources), tuple(skipped))
+    first = next((c for c in columns if key_columns and c[0] == key_columns[0]), None)
+    range_column = first[1] if replident in ("d", "i") and first is not None and first[2] in INTEGER_TYPES else None
+    return TableShape(published, relation, types, tuple(select), bytes(formats), tuple(sources), tuple(skipped),
+                      range_column)
 
 
 def resolve_entry(entry: str | int, relations: list[PublishedRelation], cur) -> PublishedRelation | None:

@@ -130,3 +130,19 @@ def chain(digest: bytes, payload: bytes) -> bytes:
     h.update(len(payload).to_bytes(4, "big"))
     h.update(payload)
     return h.digest()
+
+
+def decision_lsn(payload: bytes) -> int | None:
+    """Where a message outside stream blocks decides something in commit order: a Begin's final LSN (its
+    commit), a Stream Commit's or a Commit Prepared's commit LSN, a non-transactional Message's LSN;
+    ``None`` for every other message (lengths checked by :func:`check_length` first)."""
+    kind = payload[:1]
+    if kind == BEGIN:
+        return _u64(payload, 1)
+    if kind == STREAM_COMMIT:
+        return _u64(payload, 6)
+    if kind == COMMIT_PREPARED:
+        return _u64(payload, 2)
+    if kind == MESSAGE and not message_is_transactional(payload) and len(payload) >= 10:
+        return _u64(payload, 2)
+    return None

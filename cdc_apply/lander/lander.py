@@ -149,7 +149,8 @@ class Lander:
                 try:
                     self._start(reader)
                     seq = Sequencer(self.state, frozenset(supersede), self.source.name)
-                    if self._session(reader, seq, once) and not self.snapshots.due(self.state):
+                    if (self._session(reader, seq, once) and not self.snapshots.due(self.state)
+                            and self.snapshots.flow is None):
                         break
                 except StreamDiverged as err:
                     self._land(seq, reader, confirm=False)
@@ -170,6 +171,7 @@ class Lander:
                 attempt = self._reconnect_checks(attempt)
         finally:
             self._pool.shutdown(wait=True)
+            self.snapshots.close()
             self.server.close()
         summary = LandSummary(tuple(self.reports), self.replayed, self.reconnects,
                               time.monotonic() - started, self.state)
@@ -249,6 +251,12 @@ class Lander:
                 return False
             message = reader.read(POLL_SECONDS)
             now = time.monotonic()
+            flow = self.snapshots.flow
+            if flow is not None and self._inflight is None and flow.reached(message, seq, reader):
+                # The stream reached the point of the chunks copied meanwhile: they land before this
+                # message, which the walsender sends again in the next session.
+                self._land(seq, reader)
+                return False
             if message is not None:
                 self.probe("message", lsn=message[0], payload=message[1])
                 seq.feed(*message)

@@ -348,6 +348,12 @@ class Sequencer:
                 and self._out.txn is None and self._out.block is None)
 
     @property
+    def settled(self) -> bool:
+        """Nothing received, landed or not, is inside a transaction or a stream block."""
+        return (self._txn is None and self._block is None and self._out.txn is None and self._out.block is None
+                and not self._deferred)
+
+    @property
     def between_units(self) -> bool:
         """Nothing numbered is inside a transaction or a stream block: bronze may take a unit of the lander's here."""
         return self._out.txn is None and self._out.block is None and not self._deferred

@@ -30,8 +30,10 @@ from cdc_apply.lander.copy_binary import CopySink, insert_payloads
 from cdc_apply.lander.dsn import connection_error, scrub
 from cdc_apply.lander.options import SESSION_SETTINGS, options_string, quote_ident
 from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS, format_lsn
+from cdc_apply.pgoutput.snapshot import KeyRange
 
 CHUNK_BLOCKS = 2048          # 16 MiB of heap per copied range (8 kB blocks)
+SAMPLE_BLOCKS = 2000         # blocks sampled (TABLESAMPLE SYSTEM) to cut a table into key ranges
 _LSN = re.compile(r"^([0-9A-Fa-f]+)/([0-9A-Fa-f]+)$")
 
 
@@ -124,20 +126,30 @@ class ExportSlot:
 
 @dataclass(frozen=True)
 class Chunk:
-    """One COPY: a range of blocks ``[low, high)`` of a copy source (``None``: open end)."""
+    """One COPY: a range of blocks ``[low, high)`` of a copy source (``None``: open end), or — with ``key`` —
+    the source's rows whose key column lies in a key range."""
 
     table: int              # index of the table in the copier's list
     source: CopySource
     low: int | None
     high: int | None
     blocks: int             # the blocks it covers, for progress
+    key: KeyRange | None = None
+    part: int = 0           # the key range's index in its table's plan (one chunk per copy source shares it)
 
     def where(self, row_filter: str | None) -> str:
         parts = [f"({row_filter})"] if row_filter else []
-        if self.low is not None:
-            parts.append(f"ctid >= '({self.low},0)'::tid")
-        if self.high is not None:
-            parts.append(f"ctid < '({self.high},0)'::tid")
+        if self.key is not None:
+            column = quote_ident(self.key.column)
+            if self.key.low is not None:
+                parts.append(f"{column} >= {int(self.key.low)}")
+            if self.key.high is not None:
+                parts.append(f"{column} < {int(self.key.high)}")
+        else:
+            if self.low is not None:
+                parts.append(f"ctid >= '({self.low},0)'::tid")
+            if self.high is not None:
+                parts.append(f"ctid < '({self.high},0)'::tid")
         return f" WHERE {' AND '.join(parts)}" if parts else ""
 
 
@@ -179,6 +191,8 @@ class TableCopier:
             with conn.cursor() as cur:
                 cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cur.execute("SET TRANSACTION SNAPSHOT %s", (self.point.snapshot,))
+                # A key range is read by index: a sequential scan per range would read the table once per range.
+                cur.execute("SET LOCAL enable_seqscan = off")
         except psycopg2.Error as exc:
             conn.close()
             raise LandError(f"importing snapshot {self.point.snapshot} failed: "
@@ -215,6 +229,35 @@ class TableCopier:
                 for low, high in zip(edges, edges[1:] + [None]):
                     chunks.append(Chunk(index, source, low or None, high,
                                         (high if high is not None else blocks) - low))
+        return chunks
+
+    def plan_ranges(self, index: int, shape: TableShape, low: int | None, chunk_rows: int) -> list[Chunk]:
+        """Key ranges of about ``chunk_rows`` rows from ``low`` on (``None``: the lowest key) over
+        ``shape.range_column``, cut at quantiles of a sample of the table's blocks; one chunk per range and
+        copy source, in key order, the last range open-ended."""
+        column = quote_ident(shape.range_column)
+        keys: list[int] = []
+        blocks = 0
+        with self.coordinator.cursor() as cur:
+            for source in shape.sources:
+                cur.execute("SELECT pg_relation_size(%s) / current_setting('block_size')::int8", (source.oid,))
+                blocks += int(cur.fetchone()[0])
+            share = min(100.0, 100.0 * SAMPLE_BLOCKS / max(blocks, 1))
+            for source in shape.sources:
+                cur.execute(f"SELECT {column} FROM ONLY {source.sql_name} TABLESAMPLE SYSTEM (%s)"
+                            + (f" WHERE {column} >= %s" if low is not None else ""),
+                            (share,) + ((int(low),) if low is not None else ()))
+                keys += [int(r[0]) for r in cur.fetchall() if r[0] is not None]
+        keys.sort()
+        estimate = len(keys) * 100.0 / share
+        parts = max(1, -(-int(estimate) // max(chunk_rows, 1)))
+        cuts = sorted({keys[len(keys) * i // parts] for i in range(1, parts)} - {low}) if keys else []
+        edges = [low, *cuts, None]
+        chunks = []
+        for part, (lo, hi) in enumerate(zip(edges, edges[1:])):
+            for source in shape.sources:
+                chunks.append(Chunk(index, source, None, None, max(1, blocks // parts),
+                                    KeyRange(shape.range_column, lo, hi), part))
         return chunks
 
     def copy(self, shapes: list[TableShape], chunks: list[Chunk]) -> Iterator[ChunkResult]:

@@ -20,7 +20,7 @@ import json
 import struct
 from dataclasses import dataclass, field, replace
 
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange
 
 REQUEST_PREFIX = "cdc_apply.snapshot_request"
 ALL_TABLES = "*"
@@ -84,15 +84,24 @@ class SnapshotState:
     pending: tuple[Entry, ...] = ()                         # requests not served yet, in arrival order
     held: tuple[tuple[str, tuple[Entry, ...]], ...] = ()    # requests of transactions not committed yet
     open: tuple[int, tuple[Entry, ...]] | None = None       # (relation id, entries it serves)
+    # Tables copied in key ranges, not finished: (relation id, the key the next range starts at), sorted.
+    ranged: tuple[tuple[int, int], ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.done or self.pending or self.held or self.open)
+        return not (self.done or self.pending or self.held or self.open or self.ranged)
+
+    def resume_key(self, relation_id: int) -> int | None:
+        """Where a table's key-range copy goes on (``None``: from its lowest key)."""
+        return dict(self.ranged).get(relation_id)
 
     def to_body(self) -> dict:
-        return {"done": list(self.done), "pending": list(self.pending),
+        body = {"done": list(self.done), "pending": list(self.pending),
                 "held": [[k, list(v)] for k, v in self.held],
                 "open": None if self.open is None else [self.open[0], list(self.open[1])]}
+        if self.ranged:
+            body["ranged"] = [list(r) for r in self.ranged]
+        return body
 
     @classmethod
     def from_body(cls, body: dict | None) -> "SnapshotState":
@@ -103,7 +112,8 @@ class SnapshotState:
         return cls(done=tuple(int(r) for r in body.get("done", ())),
                    pending=tuple(entry(e) for e in body.get("pending", ())),
                    held=tuple((str(k), tuple(entry(e) for e in v)) for k, v in body.get("held", ())),
-                   open=None if opened is None else (int(opened[0]), tuple(entry(e) for e in opened[1])))
+                   open=None if opened is None else (int(opened[0]), tuple(entry(e) for e in opened[1])),
+                   ranged=tuple(sorted((int(r), int(k)) for r, k in body.get("ranged", ()))))
 
     def add_done(self, relation_id: int) -> "SnapshotState":
         return replace(self, done=tuple(sorted(set(self.done) | {relation_id})))
@@ -122,13 +132,16 @@ class SnapshotTracker:
     pending: tuple[Entry, ...] = ()
     held: dict[str, tuple[Entry, ...]] = field(default_factory=dict)
     open: tuple[int, tuple[Entry, ...]] | None = None
+    ranged: dict[int, int] = field(default_factory=dict)
+    open_range: KeyRange | None = None      # the open snapshot's key range (None: the whole table)
 
     @classmethod
     def of(cls, state: SnapshotState, source: str | None) -> "SnapshotTracker":
-        return cls(source, set(state.done), state.pending, dict(state.held), state.open)
+        return cls(source, set(state.done), state.pending, dict(state.held), state.open, dict(state.ranged))
 
     def state(self) -> SnapshotState:
-        return SnapshotState(tuple(sorted(self.done)), self.pending, tuple(sorted(self.held.items())), self.open)
+        return SnapshotState(tuple(sorted(self.done)), self.pending, tuple(sorted(self.held.items())), self.open,
+                             tuple(sorted(self.ranged.items())))
 
     # -- the lander's own snapshot stream (xid 2) ---------------------------------------
     def in_snapshot(self, payload: bytes) -> None:
@@ -142,18 +155,25 @@ class SnapshotTracker:
             body = json.loads(parsed[2])
             serves = tuple(e if isinstance(e, str) else int(e) for e in body.get("serves", ()))
             self.open = (int(body["relation_id"]), serves)
+            self.open_range = KeyRange.from_json(body["range"]) if body.get("range") is not None else None
         except (ValueError, TypeError, KeyError):
-            self.open = None
+            self.open, self.open_range = None, None
 
     def snapshot_committed(self) -> None:
+        """A table is done when its whole copy, or its last key range, is committed; until then its next
+        range's start is kept (a lander stopped in between goes on from there)."""
         if self.open is not None:
             relation_id, serves = self.open
-            self.done.add(relation_id)
-            self.pending = tuple(e for e in self.pending if e not in serves)
-        self.open = None
+            if self.open_range is not None and self.open_range.high is not None:
+                self.ranged[relation_id] = self.open_range.high
+            else:
+                self.ranged.pop(relation_id, None)
+                self.done.add(relation_id)
+                self.pending = tuple(e for e in self.pending if e not in serves)
+        self.open, self.open_range = None, None
 
     def snapshot_aborted(self) -> None:
-        self.open = None
+        self.open, self.open_range = None, None
 
     # -- requests ----------------------------------------------------------------------------
     def message(self, payload: bytes, unit: str | None) -> None:

@@ -42,7 +42,7 @@ from cdc_apply.lander.snapshot_state import ALL_TABLES
 from cdc_apply.lander.state import OutputTracker, ResumeState
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.encoder import encode
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, snapshot_abort, snapshot_marker
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, KeyRange, snapshot_abort, snapshot_marker
 
 PROGRESS_SECONDS = 5.0
 
@@ -65,6 +65,7 @@ class Snapshots:
         self._told_never = False
         self.tables = 0          # tables landed by this run
         self.rows = 0
+        self.flow = None         # a ChunkFlow under way (cdc_apply.lander.snapshot_chunks)
 
     @property
     def appender(self) -> ArrowAppender:
@@ -74,6 +75,12 @@ class Snapshots:
 
     def say(self, text: str) -> None:
         self.lander.say(text)
+
+    def close(self) -> None:
+        """Give up a chunk flow under way (the lander stops): its chunks are copied again at the next start."""
+        if self.flow is not None:
+            self.flow.close()
+            self.flow = None
 
     # -- bronze --------------------------------------------------------------------------
     def _commit(self, state: ResumeState, payloads: list[bytes] = ()) -> ResumeState:
@@ -124,7 +131,10 @@ class Snapshots:
 
     # -- later snapshots ------------------------------------------------------------------------
     def due(self, state: ResumeState, now: float | None = None) -> bool:
-        """Whether a snapshot is to be taken: a request is pending, or (``when_needed``) a published table has none."""
+        """Whether a snapshot is to be taken: a request is pending, or (``when_needed``) a published table has
+        none, or the chunks of a chunk flow wait to be landed."""
+        if self.flow is not None:   # chunks copied: taken once the stream has reached their point
+            return self.flow.triggered
         now = time.monotonic() if now is None else now
         pending = state.snapshots.pending
         if self.mode == "never":
@@ -150,7 +160,14 @@ class Snapshots:
         return published != set(state.snapshots.done)
 
     def take(self, state: ResumeState) -> ResumeState:
-        """Serve what :meth:`due` found: drop requests that cannot be served, copy the rest from a temporary slot."""
+        """Serve what :meth:`due` found: land the chunks the stream reached, drop requests that cannot be
+        served, copy whole tables from a temporary slot now and hand tables with an integer key to a
+        :class:`~cdc_apply.lander.snapshot_chunks.ChunkFlow` (key ranges, each at a point of its own)."""
+        if self.flow is not None:
+            state = self.flow.land(state)
+            if self.flow.finished:
+                self.flow = None
+            return state
         with self.lander.server.cursor() as cur:
             relations = catalog.published_relations(cur, self.publications)
             plan, drops = self._targets(state, relations, cur)
@@ -161,11 +178,15 @@ class Snapshots:
         if not plan:
             return state
         name = f"cdc_apply_snap_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        with ExportSlot(self.lander.dsn, name, temporary=True, connect_timeout=self.source.connect_timeout,
-                        application_name=f"cdc_apply-land-{self.source.name}") as slot:
-            point = slot.create()
-            self.say(f"snapshot of {', '.join(r.qualified_name for r, _ in plan)} at {point}")
-            return self._round(state, point)
+        slot = ExportSlot(self.lander.dsn, name, temporary=True, connect_timeout=self.source.connect_timeout,
+                          application_name=f"cdc_apply-land-{self.source.name}")
+        point = slot.create()
+        self.say(f"snapshot of {', '.join(r.qualified_name for r, _ in plan)} at {point}")
+        try:
+            return self._round(state, point, slot=slot)
+        finally:
+            if self.flow is None or not self.flow.owns(slot):
+                slot.close()
 
     def _targets(self, state: ResumeState, relations: list[catalog.PublishedRelation], cur
                  ) -> tuple[list[tuple[catalog.PublishedRelation, list]], list]:
@@ -197,9 +218,14 @@ class Snapshots:
         return ordered, drops
 
     # -- one round under one exported snapshot ----------------------------------------------------
-    def _round(self, state: ResumeState, point: ConsistentPoint) -> ResumeState:
+    def _round(self, state: ResumeState, point: ConsistentPoint, slot: ExportSlot | None = None) -> ResumeState:
+        """Copy and land the targets under ``point``. The initial snapshot (no ``slot``: nothing streamed yet)
+        lands every table here, tables with an integer key in key-range chunks; a later one (``slot``: a
+        temporary slot) lands whole tables here and starts a chunk flow for the others, whose chunks must
+        land where the stream reaches their point."""
         copier = TableCopier(self.lander.dsn, point, self.source.snapshot_workers, self.source.connect_timeout,
                              f"cdc_apply-snapshot-{self.source.name}")
+        handed = False
         try:
             cur = copier.coordinator.cursor()
             relations = catalog.published_relations(cur, self.publications)
@@ -217,17 +243,46 @@ class Snapshots:
                     serves[:] = [e for e in serves if e != ALL_TABLES]
             elif shapes and ALL_TABLES in state.snapshots.pending:
                 shapes[-1][1].append(ALL_TABLES)
-            chunks = [copier.plan(i, shape) for i, (shape, _) in enumerate(shapes)]
-            results = copier.copy([s for s, _ in shapes], [c for table in chunks for c in table])
+            ranged = [(s, e) for s, e in shapes if self._ranged(s)]
+            whole = [(s, e) for s, e in shapes if not self._ranged(s)]
+            if slot is None:
+                whole, ranged = shapes, []
+            if ranged and whole and ALL_TABLES in whole[-1][1]:   # "*" goes with the last table landed
+                whole[-1][1].remove(ALL_TABLES)
+                ranged[-1][1].append(ALL_TABLES)
+            chunks = [self._plan(copier, i, shape, state, initial=slot is None) for i, (shape, _) in enumerate(whole)]
+            results = copier.copy([s for s, _ in whole], [c for table in chunks for c in table])
             landing = _Landing(self, state)
-            for (shape, serves), table_chunks in zip(shapes, chunks):
-                self._land_table(landing, shape, serves, point, table_chunks, results)
+            for (shape, serves), table_chunks in zip(whole, chunks):
+                if table_chunks and table_chunks[0].key is not None:
+                    self._land_ranges(landing, shape, serves, point, table_chunks, results)
+                else:
+                    self._land_table(landing, shape, serves, point, table_chunks, results)
             landing.commit()
             state = landing.state
+            if ranged:
+                from cdc_apply.lander.snapshot_chunks import ChunkFlow
+
+                self.flow = ChunkFlow(self, ranged, state)
+                self.flow.start(slot, copier, point)
+                handed = True
         finally:
-            copier.close()
+            if not handed:
+                copier.close()
         self.say(f"snapshots through seq {state.last_seq} are in bronze")
         return state
+
+    def _ranged(self, shape: catalog.TableShape) -> bool:
+        return shape.range_column is not None and self.source.snapshot_chunk_rows > 0
+
+    def _plan(self, copier: TableCopier, index: int, shape: catalog.TableShape, state: ResumeState,
+              initial: bool) -> list:
+        """The copy's chunks: key ranges (from where an interrupted copy stopped) for the initial snapshot of
+        a table with an integer key, ranges of blocks otherwise."""
+        if initial and self._ranged(shape):
+            return copier.plan_ranges(index, shape, state.snapshots.resume_key(shape.published.relation_id),
+                                      self.source.snapshot_chunk_rows)
+        return copier.plan(index, shape)
 
     def _shape(self, copier: TableCopier, relation: catalog.PublishedRelation) -> catalog.TableShape | None:
         """The table as of the snapshot, locked; ``None`` (copied in a later round) when it was not published
@@ -247,6 +302,28 @@ class Snapshots:
             self.say(f"{relation.qualified_name}: partitions {', '.join(then.skipped)} have no storage of their "
                      "own (foreign tables) and are not copied; PostgreSQL does not publish their changes either")
         return then
+
+    def _land_ranges(self, landing: "_Landing", shape: catalog.TableShape, serves: list, point: ConsistentPoint,
+                     chunks: list, results: Iterator[ChunkResult]) -> None:
+        """One snapshot stream per key range of the table (a chunk per copy source each), in key order."""
+        name = shape.published.qualified_name
+        started = shown = time.monotonic()
+        rows, parts = 0, chunks[-1].part + 1
+        for part in range(parts):
+            payloads = [next(results).payloads for c in chunks if c.part == part]
+            key = next(c.key for c in chunks if c.part == part)
+            rows += land_range(landing, shape, serves, point, key, payloads)
+            now = time.monotonic()
+            if now - shown >= PROGRESS_SECONDS:
+                shown = now
+                share = (part + 1) / parts
+                self.say(f"snapshot {name}: {rows:,} rows, {part + 1} of {parts} key ranges, "
+                         f"{rows / max(now - started, 1e-9):,.0f} rows/s, ETA {_eta((now - started) * (1 - share) / share)}")
+        self.tables += 1
+        self.rows += rows
+        seconds = time.monotonic() - started
+        self.say(f"snapshot {name}: {rows:,} rows in {seconds:.1f} s ({rows / max(seconds, 1e-9):,.0f} rows/s), "
+                 f"{parts} key ranges of {shape.range_column}, consistent with lsn {m.format_lsn(point.lsn)}")
 
     def _land_table(self, landing: "_Landing", shape: catalog.TableShape, serves: list, point: ConsistentPoint,
                     chunks: list, results: Iterator[ChunkResult]) -> None:
@@ -290,6 +367,26 @@ class Snapshots:
         self.rows += rows
         self.say(f"snapshot {name}: {rows:,} rows in {seconds:.1f} s ({rows / max(seconds, 1e-9):,.0f} rows/s), "
                  f"consistent with lsn {m.format_lsn(point.lsn)}")
+
+
+def land_range(landing: "_Landing", shape: catalog.TableShape, serves: list, point: ConsistentPoint,
+               key: KeyRange, payloads: list) -> int:
+    """One key-range chunk as its own snapshot stream (no Truncate: the apply empties only the range);
+    returns its rows. ``serves``: the requests the table's last range serves."""
+    relation = shape.relation
+    rows = sum(len(p) for p in payloads)
+    last = key.high is None
+    marker = snapshot_marker(relation, point.lsn, key_range=replace(key, rows=rows))
+    content = {**json.loads(marker.content), "serves": serves if last else []}
+    landing.frame([m.StreamStart(SNAPSHOT_XID, True), replace(marker, content=json.dumps(content, sort_keys=True).encode()),
+                   *shape.types, relation])
+    for part in payloads:
+        if len(part):
+            landing.rows(part)
+    landing.frame([m.StreamStop(), m.StreamCommit(SNAPSHOT_XID, 0, point.lsn, point.lsn, point.taken_at)])
+    if landing.due:
+        landing.commit(shape.published.qualified_name)
+    return rows
 
 
 class _Landing:

@@ -152,3 +152,35 @@ def snapshot_outcomes(rows) -> Counter:
             outcomes[(current, "commit" if kind == f.STREAM_COMMIT else "abort")] += 1
             current = None
     return outcomes
+
+
+def committed_ranges(rows) -> dict[int, list[tuple]]:
+    """Per relation, the key ranges ``(low, high, seq of the commit)`` of its committed key-range chunks,
+    in bronze order (whole-table snapshots show as ``(None, None, seq)`` too, with ``whole`` as a 4th item)."""
+    ranges, current, block = {}, None, None
+    for seq, _, payload in rows:
+        kind = payload[:1]
+        if kind == f.STREAM_START:
+            block = f.stream_start(payload)[0]
+        elif kind == f.STREAM_STOP:
+            block = None
+        elif block == SNAPSHOT_XID and kind == f.MESSAGE:
+            parsed = parse_message(payload, in_block=True)
+            if parsed and parsed[1] == SNAPSHOT_PREFIX:
+                body = json.loads(parsed[2])
+                rng = body.get("range")
+                current = (body["relation_id"], rng["low"] if rng else None, rng["high"] if rng else None,
+                           "range" if rng else "whole")
+        elif kind == f.STREAM_COMMIT and f.stream_abort(payload)[0] == SNAPSHOT_XID and current is not None:
+            ranges.setdefault(current[0], []).append((current[1], current[2], seq, current[3]))
+            current = None
+        elif kind == f.STREAM_ABORT and f.stream_abort(payload)[0] == SNAPSHOT_XID:
+            current = None
+    return ranges
+
+
+def covers_once(chunks) -> bool:
+    """Whether key ranges ``(low, high, ...)`` in landing order cover every key exactly once."""
+    edges = [(low, high) for low, high, *_ in chunks]
+    return bool(edges) and edges[0][0] is None and edges[-1][1] is None and all(
+        a[1] is not None and a[1] == b[0] for a, b in zip(edges, edges[1:]))

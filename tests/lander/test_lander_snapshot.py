@@ -1,8 +1,9 @@
 """Snapshots against a real server, with a workload changing every table all along.
 
 One source lives through the whole story, in order: the lander creates the slot and is killed in the
-middle of its initial snapshot; the next run closes that snapshot and copies the rest from a temporary
-slot; a table joins the publication while the lander streams; ALTER TABLE adds a column with a default
+middle of its initial snapshot, inside a table copied in key ranges; the next run goes on from the next
+range, each round of ranges at a point of its own while the stream flows, and copies the tables after
+it; a table joins the publication while the lander streams; ALTER TABLE adds a column with a default
 and rewrites a table (the DDL event trigger); silver is applied and must equal PostgreSQL. Then silver is
 damaged by hand and `cdc-apply snapshot --table` repairs it while the stream flows.
 """
@@ -16,8 +17,10 @@ from dataclasses import replace
 
 import pytest
 
-from lander_helpers import make_config, run_lander
-from snapshot_helpers import PRELOAD, PUBLISHED, SETUP, Workload, expected_tables, framing_rows, snapshot_outcomes
+from lander_helpers import bronze_rows, make_config, run_lander
+from snapshot_helpers import (
+    PRELOAD, PUBLISHED, SETUP, Workload, committed_ranges, covers_once, expected_tables, framing_rows, snapshot_outcomes,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -81,35 +84,45 @@ def story(postgres, spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("snap_e2e")
     config = make_config(root, postgres.dsn(DB), SOURCE, "snap_slot", "pub_main,pub_root", create_slot=True,
                          snapshot="when_needed", snapshot_workers=2, snapshot_check_seconds=1.0, ddl_events=True,
-                         snapshot_batch_bytes=60_000, land={"batch_seconds": 1.0})
+                         snapshot_batch_bytes=60_000, snapshot_chunk_rows=50, land={"batch_seconds": 1.0})
     workload = Workload(postgres, DB)
     workload.start()
     return {"pg": postgres, "root": root, "config": config, "workload": workload, "log": {}}
 
 
-def test_a_lander_killed_in_its_initial_snapshot_copies_the_unfinished_tables_again_at_its_next_start(story, spark):
+def test_a_lander_killed_in_its_initial_snapshot_goes_on_from_the_next_key_range_while_the_stream_flows(story, spark):
     pg, config, workload = story["pg"], story["config"], story["workload"]
-    seen = {"appends": 0, "commits_at_first": None}
+    docs = oid(pg, "docs")
+    seen = {"commits_at_first": None}
 
     def probe(event, **info):
         if event == "snapshot_appended":
-            seen["appends"] += 1
             seen["commits_at_first"] = seen["commits_at_first"] or workload.commits
             time.sleep(0.3)                                  # the workload commits while the copy goes on
-            if info["state"].snapshots.open is not None:     # bronze holds part of a table's copy
-                seen["open"] = info["state"].snapshots.open
+            if info["state"].snapshots.resume_key(docs) is not None:   # some of docs' ranges are in bronze
+                seen["resume"] = info["state"].snapshots.resume_key(docs)
                 raise Crash()
 
     with pytest.raises(Crash):
         run_lander(config, spark, probe=probe)
-    assert seen["open"] is not None and seen["open"][0] == oid(pg, "docs")     # killed inside docs' copy
+    assert seen["resume"] is not None
     assert workload.commits > seen["commits_at_first"]
-    # Streaming on while the workload goes on: the next run copies docs and the tables after it.
-    out = land_while(config, spark, lambda lander: lander.snapshots.tables >= 4 and not lander.state.snapshots.pending)
-    assert "closed the unfinished snapshot" in out and "snapshot of public.docs" in out
-    outcomes = snapshot_outcomes(framing_rows(spark, story["root"] / "bronze", SOURCE))
-    assert outcomes[(oid(pg, "docs"), "abort")] == 1
-    assert {r: n for (r, kind), n in outcomes.items() if kind == "commit"} == {oid(pg, t): 1 for t in PUBLISHED}
+    landed = committed_ranges(framing_rows(spark, story["root"] / "bronze", SOURCE))[docs]
+    assert landed and landed[-1][1] == seen["resume"]
+    # Streaming on while the workload goes on: the next run copies docs' other ranges and the tables after it.
+    out = land_while(config, spark, lambda lander: lander.snapshots.tables >= 4 and not lander.state.snapshots.pending
+                     and lander.snapshots.flow is None)
+    assert "closed the unfinished snapshot" not in out
+    rows = framing_rows(spark, story["root"] / "bronze", SOURCE)
+    ranges = committed_ranges(rows)
+    assert covers_once(ranges[docs]) and ranges[docs][:len(landed)] == landed   # nothing copied twice
+    assert not any(kind == "abort" for (_, kind) in snapshot_outcomes(rows))
+    assert set(ranges) == {oid(pg, t) for t in PUBLISHED}
+    # Rounds after the restart took points of their own, and the stream's transactions landed between them.
+    later = [seq for _, _, seq, _ in ranges[docs][len(landed):]]
+    commits = [seq for seq, _, payload in bronze_rows(spark, story["root"] / "bronze", SOURCE)
+               if payload[:1] == b"C" and later[0] < seq < later[-1]]
+    assert len(later) >= 2 and commits, (later, commits)
 
 
 def test_a_table_added_to_the_publication_while_streaming_is_copied(story, spark):
@@ -154,7 +167,8 @@ def test_cdc_apply_snapshot_copies_a_damaged_table_again_while_the_stream_flows(
                     f'dsn = "{pg.dsn(DB)}"\nslot = "snap_slot"\npublication = "pub_main,pub_root"\n')
     workload = Workload(pg, DB, seed=11, first_id=50_000)
     workload.start()
-    before = snapshot_outcomes(framing_rows(spark, story["root"] / "bronze", SOURCE))
+    before_framing = framing_rows(spark, story["root"] / "bronze", SOURCE)
+    before, before_rows = snapshot_outcomes(before_framing), len(before_framing)
     asked = []
 
     def served(lander) -> bool:
@@ -165,6 +179,8 @@ def test_cdc_apply_snapshot_copies_a_damaged_table_again_while_the_stream_flows(
     land_while(config, spark, served)
     workload.stop()
     run_lander(config, spark)
-    after = snapshot_outcomes(framing_rows(spark, story["root"] / "bronze", SOURCE))
-    assert asked == [0] and after - before == {(oid(pg, "docs"), "commit"): 1}
+    rows = framing_rows(spark, story["root"] / "bronze", SOURCE)
+    after = snapshot_outcomes(rows)
+    docs = [r for r in committed_ranges(rows)[oid(pg, "docs")] if r[2] > max(seq for seq, _, _ in rows[:before_rows])]
+    assert asked == [0] and set(after - before) == {(oid(pg, "docs"), "commit")} and covers_once(docs)
     apply_and_compare(spark, config, pg, ("public.docs",))
