@@ -21,7 +21,7 @@ from cdc_apply.lake.tables import quote_ident
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.assemble import merge_ranges
 from cdc_apply.planning.decode_plan import pool_columns
-from cdc_apply.planning.snapshot_loads import SnapshotLoad
+from cdc_apply.planning.snapshot_loads import SnapshotLoad, merge_loads
 from cdc_apply.planning.table_plan import Clear, SlotMap, TableWork
 
 
@@ -98,19 +98,29 @@ def load_snapshots(session, messages, loads: list[SnapshotLoad], clears: tuple[C
     from pyspark.sql import functions as F
 
     frames, work = [], None
-    for load in loads:
-        work = next(w for w in segments if any(s.slot == load.slot for s in w.slots))
-        slot = next(s for s in work.slots if s.slot == load.slot)
-        narrowed = replace(work, slots=(SlotMap(0, slot.mapping, slot.ddls, pool_columns(load.decode).columns[0],
+    groups: dict[int, list[SnapshotLoad]] = {}
+    for load in loads:   # the chunks of one relation version decode in one job
+        groups.setdefault(load.slot, []).append(load)
+    for slot_index, group in groups.items():
+        work = next(w for w in segments if any(s.slot == slot_index for s in w.slots))
+        slot = next(s for s in work.slots if s.slot == slot_index)
+        plan = merge_loads(group)
+        narrowed = replace(work, slots=(SlotMap(0, slot.mapping, slot.ddls, pool_columns(plan).columns[0],
                                                 slot.version_seq),),
                            truncate_after=None, has_toast=False, toast_moves=False, clears=())
-        rows = snapshot_inserts(messages, load).select("source", "seq", "lsn", "payload")
-        projected = project(rows.mapInArrow(partial(decode_batches, plan=load.decode), output_ddl(load.decode)),
-                            narrowed)
-        for c in clears:
-            if (c.commit_lsn, c.seq) > load.position:
-                column = work.columns[c.column]
-                projected = projected.where(~in_range(F.col(cc.value(c.column)), c.low, c.high, column.spark_ddl))
+        spans = merge_ranges(r for load in group for r in load.ranges)
+        rows = messages.where(in_seq_ranges(group[0].source, spans) & is_insert()).select("source", "seq", "lsn", "payload")
+        projected = project(rows.mapInArrow(partial(decode_batches, plan=plan), output_ddl(plan)), narrowed)
+        for c in clears:   # rows a later chunk of the batch replaces
+            later = [load for load in group if (c.commit_lsn, c.seq) > load.position]
+            if not later:
+                continue
+            column = work.columns[c.column]
+            gone = in_range(F.col(cc.value(c.column)), c.low, c.high, column.spark_ddl)
+            if len(later) < len(group):   # only rows of chunks before the clear
+                gone = gone & ((F.col(cc.COMMIT_LSN) < c.commit_lsn) | (
+                    (F.col(cc.COMMIT_LSN) == c.commit_lsn) & (F.col(cc.SEQ) < c.seq)))
+            projected = projected.where(~gone)
         frames.append(projected)
     union = reduce(lambda a, b: a.unionByName(b), frames)
     # One file per bronze split read (no shuffle to size them): a snapshot's splits hold ~1M rows each.

@@ -108,3 +108,22 @@ def _narrowed(decode: DecodePlan, source: str, splan: SourcePlan, txn: int, rang
         txn_user=(splan.txn_user[txn],) if splan.txn_user else (),
         versions={relation_id: ((version_seq,), (0,))})
     return DecodePlan({source: narrowed}, (decode.slots[slot],), quarantine=False)
+
+
+def merge_loads(loads: list[SnapshotLoad]) -> DecodePlan:
+    """One decode plan for snapshots of one relation version (one source, one slot): their ranges, each its
+    own transaction — the chunks of a table copied in key ranges decode in one job."""
+    first = loads[0]
+    if any((l.source, l.slot) != (first.source, first.slot) for l in loads):
+        raise ValueError("snapshot loads of different sources or relation versions decode apart")
+    plans = [l.decode.sources[first.source] for l in loads]
+    spans = sorted((a, b, i) for i, l in enumerate(loads) for a, b in l.ranges)
+    merged = SourcePlan(
+        range_starts=tuple(a for a, _, _ in spans), range_ends=tuple(b for _, b, _ in spans),
+        range_txn=tuple(i for _, _, i in spans), range_in_stream=(True,) * len(spans),
+        txn_commit_lsn=tuple(p.txn_commit_lsn[0] for p in plans), txn_xid=tuple(p.txn_xid[0] for p in plans),
+        txn_commit_ts=tuple(p.txn_commit_ts[0] for p in plans) if all(p.txn_commit_ts for p in plans) else (),
+        txn_origin=tuple(p.txn_origin[0] for p in plans) if all(p.txn_origin for p in plans) else (),
+        txn_user=tuple(p.txn_user[0] for p in plans) if all(p.txn_user for p in plans) else (),
+        versions=plans[0].versions)
+    return DecodePlan({first.source: merged}, first.decode.slots, quarantine=False)
