@@ -24,7 +24,6 @@ apply worker), grouped by commit LSN; a transaction that changes the count opens
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from functools import reduce
 from typing import Sequence
 

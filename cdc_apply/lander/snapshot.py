@@ -33,6 +33,7 @@ from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS, format_lsn
 from cdc_apply.pgoutput.snapshot import KeyRange
 
 CHUNK_BLOCKS = 2048          # 16 MiB of heap per copied range (8 kB blocks)
+PROGRESS_SECONDS = 5.0       # how often a copy under way says how far it is
 SAMPLE_BLOCKS = 2000         # blocks sampled (TABLESAMPLE SYSTEM) to cut a table into key ranges
 _LSN = re.compile(r"^([0-9A-Fa-f]+)/([0-9A-Fa-f]+)$")
 
@@ -42,6 +43,10 @@ def parse_lsn(text: str) -> int:
     if not match:
         raise LandError(f"the server answered an LSN that cannot be read: {text!r}")
     return (int(match.group(1), 16) << 32) | int(match.group(2), 16)
+
+
+def eta(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def now_micros() -> int:

@@ -15,17 +15,24 @@ time, not the table's — and everything before ``C`` streams while the copy run
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from typing import Iterator
 
 from cdc_apply.lander import catalog
 from cdc_apply.lander import framing as f
-from cdc_apply.lander.snapshot import Chunk, ChunkResult, ConsistentPoint, ExportSlot, TableCopier
+from cdc_apply.lander.snapshot import (
+    PROGRESS_SECONDS, Chunk, ChunkResult, ConsistentPoint, ExportSlot, TableCopier, eta,
+)
 from cdc_apply.lander.state import ResumeState
+from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.messages import format_lsn
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, KeyRange, snapshot_marker
 
 KEEPALIVE_SECONDS = 0.25   # how often an idle session asks the walsender how far it has sent
 
@@ -122,7 +129,7 @@ class ChunkFlow:
 
     def land(self, state: ResumeState) -> ResumeState:
         """Land the round's chunks (waiting for their copy), then start the next round or the next table."""
-        from cdc_apply.lander.snapshots import _Landing, land_range
+        from cdc_apply.lander.snapshots import _Landing
 
         results = self.copy.result()
         self.copy = None
@@ -168,3 +175,46 @@ class ChunkFlow:
         for part in (self.copier, self.slot):
             if part is not None:
                 part.close()
+
+
+def land_range(landing, shape: catalog.TableShape, serves: list, point: ConsistentPoint,
+               key: KeyRange, payloads: list) -> int:
+    """One key-range chunk as its own snapshot stream (no Truncate: the apply empties only the range);
+    returns its rows. ``serves``: the requests the table's last range serves."""
+    relation = shape.relation
+    rows = sum(len(p) for p in payloads)
+    last = key.high is None
+    marker = snapshot_marker(relation, point.lsn, key_range=replace(key, rows=rows))
+    content = {**json.loads(marker.content), "serves": serves if last else []}
+    landing.frame([m.StreamStart(SNAPSHOT_XID, True), replace(marker, content=json.dumps(content, sort_keys=True).encode()),
+                   *shape.types, relation])
+    for part in payloads:
+        if len(part):
+            landing.rows(part)
+    landing.frame([m.StreamStop(), m.StreamCommit(SNAPSHOT_XID, 0, point.lsn, point.lsn, point.taken_at)])
+    if landing.due:
+        landing.commit(shape.published.qualified_name)
+    return rows
+
+
+def land_ranges(owner, landing, shape: catalog.TableShape, serves: list, point: ConsistentPoint, chunks: list,
+                results: Iterator[ChunkResult]) -> None:
+    """One snapshot stream per key range of the table (a chunk per copy source each), in key order."""
+    name = shape.published.qualified_name
+    started = shown = time.monotonic()
+    rows, parts = 0, chunks[-1].part + 1
+    for part in range(parts):
+        payloads = [next(results).payloads for c in chunks if c.part == part]
+        key = next(c.key for c in chunks if c.part == part)
+        rows += land_range(landing, shape, serves, point, key, payloads)
+        now = time.monotonic()
+        if now - shown >= PROGRESS_SECONDS:
+            shown = now
+            share = (part + 1) / parts
+            owner.say(f"snapshot {name}: {rows:,} rows, {part + 1} of {parts} key ranges, "
+                     f"{rows / max(now - started, 1e-9):,.0f} rows/s, ETA {eta((now - started) * (1 - share) / share)}")
+    owner.tables += 1
+    owner.rows += rows
+    seconds = time.monotonic() - started
+    owner.say(f"snapshot {name}: {rows:,} rows in {seconds:.1f} s ({rows / max(seconds, 1e-9):,.0f} rows/s), "
+             f"{parts} key ranges of {shape.range_column}, consistent with lsn {m.format_lsn(point.lsn)}")

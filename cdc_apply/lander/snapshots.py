@@ -37,19 +37,13 @@ from cdc_apply.lander import catalog
 from cdc_apply.lander.bronze_files import ArrowAppender
 from cdc_apply.lander.options import publication_names
 from cdc_apply.lander.sequencer import Batch
-from cdc_apply.lander.snapshot import ChunkResult, ConsistentPoint, ExportSlot, TableCopier
+from cdc_apply.lander.snapshot import PROGRESS_SECONDS, ChunkResult, ConsistentPoint, ExportSlot, TableCopier, eta
+from cdc_apply.lander.snapshot_chunks import ChunkFlow, land_ranges
 from cdc_apply.lander.snapshot_state import ALL_TABLES
 from cdc_apply.lander.state import OutputTracker, ResumeState
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.encoder import encode
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, KeyRange, snapshot_abort, snapshot_marker
-
-PROGRESS_SECONDS = 5.0
-
-
-def _eta(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
-
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, snapshot_abort, snapshot_marker
 
 class Snapshots:
     """Takes and lands the snapshots of one lander (``lander``: its config, bronze writer, source session, output)."""
@@ -255,14 +249,12 @@ class Snapshots:
             landing = _Landing(self, state)
             for (shape, serves), table_chunks in zip(whole, chunks):
                 if table_chunks and table_chunks[0].key is not None:
-                    self._land_ranges(landing, shape, serves, point, table_chunks, results)
+                    land_ranges(self, landing, shape, serves, point, table_chunks, results)
                 else:
                     self._land_table(landing, shape, serves, point, table_chunks, results)
             landing.commit()
             state = landing.state
             if ranged:
-                from cdc_apply.lander.snapshot_chunks import ChunkFlow
-
                 self.flow = ChunkFlow(self, ranged, state)
                 self.flow.start(slot, copier, point)
                 handed = True
@@ -303,28 +295,6 @@ class Snapshots:
                      "own (foreign tables) and are not copied; PostgreSQL does not publish their changes either")
         return then
 
-    def _land_ranges(self, landing: "_Landing", shape: catalog.TableShape, serves: list, point: ConsistentPoint,
-                     chunks: list, results: Iterator[ChunkResult]) -> None:
-        """One snapshot stream per key range of the table (a chunk per copy source each), in key order."""
-        name = shape.published.qualified_name
-        started = shown = time.monotonic()
-        rows, parts = 0, chunks[-1].part + 1
-        for part in range(parts):
-            payloads = [next(results).payloads for c in chunks if c.part == part]
-            key = next(c.key for c in chunks if c.part == part)
-            rows += land_range(landing, shape, serves, point, key, payloads)
-            now = time.monotonic()
-            if now - shown >= PROGRESS_SECONDS:
-                shown = now
-                share = (part + 1) / parts
-                self.say(f"snapshot {name}: {rows:,} rows, {part + 1} of {parts} key ranges, "
-                         f"{rows / max(now - started, 1e-9):,.0f} rows/s, ETA {_eta((now - started) * (1 - share) / share)}")
-        self.tables += 1
-        self.rows += rows
-        seconds = time.monotonic() - started
-        self.say(f"snapshot {name}: {rows:,} rows in {seconds:.1f} s ({rows / max(seconds, 1e-9):,.0f} rows/s), "
-                 f"{parts} key ranges of {shape.range_column}, consistent with lsn {m.format_lsn(point.lsn)}")
-
     def _land_table(self, landing: "_Landing", shape: catalog.TableShape, serves: list, point: ConsistentPoint,
                     chunks: list, results: Iterator[ChunkResult]) -> None:
         """One table's snapshot stream: the head and the first chunk's rows in the first block, one block per
@@ -356,7 +326,7 @@ class Snapshots:
                 done_share = blocks_done / total_blocks
                 left = (now - started) * (1 - done_share) / max(done_share, 1e-9)
                 self.say(f"snapshot {name}: {rows:,} rows, ~{done_share:.0%} of {total_blocks:,} blocks, "
-                         f"{rows / max(now - started, 1e-9):,.0f} rows/s, ETA {_eta(left)}")
+                         f"{rows / max(now - started, 1e-9):,.0f} rows/s, ETA {eta(left)}")
         if not opened:
             landing.frame(head + [m.StreamStop()])
         landing.frame([m.StreamCommit(SNAPSHOT_XID, 0, point.lsn, point.lsn, point.taken_at)])
@@ -367,26 +337,6 @@ class Snapshots:
         self.rows += rows
         self.say(f"snapshot {name}: {rows:,} rows in {seconds:.1f} s ({rows / max(seconds, 1e-9):,.0f} rows/s), "
                  f"consistent with lsn {m.format_lsn(point.lsn)}")
-
-
-def land_range(landing: "_Landing", shape: catalog.TableShape, serves: list, point: ConsistentPoint,
-               key: KeyRange, payloads: list) -> int:
-    """One key-range chunk as its own snapshot stream (no Truncate: the apply empties only the range);
-    returns its rows. ``serves``: the requests the table's last range serves."""
-    relation = shape.relation
-    rows = sum(len(p) for p in payloads)
-    last = key.high is None
-    marker = snapshot_marker(relation, point.lsn, key_range=replace(key, rows=rows))
-    content = {**json.loads(marker.content), "serves": serves if last else []}
-    landing.frame([m.StreamStart(SNAPSHOT_XID, True), replace(marker, content=json.dumps(content, sort_keys=True).encode()),
-                   *shape.types, relation])
-    for part in payloads:
-        if len(part):
-            landing.rows(part)
-    landing.frame([m.StreamStop(), m.StreamCommit(SNAPSHOT_XID, 0, point.lsn, point.lsn, point.taken_at)])
-    if landing.due:
-        landing.commit(shape.published.qualified_name)
-    return rows
 
 
 class _Landing:

@@ -62,4 +62,3 @@ def _nested_fields(data_type) -> int:
     if isinstance(data_type, ArrayType):
         return _nested_fields(data_type.elementType)
     return 1
-    assert [tuple(r) for r in lake.silver("public", "users").select("id", "name").collect()] == [(1, "a")]
