@@ -50,6 +50,7 @@ def test_a_batch_runs_delta_log_queries_with_whole_stage_code_generation(lake_fa
     seen = []
     lake.apply(fault_hook=lambda point: seen.append((point, lake.spark.conf.get(fields))))
     assert ("table:public.users", BATCH_SETTINGS[fields]) in seen
+    assert [tuple(r) for r in lake.silver("public", "users").select("id", "name").collect()] == [(1, "a")]
 
 
 def _nested_fields(data_type) -> int:
