@@ -68,12 +68,16 @@ def _lake(root: Path, extra: dict | None = None, history: bool = False) -> dict:
 
 def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int = 2,
                      configs=tuple(CONFIGS), root: Path | None = None, out: TextIO = sys.stdout,
-                     large_rows: int = 300, history: bool = False) -> Outcome:
+                     large_rows: int = 300, history: bool = False, preload: int = 0,
+                     chunk_rows: int = 100) -> Outcome:
     """Run the workload in ``checkpoints`` parts; after each, land every configuration, apply, compare.
 
     ``history``: every table keeps a history table; the source's state after every transaction is
     recorded, and at each checkpoint the history tables must hold each of those states and
     ``read_as_of`` must equal PostgreSQL (history at this checkpoint, time travel at the one before).
+    ``preload``: transactions run before any slot exists; each lander then creates its slot with the
+    initial snapshot (tables with an integer key in key ranges of ``chunk_rows`` rows), so silver must
+    hold the rows that were there before the slot as well.
     """
     from cdc_apply.testing.history_check import SourceRecord
     from cdc_apply.lake.bronze import create_bronze_table
@@ -90,16 +94,6 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
         pg.create_database("diff")
         pg.execute(SCHEMA, dbname="diff")
         pg.execute("CREATE PUBLICATION diff_pub FOR TABLES IN SCHEMA diff", dbname="diff")
-        for name in configs:
-            two_phase = "true" if CONFIGS[name]["two_phase"] else "false"
-            pg.execute(f"SELECT pg_create_logical_replication_slot('diff_{name}', 'pgoutput', false, {two_phase})",
-                       dbname="diff")
-        lake = parse_config(_lake(root, history=history))
-        create_bronze_table(spark, lake.bronze.path)
-        landers = {name: parse_config(_lake(root, {
-            "source": {"name": name, "dsn": pg.dsn("diff"), "slot": f"diff_{name}", "publication": "diff_pub",
-                       "messages": True, **CONFIGS[name]},
-            "land": {"batch_messages": 20_000, "idle_exit_seconds": 1.0}})) for name in configs}
         conn = pg.connect("diff")
 
         def execute(sql: str) -> None:
@@ -107,8 +101,25 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
                 cur.execute(sql)
 
         record = SourceRecord(tuple(SCHEMAS)) if history else None
-        workload = Workload(seed, record.recorder(conn, execute) if record else execute, large_rows=large_rows)
+        workload = Workload(seed, execute, large_rows=large_rows)
+        if preload:
+            workload.run(preload)   # rows the slots never see: they reach silver by the initial snapshots
+            workload.finish()   # a prepared transaction would hold the slots' consistent point back
+            print(f"[differential seed={seed}] {workload.txns} transactions before the slots", file=out)
+        snapshots = {"create_slot": True, "snapshot": "initial", "snapshot_chunk_rows": chunk_rows} if preload else {}
+        for name in configs:
+            if not preload:
+                two_phase = "true" if CONFIGS[name]["two_phase"] else "false"
+                pg.execute(f"SELECT pg_create_logical_replication_slot('diff_{name}', 'pgoutput', false, "
+                           f"{two_phase})", dbname="diff")
+        lake = parse_config(_lake(root, history=history))
+        create_bronze_table(spark, lake.bronze.path)
+        landers = {name: parse_config(_lake(root, {
+            "source": {"name": name, "dsn": pg.dsn("diff"), "slot": f"diff_{name}", "publication": "diff_pub",
+                       "messages": True, **CONFIGS[name], **snapshots},
+            "land": {"batch_messages": 20_000, "idle_exit_seconds": 1.0}})) for name in configs}
         if record:
+            workload.execute = record.recorder(conn, execute)
             record.take(conn)  # the state before the first transaction
         pipeline = ApplyPipeline(spark, lake, out=out)
         per_part = max(transactions // checkpoints, 1)
@@ -190,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-rows", type=int, default=300, help="rows per large (streamed) transaction")
     parser.add_argument("--workdir", default=None, help="keep the lake here (default: a temporary folder)")
     parser.add_argument("--result", default=None, help="write the outcome as JSON to this file")
+    parser.add_argument("--preload", type=int, default=0,
+                        help="transactions before the slots exist (silver gets them by initial snapshots)")
     parser.add_argument("--history", action="store_true",
                         help="history tables on, checked against the source's state after every transaction "
                              "(records every state: for small runs)")
@@ -205,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root)
     spark = spark_session("cdc_apply-differential")
     outcome = run_differential(spark, args.seed, args.transactions, args.checkpoints, configs, root,
-                               large_rows=args.large_rows, history=args.history)
+                               large_rows=args.large_rows, history=args.history, preload=args.preload)
     print(f"seed {args.seed}: {args.transactions} transactions, {args.checkpoints} checkpoints, "
           f"{len(configs)} configs, {outcome.seconds:.0f}s: {'OK' if outcome.ok else 'FAILED'}")
     for failure in outcome.failures:

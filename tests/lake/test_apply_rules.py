@@ -1,9 +1,10 @@
-"""The apply rules of DESIGN.md, each on its own table, in one job run over three micro-batches.
+"""The apply rules, each on its own table, in one job run over three micro-batches.
 
 The stream (``rules_capture``) is built with the encoder and landed in three bronze appends; the
 job runs once (availableNow, one append per micro-batch), so transactions open at a batch end,
 streamed transactions spanning batches and a prepared transaction committed two batches later are
-all exercised.
+all exercised. The same capture is then applied other ways (collapses over more partitions, MERGEs
+that rewrite files, move resolution by rounds), which must leave the same tables.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pyspark.sql import functions as F
 
 from cdc_apply.pgoutput.messages import format_lsn
 
-from rules_capture import BIG
+from cdc_apply.lake import merge
+from rules_capture import BIG, apply_rules
 
 pytestmark = pytest.mark.spark
 
@@ -137,3 +139,87 @@ def test_each_silver_data_commit_names_the_last_commit_lsn_it_applies(run, spark
     assert said["source"] == "shop" and said["relation"] == "public.basic"
     touched = lake.state("transactions").where(F.exists("tables", lambda t: t["table"] == "public.basic"))
     assert said["last_commit_lsn"] == format_lsn(touched.agg(F.max("commit_lsn")).first()[0])
+
+
+# -- the same capture applied other ways: the internals that must not change the result --------------
+
+# The tables of the apply-rules capture each variant below can change: applying only those makes a
+# variant's run cost a few MERGEs instead of nine tables' (the suite's time is mostly such runs).
+KEYED = ("public.basic", "public.toasty", "public.moves", "public.parent")
+
+
+def _variant_lake(lake_factory, name: str, tables: tuple[str, ...], **extra):
+    """The apply-rules capture applied again, to ``tables`` only, with settings of ``extra``."""
+    lake = lake_factory(name, **extra, apply={"tables": list(tables)})
+    apply_rules(lake)
+    return lake
+
+
+def _silver_tables(lake):
+    return sorted(p for p in (lake.root / "silver").glob("*/*") if (p / "_delta_log").exists())
+
+
+def _contents(lake, tables: tuple[str, ...]) -> dict[str, list]:
+    out = {}
+    for table in _silver_tables(lake):
+        name = f"{table.parent.name}.{table.name}"
+        if name in tables:
+            df = lake.spark.read.format("delta").load(str(table))
+            out[name] = sorted((tuple(r) for r in df.collect()), key=repr)
+    return out
+
+
+@pytest.mark.spark
+def test_a_collapse_spread_over_more_partitions_leaves_every_table_as_with_the_default(
+        rules_run, lake_factory, monkeypatch):
+    monkeypatch.setattr(merge, "CELLS_PER_PARTITION", 1)
+    wanted = []
+    real = merge.collapse
+
+    def spy(events, work, has_toast, partitions=None):
+        wanted.append(partitions)
+        return real(events, work, has_toast, partitions)
+
+    monkeypatch.setattr("cdc_apply.lake.silver.collapse", spy)
+    spread = _contents(_variant_lake(lake_factory, "more_partitions", KEYED), KEYED)
+    assert len(spread) == len(KEYED)
+    assert wanted and all(p and p > 4 for p in wanted)
+    assert spread == _contents(rules_run[0], KEYED)
+
+
+def _merge_metrics(lake) -> list[dict]:
+    return [row.operationMetrics for table in _silver_tables(lake)
+            for row in lake.spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'").collect()]
+
+
+@pytest.mark.spark
+def test_a_merge_that_rewrites_its_files_leaves_every_table_as_one_that_writes_deletion_vectors(
+        rules_run, lake_factory, monkeypatch):
+    tables = (*KEYED, "public.dups")  # dups: the keyless MERGE
+    marking = rules_run[0]  # small batches: the defaults mark rows
+    monkeypatch.setattr(merge, "REWRITE_MIN_CHANGES", 0)
+    rewriting = _variant_lake(lake_factory, "rewrites_files", tables, silver={"rewrite_share": 0})
+    assert len(_contents(rewriting, tables)) == len(tables)
+    assert _contents(rewriting, tables) == _contents(marking, tables)
+    added = [int(m.get("numTargetDeletionVectorsAdded", 0)) for m in _merge_metrics(marking)]
+    assert any(added)
+    rewrites = _merge_metrics(rewriting)
+    assert rewrites and not any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in rewrites)
+    assert any(int(m.get("numTargetFilesRemoved", 0)) for m in rewrites)
+
+
+@pytest.mark.spark
+def test_move_resolution_by_rounds_leaves_every_table_as_the_one_pass_does(rules_run, lake_factory, monkeypatch):
+    from cdc_apply.lake import merge_moves
+
+    tables = ("public.moves",)  # the table whose key changes leave unchanged TOAST to fill
+    used = []
+
+    def by_rounds(events, work, target):
+        used.append(work.qualified_name)
+        return merge_moves.resolve_moves_by_rounds(events.localCheckpoint(), work, target)
+
+    monkeypatch.setattr("cdc_apply.lake.silver.resolve_moves", by_rounds)
+    rounds = _contents(_variant_lake(lake_factory, "moves_by_rounds", tables), tables)
+    assert used and set(used) == {"public.moves"}
+    assert rounds == _contents(rules_run[0], tables)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_apply.lake import appends, merge
+from cdc_apply.lake import appends
 from cdc_apply.lake.merge import collapse_partitions, writes_deletion_vectors
 
-from rules_capture import apply_rules
 
 
 def test_a_collapse_takes_more_partitions_only_when_its_values_outgrow_the_default():
@@ -15,50 +14,6 @@ def test_a_collapse_takes_more_partitions_only_when_its_values_outgrow_the_defau
     assert collapse_partitions(100_000, 7, default=4) is None            # the bench's narrow tables
     assert collapse_partitions(95_000, 300, default=4) == 15             # the soak's wide table
     assert collapse_partitions(95_000, 600, default=4) > collapse_partitions(95_000, 300, default=4)
-
-
-# The tables of the apply-rules capture each variant below can change: applying only those makes a
-# variant's run cost a few MERGEs instead of nine tables' (the suite's time is mostly such runs).
-KEYED = ("public.basic", "public.toasty", "public.moves", "public.parent")
-
-
-def _variant_lake(lake_factory, name: str, tables: tuple[str, ...], **extra):
-    """The apply-rules capture applied again, to ``tables`` only, with settings of ``extra``."""
-    lake = lake_factory(name, **extra, apply={"tables": list(tables)})
-    apply_rules(lake)
-    return lake
-
-
-def _silver_tables(lake):
-    return sorted(p for p in (lake.root / "silver").glob("*/*") if (p / "_delta_log").exists())
-
-
-def _contents(lake, tables: tuple[str, ...]) -> dict[str, list]:
-    out = {}
-    for table in _silver_tables(lake):
-        name = f"{table.parent.name}.{table.name}"
-        if name in tables:
-            df = lake.spark.read.format("delta").load(str(table))
-            out[name] = sorted((tuple(r) for r in df.collect()), key=repr)
-    return out
-
-
-@pytest.mark.spark
-def test_a_collapse_spread_over_more_partitions_leaves_every_table_as_with_the_default(
-        rules_run, lake_factory, monkeypatch):
-    monkeypatch.setattr(merge, "CELLS_PER_PARTITION", 1)
-    wanted = []
-    real = merge.collapse
-
-    def spy(events, work, has_toast, partitions=None):
-        wanted.append(partitions)
-        return real(events, work, has_toast, partitions)
-
-    monkeypatch.setattr("cdc_apply.lake.silver.collapse", spy)
-    spread = _contents(_variant_lake(lake_factory, "more_partitions", KEYED), KEYED)
-    assert len(spread) == len(KEYED)
-    assert wanted and all(p and p > 4 for p in wanted)
-    assert spread == _contents(rules_run[0], KEYED)
 
 
 def test_an_append_takes_one_file_per_eight_million_values():
@@ -101,44 +56,6 @@ def test_a_merge_marks_rows_in_deletion_vectors_unless_its_batch_changes_half_th
     assert not writes_deletion_vectors(50_000, lambda: 100_000, 0.5)
     assert not writes_deletion_vectors(988_174, lambda: 1_000_000, 0.5)   # the bench's 1M batch
     assert not writes_deletion_vectors(10_000, lambda: 10**9, 0.0)        # 0: every large MERGE rewrites
-
-
-def _merge_metrics(lake) -> list[dict]:
-    return [row.operationMetrics for table in _silver_tables(lake)
-            for row in lake.spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'").collect()]
-
-
-@pytest.mark.spark
-def test_a_merge_that_rewrites_its_files_leaves_every_table_as_one_that_writes_deletion_vectors(
-        rules_run, lake_factory, monkeypatch):
-    tables = (*KEYED, "public.dups")  # dups: the keyless MERGE
-    marking = rules_run[0]  # small batches: the defaults mark rows
-    monkeypatch.setattr(merge, "REWRITE_MIN_CHANGES", 0)
-    rewriting = _variant_lake(lake_factory, "rewrites_files", tables, silver={"rewrite_share": 0})
-    assert len(_contents(rewriting, tables)) == len(tables)
-    assert _contents(rewriting, tables) == _contents(marking, tables)
-    added = [int(m.get("numTargetDeletionVectorsAdded", 0)) for m in _merge_metrics(marking)]
-    assert any(added)
-    rewrites = _merge_metrics(rewriting)
-    assert rewrites and not any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in rewrites)
-    assert any(int(m.get("numTargetFilesRemoved", 0)) for m in rewrites)
-
-
-@pytest.mark.spark
-def test_move_resolution_by_rounds_leaves_every_table_as_the_one_pass_does(rules_run, lake_factory, monkeypatch):
-    from cdc_apply.lake import merge_moves
-
-    tables = ("public.moves",)  # the table whose key changes leave unchanged TOAST to fill
-    used = []
-
-    def by_rounds(events, work, target):
-        used.append(work.qualified_name)
-        return merge_moves.resolve_moves_by_rounds(events.localCheckpoint(), work, target)
-
-    monkeypatch.setattr("cdc_apply.lake.silver.resolve_moves", by_rounds)
-    rounds = _contents(_variant_lake(lake_factory, "moves_by_rounds", tables), tables)
-    assert used and set(used) == {"public.moves"}
-    assert rounds == _contents(rules_run[0], tables)
 
 
 @pytest.mark.spark

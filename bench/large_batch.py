@@ -1,0 +1,183 @@
+"""Large batches: changes per second on a ~1M-change batch over ten tables, mixed (70/20/10 updates,
+inserts, deletes) and mostly new keys (80/15/5 inserts, updates, deletes), each a running job's batch.
+
+The batches are built once with ``StreamBuilder`` (ten tables of ``id int4`` key, ``a int8``, ``t text``:
+a base of ``--base`` rows per table, then the two measured batches, transactions of 10 changes) and kept
+as Parquet in bench/work/large_batch. Each repetition is one child process (its own JVM) running one
+apply job over a bronze table holding them, one bronze commit per micro-batch. ``--previous REV`` runs
+the same children on another commit of cdc_apply (see bench.small_batch), interleaved with the current
+code: ``large_mixed_vs_previous`` is current / previous changes per second, same run. (The sweep's
+``changes_per_second`` is a real capture's batch, with key moves and unchanged TOAST; this one is
+synthetic, so that another commit can take the very same batches.)
+
+    .venv/bin/python -m bench.large_batch --reps 1 --previous c9068a9
+
+Keys merged into bench/results.json: ``large_mixed_changes_per_second``, ``large_new_keys_changes_per_second``,
+with ``--previous`` ``large_mixed_vs_previous`` and ``large_new_keys_vs_previous``, and the details under
+``large_batch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.results import merge_results
+from bench.small_batch import _checkout, _import_path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "bench" / "work" / "large_batch"
+TABLES = 10
+SHAPES = {"mixed": (0.7, 0.2, 0.1), "new_keys": (0.15, 0.8, 0.05)}   # updates, inserts, deletes
+
+
+def build(base: int, changes: int, seed: int) -> list[tuple[str, int]]:
+    """Write the batches as Parquet files of bronze rows; returns ``[(name, changes)]`` in landing order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cdc_apply.testing.stream import StreamBuilder
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    b = StreamBuilder("bench")
+    rels = [b.relation("public", f"t{k}", [("id", "int4", True), ("a", "int8", False), ("t", "text", False)])
+            for k in range(TABLES)]
+    out, mark = [], 0
+
+    def cut(name: str, n: int) -> None:
+        nonlocal mark
+        rows = b.rows()[mark:]
+        mark = len(b.rows())
+        pq.write_table(pa.table({"source": [r[0] for r in rows], "seq": pa.array([r[1] for r in rows], pa.int64()),
+                                 "lsn": pa.array([r[2] for r in rows], pa.int64()),
+                                 "payload": pa.array([r[3] for r in rows], pa.binary())}), WORK / f"{name}.parquet")
+        out.append((name, n))
+
+    for rel in rels:
+        for start in range(0, base, 1000):
+            with b.transaction() as tx:
+                for i in range(start, min(base, start + 1000)):
+                    tx.insert(rel, [i, i, f"base {i}"])
+    cut("base", base * TABLES)
+    nexts = {rel.oid: base for rel in rels}
+    live = {rel.oid: list(range(base)) for rel in rels}
+    for name, (updates, inserts, _) in SHAPES.items():
+        for t in range(changes // 10):
+            with b.transaction() as tx:
+                for _ in range(10):
+                    rel = rng.choice(rels)
+                    ids, roll = live[rel.oid], rng.random()
+                    if roll < updates:
+                        i = ids[rng.randrange(len(ids))]
+                        tx.update(rel, [i, t, f"{name} {t}"])
+                    elif roll < updates + inserts:
+                        i = nexts[rel.oid]
+                        nexts[rel.oid] += 1
+                        ids.append(i)
+                        tx.insert(rel, [i, t, f"{name} {t}"])
+                    else:
+                        at = rng.randrange(len(ids))
+                        ids[at], ids[-1] = ids[-1], ids[at]
+                        tx.delete(rel, key={"id": ids.pop()})
+        cut(name, changes)
+    return out
+
+
+def child(batches: list[tuple[str, int]]) -> dict:
+    """One job over the batches; seconds, changes per second and phases per batch."""
+    from cdc_apply import spark_session
+    from cdc_apply.config import parse_config
+    try:
+        from cdc_apply.lake.bronze import create_bronze_table
+        from cdc_apply.lake.pipeline import ApplyPipeline
+    except ImportError:  # a commit before the lake layer's rename: cdc_apply.delta
+        from cdc_apply.delta.bronze import create_bronze_table
+        from cdc_apply.delta.pipeline import ApplyPipeline
+    from pyspark.sql import functions as F
+
+    spark = spark_session("cdc_apply-bench-large")
+    root = Path(tempfile.mkdtemp(prefix="large-batch-", dir=os.environ.get("CDC_APPLY_BENCH_TMP")))
+    bronze = str(root / "bronze")
+    create_bronze_table(spark, bronze)
+    for name, _ in batches:   # one file per bronze commit: one micro-batch each
+        (spark.read.parquet(str(WORK / f"{name}.parquet")).withColumn("landed_at", F.lit(None).cast("timestamp"))
+         .coalesce(1).write.format("delta").mode("append").save(bronze))
+    config = parse_config({"pipeline": "bench", "bronze": {"path": bronze, "max_files_per_trigger": 1},
+                           "silver": {"path": str(root / "silver")}, "state": {"path": str(root / "state")}})
+    pipeline = ApplyPipeline(spark, config, out=io.StringIO())
+    pipeline.run(once=True)
+    return {name: {"seconds": r.seconds, "changes": n, "changes_per_second": n / r.seconds, "phases": r.phases}
+            for (name, n), r in zip(batches, pipeline.reports)}
+
+
+def _run_child(code: Path | None, batches) -> dict:
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = f"{code}{os.pathsep}{ROOT}"
+        env["CDC_APPLY_JARS"] = str(ROOT / ".jars")
+    proc = subprocess.run([sys.executable, "-m", "bench.large_batch", "--child", json.dumps(batches)],
+                          capture_output=True, text=True, env=env, cwd=str(code or ROOT))
+    if proc.returncode:
+        raise RuntimeError(f"bench child failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run(reps: int, previous: str | None, base: int, changes: int, seed: int = 26) -> dict:
+    started = time.monotonic()
+    batches = build(base, changes, seed)
+    print(f"built {len(batches)} batches in {time.monotonic() - started:.0f} s", flush=True)
+    code_previous = _import_path(_checkout(previous)) if previous else None
+    runs: dict[str, list[dict]] = {"current": [], "previous": []}
+    for rep in range(reps):
+        order = [("current", None), ("previous", code_previous)] if previous else [("current", None)]
+        for name, code in (order if rep % 2 == 0 else order[::-1]):
+            result = _run_child(code, batches)
+            runs[name].append(result)
+            print(f"rep {rep} {name}: " + ", ".join(f"{b} {r['seconds']:.1f} s ({r['changes_per_second']:,.0f}/s)"
+                                                   for b, r in result.items()), flush=True)
+
+    def median(who: str, batch: str) -> float:
+        return statistics.median(r[batch]["changes_per_second"] for r in runs[who])
+
+    out = {"large_mixed_changes_per_second": round(median("current", "mixed")),
+           "large_new_keys_changes_per_second": round(median("current", "new_keys")),
+           "large_batch": {"base_rows_per_table": base, "changes": changes, "tables": TABLES, "reps": reps,
+                           "cpus": os.cpu_count(), "runs": runs,
+                           "measured_at": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                                         capture_output=True, text=True).stdout.strip()}}
+    if previous:
+        out["large_mixed_vs_previous"] = round(median("current", "mixed") / median("previous", "mixed"), 2)
+        out["large_new_keys_vs_previous"] = round(median("current", "new_keys") / median("previous", "new_keys"), 2)
+        out["large_batch"]["previous"] = previous
+    merge_results(out)
+    print(json.dumps({k: v for k, v in out.items() if k != "large_batch"}, indent=2))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.large_batch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--previous", default=None, help="a commit to measure in the same run (e.g. c9068a9)")
+    parser.add_argument("--base", type=int, default=100_000, help="rows per table before the batches")
+    parser.add_argument("--changes", type=int, default=1_000_000, help="changes per measured batch")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(child([tuple(b) for b in json.loads(args.child)])))
+        return 0
+    run(args.reps, args.previous, args.base, args.changes)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
