@@ -22,7 +22,7 @@ def test_silver_equals_the_source_at_every_checkpoint_for_every_protocol_configu
     creates its slot with the initial snapshot, key ranges of 40 rows, then the workload goes on."""
     out = io.StringIO()
     print(f"differential seed {SEED} (set CDC_APPLY_DIFF_SEED to change it)")
-    outcome = run_differential(spark, SEED, transactions=120, checkpoints=2, configs=CONFIGS, root=tmp_path,
+    outcome = run_differential(spark, SEED, transactions=80, checkpoints=2, configs=CONFIGS, root=tmp_path,
                                out=out, large_rows=250, preload=40, chunk_rows=40)
     assert "40 transactions before the slots" in out.getvalue()
     print(out.getvalue())
