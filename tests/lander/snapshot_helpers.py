@@ -135,29 +135,9 @@ def framing_rows(spark, path, source: str) -> list[tuple[int, int, bytes]]:
     return [(r.seq, r.lsn, bytes(r.payload)) for r in df.select("seq", "lsn", "payload").orderBy("seq").collect()]
 
 
-def snapshot_outcomes(rows) -> Counter:
-    """``(relation_id, "commit" | "abort")`` counts of the snapshot streams (xid 2) in bronze rows."""
-    outcomes, current, block = Counter(), None, None
-    for _, _, payload in rows:
-        kind = payload[:1]
-        if kind == f.STREAM_START:
-            block = f.stream_start(payload)[0]
-        elif kind == f.STREAM_STOP:
-            block = None
-        elif block == SNAPSHOT_XID and kind == f.MESSAGE:
-            parsed = parse_message(payload, in_block=True)
-            if parsed and parsed[1] == SNAPSHOT_PREFIX:
-                current = json.loads(parsed[2])["relation_id"]
-        elif kind in (f.STREAM_COMMIT, f.STREAM_ABORT) and f.stream_abort(payload)[0] == SNAPSHOT_XID:
-            outcomes[(current, "commit" if kind == f.STREAM_COMMIT else "abort")] += 1
-            current = None
-    return outcomes
-
-
-def committed_ranges(rows) -> dict[int, list[tuple]]:
-    """Per relation, the key ranges ``(low, high, seq of the commit)`` of its committed key-range chunks,
-    in bronze order (whole-table snapshots show as ``(None, None, seq)`` too, with ``whole`` as a 4th item)."""
-    ranges, current, block = {}, None, None
+def _snapshot_ends(rows):
+    """Each snapshot stream (xid 2) in bronze rows as it ends: ``(seq, marker content or None, "commit" | "abort")``."""
+    current, block = None, None
     for seq, _, payload in rows:
         kind = payload[:1]
         if kind == f.STREAM_START:
@@ -167,15 +147,26 @@ def committed_ranges(rows) -> dict[int, list[tuple]]:
         elif block == SNAPSHOT_XID and kind == f.MESSAGE:
             parsed = parse_message(payload, in_block=True)
             if parsed and parsed[1] == SNAPSHOT_PREFIX:
-                body = json.loads(parsed[2])
-                rng = body.get("range")
-                current = (body["relation_id"], rng["low"] if rng else None, rng["high"] if rng else None,
-                           "range" if rng else "whole")
-        elif kind == f.STREAM_COMMIT and f.stream_abort(payload)[0] == SNAPSHOT_XID and current is not None:
-            ranges.setdefault(current[0], []).append((current[1], current[2], seq, current[3]))
+                current = json.loads(parsed[2])
+        elif kind in (f.STREAM_COMMIT, f.STREAM_ABORT) and f.stream_abort(payload)[0] == SNAPSHOT_XID:
+            yield seq, current, "commit" if kind == f.STREAM_COMMIT else "abort"
             current = None
-        elif kind == f.STREAM_ABORT and f.stream_abort(payload)[0] == SNAPSHOT_XID:
-            current = None
+
+
+def snapshot_outcomes(rows) -> Counter:
+    """``(relation_id, "commit" | "abort")`` counts of the snapshot streams (xid 2) in bronze rows."""
+    return Counter((body["relation_id"] if body else None, end) for _, body, end in _snapshot_ends(rows))
+
+
+def committed_ranges(rows) -> dict[int, list[tuple]]:
+    """Per relation, its committed snapshots as ``(low, high, seq of the commit, "range" | "whole")`` in
+    bronze order (a whole-table snapshot: ``(None, None, seq, "whole")``)."""
+    ranges: dict[int, list[tuple]] = {}
+    for seq, body, end in _snapshot_ends(rows):
+        if end == "commit" and body is not None:
+            rng = body.get("range")
+            ranges.setdefault(body["relation_id"], []).append(
+                (rng["low"] if rng else None, rng["high"] if rng else None, seq, "range" if rng else "whole"))
     return ranges
 
 
