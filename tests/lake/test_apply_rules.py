@@ -143,8 +143,8 @@ def test_each_silver_data_commit_names_the_last_commit_lsn_it_applies(run, spark
 
 # -- the same capture applied other ways: the internals that must not change the result --------------
 
-# The tables of the apply-rules capture each variant below can change: applying only those makes a
-# variant's run cost a few MERGEs instead of nine tables' (the suite's time is mostly such runs).
+# The tables of the apply-rules capture the variant below can change: applying only those makes its run
+# cost a few MERGEs instead of nine tables' (the suite's time is mostly such runs).
 KEYED = ("public.basic", "public.toasty", "public.moves", "public.parent")
 
 
@@ -169,57 +169,42 @@ def _contents(lake, tables: tuple[str, ...]) -> dict[str, list]:
     return out
 
 
-@pytest.mark.spark
-def test_a_collapse_spread_over_more_partitions_leaves_every_table_as_with_the_default(
-        rules_run, lake_factory, monkeypatch):
-    monkeypatch.setattr(merge, "CELLS_PER_PARTITION", 1)
-    wanted = []
-    real = merge.collapse
-
-    def spy(events, work, has_toast, partitions=None):
-        wanted.append(partitions)
-        return real(events, work, has_toast, partitions)
-
-    monkeypatch.setattr("cdc_apply.lake.silver.collapse", spy)
-    spread = _contents(_variant_lake(lake_factory, "more_partitions", KEYED), KEYED)
-    assert len(spread) == len(KEYED)
-    assert wanted and all(p and p > 4 for p in wanted)
-    assert spread == _contents(rules_run[0], KEYED)
-
-
 def _merge_metrics(lake) -> list[dict]:
     return [row.operationMetrics for table in _silver_tables(lake)
             for row in lake.spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'").collect()]
 
 
 @pytest.mark.spark
-def test_a_merge_that_rewrites_its_files_leaves_every_table_as_one_that_writes_deletion_vectors(
+def test_collapses_over_more_partitions_merges_that_rewrite_files_and_moves_by_rounds_leave_the_same_tables(
         rules_run, lake_factory, monkeypatch):
-    tables = (*KEYED, "public.dups")  # dups: the keyless MERGE
-    marking = rules_run[0]  # small batches: the defaults mark rows
-    monkeypatch.setattr(merge, "REWRITE_MIN_CHANGES", 0)
-    rewriting = _variant_lake(lake_factory, "rewrites_files", tables, silver={"rewrite_share": 0})
-    assert len(_contents(rewriting, tables)) == len(tables)
-    assert _contents(rewriting, tables) == _contents(marking, tables)
-    added = [int(m.get("numTargetDeletionVectorsAdded", 0)) for m in _merge_metrics(marking)]
-    assert any(added)
-    rewrites = _merge_metrics(rewriting)
-    assert rewrites and not any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in rewrites)
-    assert any(int(m.get("numTargetFilesRemoved", 0)) for m in rewrites)
-
-
-@pytest.mark.spark
-def test_move_resolution_by_rounds_leaves_every_table_as_the_one_pass_does(rules_run, lake_factory, monkeypatch):
+    """One run of the capture with three internals switched at once (each run of it costs a minute here):
+    collapses spread over many partitions, MERGEs that rewrite the files they touch instead of marking
+    rows in deletion vectors, and unchanged TOAST of key moves resolved by rounds of window queries."""
     from cdc_apply.lake import merge_moves
 
-    tables = ("public.moves",)  # the table whose key changes leave unchanged TOAST to fill
-    used = []
+    tables = (*KEYED, "public.dups")  # dups: the keyless MERGE
+    marking = rules_run[0]            # small batches: the defaults mark rows
+    monkeypatch.setattr(merge, "CELLS_PER_PARTITION", 1)
+    monkeypatch.setattr(merge, "REWRITE_MIN_CHANGES", 0)
+    wanted, rounds = [], []
+    real = merge.collapse
+
+    def spy(events, work, has_toast, partitions=None):
+        wanted.append(partitions)
+        return real(events, work, has_toast, partitions)
 
     def by_rounds(events, work, target):
-        used.append(work.qualified_name)
+        rounds.append(work.qualified_name)
         return merge_moves.resolve_moves_by_rounds(events.localCheckpoint(), work, target)
 
+    monkeypatch.setattr("cdc_apply.lake.silver.collapse", spy)
     monkeypatch.setattr("cdc_apply.lake.silver.resolve_moves", by_rounds)
-    rounds = _contents(_variant_lake(lake_factory, "moves_by_rounds", tables), tables)
-    assert used and set(used) == {"public.moves"}
-    assert rounds == _contents(rules_run[0], tables)
+    other = _variant_lake(lake_factory, "other_internals", tables, silver={"rewrite_share": 0})
+    assert len(_contents(other, tables)) == len(tables)
+    assert _contents(other, tables) == _contents(marking, tables)
+    assert wanted and all(p and p > 4 for p in wanted)
+    assert rounds and set(rounds) == {"public.moves"}
+    assert any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in _merge_metrics(marking))
+    rewrites = _merge_metrics(other)
+    assert rewrites and not any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in rewrites)
+    assert any(int(m.get("numTargetFilesRemoved", 0)) for m in rewrites)
