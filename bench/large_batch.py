@@ -95,15 +95,17 @@ def build(base: int, changes: int, seed: int) -> list[tuple[str, int]]:
 
 def child(batches: list[tuple[str, int]]) -> dict:
     """One job over the batches; seconds, changes per second and phases per batch."""
+    import cdc_apply
     from cdc_apply import spark_session
     from cdc_apply.config import parse_config
-    try:
+    from pyspark.sql import functions as F
+
+    if (Path(cdc_apply.__file__).parent / "lake").is_dir():
         from cdc_apply.lake.bronze import create_bronze_table
         from cdc_apply.lake.pipeline import ApplyPipeline
-    except ImportError:  # a commit before the lake layer's rename: cdc_apply.delta
+    else:  # a commit before the lake layer's rename (c9068a9): cdc_apply.delta
         from cdc_apply.delta.bronze import create_bronze_table
         from cdc_apply.delta.pipeline import ApplyPipeline
-    from pyspark.sql import functions as F
 
     spark = spark_session("cdc_apply-bench-large")
     root = Path(tempfile.mkdtemp(prefix="large-batch-", dir=os.environ.get("CDC_APPLY_BENCH_TMP")))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial, reduce
-from typing import NamedTuple
 
 from cdc_apply.decode.changes import decode_batches, output_ddl
 from cdc_apply.lake.appends import append_rows
@@ -22,7 +21,7 @@ from cdc_apply.planning import columns as cc
 from cdc_apply.planning.assemble import merge_ranges
 from cdc_apply.planning.decode_plan import pool_columns
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, merge_loads
-from cdc_apply.planning.table_plan import Clear, SlotMap, TableWork
+from cdc_apply.planning.table_plan import Clear, SlotCount, SlotMap, TableWork
 
 
 def snapshot_inserts(messages, load: SnapshotLoad):
@@ -136,18 +135,7 @@ def count_snapshot_rows(messages, load: SnapshotLoad) -> int:
     return snapshot_inserts(messages, load).count()
 
 
-class LoadCount(NamedTuple):
-    """A loaded snapshot's rows as one of the decode's count rows (what the transactions log reads)."""
-
-    source: str
-    txn: int
-    slot: int
-    op: str
-    n: int
-    errors: int = 0
-
-
-def load_counts(loads, loaded: dict, messages) -> list[LoadCount]:
+def load_counts(loads, loaded: dict, messages) -> list[SlotCount]:
     """The batch's snapshot Inserts as count rows, for the transactions log: what a table's one load
     wrote (``loaded``, by (source, txn)), else what the snapshot holds (its chunk's count, or bronze's)."""
     out = []
@@ -156,5 +144,5 @@ def load_counts(loads, loaded: dict, messages) -> list[LoadCount]:
         if n is None:
             n = count_snapshot_rows(messages(), load)
         if n:
-            out.append(LoadCount(load.source, load.txn, load.slot, "I", n))
+            out.append(SlotCount(load.source, load.txn, load.slot, "I", n))
     return out

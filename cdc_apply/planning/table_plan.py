@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from cdc_apply.config import HistorySpec
 from cdc_apply.errors import SchemaError
@@ -65,6 +65,21 @@ class TableWork:
     def key_index(self) -> tuple[int, ...]:
         names = [c.name for c in self.columns]
         return tuple(names.index(k) for k in (self.key or ()))
+
+
+class SlotCount(NamedTuple):
+    """One row of the decode's counts: a transaction's changes of one kind in one slot (relation version)."""
+
+    source: str
+    txn: int | None
+    slot: int | None
+    op: str | None
+    n: int
+    toasted: int = 0          # ... with unchanged TOAST values
+    moved_toasted: int = 0    # ... of them updates with an old/key tuple
+    errors: int = 0
+    last_commit_lsn: int | None = None
+    truncates: tuple = ()     # the Truncate rows among them
 
 
 @dataclass(frozen=True, slots=True)
