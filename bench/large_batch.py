@@ -13,8 +13,9 @@ synthetic, so that another commit can take the very same batches.)
     .venv/bin/python -m bench.large_batch --reps 1 --previous c9068a9
 
 Keys merged into bench/results.json: ``large_mixed_changes_per_second``, ``large_new_keys_changes_per_second``,
-with ``--previous`` ``large_mixed_vs_previous`` and ``large_new_keys_vs_previous``, and the details under
-``large_batch``.
+``large_identity_floor_changes_per_second`` (the new-keys batch's bronze rows through an identity
+``mapInArrow``: what any Python decode of the batch costs at least), with ``--previous``
+``large_mixed_vs_previous`` and ``large_new_keys_vs_previous``, and the details under ``large_batch``.
 """
 
 from __future__ import annotations
@@ -118,8 +119,20 @@ def child(batches: list[tuple[str, int]]) -> dict:
                            "silver": {"path": str(root / "silver")}, "state": {"path": str(root / "state")}})
     pipeline = ApplyPipeline(spark, config, out=io.StringIO())
     pipeline.run(once=True)
-    return {name: {"seconds": r.seconds, "changes": n, "changes_per_second": n / r.seconds, "phases": r.phases}
-            for (name, n), r in zip(batches, pipeline.reports)}
+    out = {name: {"seconds": r.seconds, "changes": n, "changes_per_second": n / r.seconds, "phases": r.phases}
+           for (name, n), r in zip(batches, pipeline.reports)}
+    # The floor under any Python decode of a batch: its bronze rows through an identity mapInArrow (Spark's
+    # Arrow transfer to a Python worker and back), the new-keys batch's rows, twice (the second counted).
+    rows = spark.read.parquet(str(WORK / "new_keys.parquet"))
+    for _ in range(2):
+        started = time.monotonic()
+        rows.mapInArrow(_identity, rows.schema).write.format("noop").mode("overwrite").save()
+        out["identity_floor_seconds"] = time.monotonic() - started
+    return out
+
+
+def _identity(batches):
+    yield from batches
 
 
 def _run_child(code: Path | None, batches) -> dict:
@@ -146,12 +159,15 @@ def run(reps: int, previous: str | None, base: int, changes: int, seed: int = 26
             result = _run_child(code, batches)
             runs[name].append(result)
             print(f"rep {rep} {name}: " + ", ".join(f"{b} {r['seconds']:.1f} s ({r['changes_per_second']:,.0f}/s)"
-                                                   for b, r in result.items()), flush=True)
+                                                   for b, r in result.items() if isinstance(r, dict))
+                  + f"; identity floor {result.get('identity_floor_seconds', 0):.1f} s", flush=True)
 
     def median(who: str, batch: str) -> float:
         return statistics.median(r[batch]["changes_per_second"] for r in runs[who])
 
+    floor = statistics.median(r["identity_floor_seconds"] for r in runs["current"])
     out = {"large_mixed_changes_per_second": round(median("current", "mixed")),
+           "large_identity_floor_changes_per_second": round(changes / floor),
            "large_new_keys_changes_per_second": round(median("current", "new_keys")),
            "large_batch": {"base_rows_per_table": base, "changes": changes, "tables": TABLES, "reps": reps,
                            "cpus": os.cpu_count(), "runs": runs,
