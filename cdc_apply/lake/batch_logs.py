@@ -14,11 +14,17 @@ from typing import Callable
 
 from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.config import Config
-from cdc_apply.lake.bookkeeping import Bookkeeping, relation_row
+from cdc_apply.lake.bookkeeping import Bookkeeping, local_frame, relation_row
 from cdc_apply.pgoutput import messages as m
 
 
 DML_OPS = frozenset(chr(t) for t in m.DML_TYPES)  # the decode's ``op`` column holds the type as a letter
+# The committed transactions of a batch and their per-table counts, on their way into the transactions log.
+TXN_META = [("source", "STRING"), ("txn", "INT"), ("xid", "BIGINT"), ("kind", "STRING"), ("gid", "STRING"),
+            ("commit_lsn", "BIGINT"), ("end_lsn", "BIGINT"), ("commit_ts", "TIMESTAMP"), ("origin", "STRING"),
+            ("origin_lsn", "BIGINT"), ("begin_seq", "BIGINT"), ("decide_seq", "BIGINT")]
+TXN_TABLES = [("source", "STRING"), ("txn", "INT"), ("table", "STRING"), ("inserts", "BIGINT"), ("updates", "BIGINT"),
+              ("deletes", "BIGINT"), ("truncated", "BOOLEAN"), ("cascade", "BOOLEAN"), ("restart_identity", "BOOLEAN")]
 
 
 def now() -> datetime:
@@ -82,43 +88,79 @@ class BatchLogs:
         self.books.append(self.spark, "schema_history", rel_rows, version)
         self.books.append(self.spark, "type_cache", type_rows, version)
 
-    def write_logs(self, plan: BatchPlan, decoded, counts, truncates, version: int) -> None:
-        """The transactions log, the messages and the quarantine of a batch that decoded changes."""
+    def write_logs(self, plan: BatchPlan, decoded, counts, truncates, version: int, loaded=()) -> None:
+        """The transactions log, the messages and the quarantine of a batch that decoded changes.
+
+        ``counts``: the decode's counts per (source, slot, op); ``loaded``: the snapshot loads' rows as
+        count rows of their transactions (:class:`~cdc_apply.planning.table_plan.SlotCount`). A
+        transaction's counts per table are summed in Spark from the decoded rows and joined with the
+        committed transactions there: a batch of 100,000 transactions has as many log rows and close to
+        a million (transaction, table, kind) counts, which a collect to the driver took seconds to carry."""
         from pyspark.sql import functions as F
 
-        slot_names = {k: s.qualified_name for k, s in enumerate(plan.decode.slots)}
-        per_txn: dict[tuple[str, int], dict[str, TableCounts]] = {}
-        messages_per_txn: dict[tuple[str, int], int] = {}
-        for r in counts:
-            if r.txn is None or r.txn < 0:
-                continue
-            if r.op == "M":
-                messages_per_txn[(r.source, r.txn)] = messages_per_txn.get((r.source, r.txn), 0) + r.n
-            elif r.slot is not None and not r.errors and r.op in DML_OPS:
-                per_txn.setdefault((r.source, r.txn), {}).setdefault(slot_names[r.slot], TableCounts()).count(r.op, r.n)
-        for t in truncates:
-            for name in self.names_of(t.source, t.trunc_relids):
-                per_txn.setdefault((t.source, t.txn), {}).setdefault(name, TableCounts()).truncate(t.trunc_options)
-        at = now()
-        rows = []
-        for source, batch in plan.sources.items():
-            for index, txn in enumerate(batch.committed):
-                tables = per_txn.get((source, index), {})
-                if (self.config.apply.skip_empty_transactions and not tables
-                        and not messages_per_txn.get((source, index))):
-                    continue
-                commit_ts = m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None
-                rows.append((source, txn.xid, txn.kind, txn.gid, txn.commit_lsn, txn.end_lsn, commit_ts, txn.origin,
-                             txn.origin_lsn, txn.begin_seq, txn.decide_seq, sum(c.changes for c in tables.values()),
-                             [c.row(name) for name, c in sorted(tables.items())], version, at))
-        self.books.append(self.spark, "transactions", rows, version)
         if any(r.op == "M" and not r.errors for r in counts):
             msgs = decoded.where("op = 'M' AND error IS NULL").select(
                 "source", "seq", "lsn", "xid", F.col("msg_transactional").alias("transactional"),
                 F.col("msg_prefix").alias("prefix"), F.col("msg_content").alias("content"), "commit_lsn",
                 "commit_ts", F.lit(version).cast("long").alias("apply_version"))
             self.books.append_df(msgs, "messages", version)
+        self.books.append_df(self._transactions(plan, decoded, counts, truncates, version, loaded),
+                             "transactions", version)
         self.write_quarantine(plan, decoded if any(r.errors for r in counts) else None, version)
+
+    def _transactions(self, plan: BatchPlan, decoded, counts, truncates, version: int, loaded):
+        """One row per committed transaction of the batch, with its per-table counts (a DataFrame)."""
+        from pyspark.sql import functions as F
+
+        slot_names = {k: s.qualified_name for k, s in enumerate(plan.decode.slots)}
+        dml_slots = sorted({r.slot for r in counts if r.slot is not None and r.op in DML_OPS})
+        names = F.create_map(*[F.lit(x) for k in dml_slots for x in (k, slot_names[k])]) if dml_slots else None
+        per_op = {op: F.sum(F.when(F.col("op") == op, 1).otherwise(0)).cast("long") for op in ("I", "U", "D")}
+        parts = []
+        if names is not None:
+            parts.append(decoded.where(F.col("error").isNull() & F.col("op").isin(*DML_OPS) & F.col("slot").isNotNull()
+                                       & (F.col("txn") >= 0))
+                         .groupBy("source", "txn", "slot")
+                         .agg(per_op["I"].alias("inserts"), per_op["U"].alias("updates"), per_op["D"].alias("deletes"))
+                         .select("source", "txn", names[F.col("slot")].alias("table"), "inserts", "updates", "deletes",
+                                 *[F.lit(False).alias(c) for c in ("truncated", "cascade", "restart_identity")]))
+        small: dict[tuple[str, int, str], TableCounts] = {}
+        for r in loaded:
+            small.setdefault((r.source, r.txn, slot_names[r.slot]), TableCounts()).count(r.op, r.n)
+        for t in truncates:
+            for name in self.names_of(t.source, t.trunc_relids):
+                small.setdefault((t.source, t.txn, name), TableCounts()).truncate(t.trunc_options)
+        if small:
+            parts.append(local_frame(self.spark, TXN_TABLES, [(s, t, *c.row(n)) for (s, t, n), c in sorted(small.items())]))
+        at = now()
+        txns = [(source, index, txn.xid, txn.kind, txn.gid, txn.commit_lsn, txn.end_lsn,
+                 m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None, txn.origin,
+                 txn.origin_lsn, txn.begin_seq, txn.decide_seq)
+                for source, batch in plan.sources.items() for index, txn in enumerate(batch.committed)]
+        log = local_frame(self.spark, TXN_META, txns)
+        if parts:
+            tables = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+            tables = (tables.groupBy("source", "txn", "table")
+                      .agg(*[F.sum(c).cast("long").alias(c) for c in ("inserts", "updates", "deletes")],
+                           *[F.max(c).alias(c) for c in ("truncated", "cascade", "restart_identity")])
+                      .groupBy("source", "txn")
+                      .agg(F.sort_array(F.collect_list(F.struct("table", "inserts", "updates", "deletes", "truncated",
+                                                                "cascade", "restart_identity"))).alias("tables"),
+                           F.sum(F.col("inserts") + F.col("updates") + F.col("deletes")).cast("long").alias("changes")))
+            log = log.join(tables, ["source", "txn"], "left")
+        else:
+            log = log.select("*", F.lit(None).alias("tables"), F.lit(None).cast("long").alias("changes"))
+        if self.config.apply.skip_empty_transactions:
+            messages = decoded.where("op = 'M' AND error IS NULL AND txn >= 0").select("source", "txn").distinct()
+            log = log.join(messages.select("source", "txn", F.lit(True).alias("_msg")), ["source", "txn"], "left") \
+                .where(F.col("tables").isNotNull() | F.col("_msg").isNotNull())
+        empty = F.array().cast("array<struct<table: string, inserts: bigint, updates: bigint, deletes: bigint, "
+                               "truncated: boolean, cascade: boolean, restart_identity: boolean>>")
+        return log.select("source", "xid", "kind", "gid", "commit_lsn", "end_lsn", "commit_ts", "origin", "origin_lsn",
+                          "begin_seq", F.col("decide_seq").alias("commit_seq"),
+                          F.coalesce("changes", F.lit(0).cast("long")).alias("changes"),
+                          F.coalesce("tables", empty).alias("tables"), F.lit(version).cast("long").alias("apply_version"),
+                          F.lit(at).cast("timestamp").alias("applied_at"))
 
     def write_quarantine(self, plan: BatchPlan, decoded, version: int) -> int:
         """One guarded append with the decode's error rows and the bad control messages; returns how

@@ -88,7 +88,6 @@ class Bookkeeping:
     config: Config
     # table -> the newest apply version it holds (read once, then kept up to date by this process)
     _written: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
-    _arrow: dict = field(default_factory=dict, compare=False, repr=False)   # table -> its rows' Arrow schema
 
     def ref(self, table: str) -> TableRef:
         return state_ref(self.config, table)
@@ -109,24 +108,8 @@ class Bookkeeping:
     def append(self, spark, table: str, rows: list[tuple], version: int) -> None:
         """Append rows (tuples in the table's column order); idempotent per apply version."""
         if rows and self._not_written(spark, table, version):
-            self.ref(table).append(self._frame(spark, table, rows), None, version)
+            self.ref(table).append(local_frame(spark, SCHEMAS[table], rows), None, version)
             self._written[table] = version
-
-    def _frame(self, spark, table: str, rows: list[tuple]):
-        """The rows as a DataFrame, through Arrow: a batch of 100,000 transactions gives the transactions
-        log as many rows, which Spark's per-row conversion and type checks took ~15 s to take in."""
-        import pyarrow as pa
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        ddl = column_list(SCHEMAS[table])
-        schema = self._arrow.get(table)
-        if schema is None:
-            schema = self._arrow[table] = to_arrow_schema(spark.createDataFrame([], ddl).schema)
-        try:
-            columns = [pa.array(list(values), type=field.type) for values, field in zip(zip(*rows), schema)]
-        except (pa.ArrowException, TypeError, ValueError):   # a value Arrow will not take as it is: Spark's way
-            return spark.createDataFrame(rows, ddl)
-        return spark.createDataFrame(pa.Table.from_arrays(columns, schema=schema))
 
     def _not_written(self, spark, table: str, version: int) -> bool:
         if table not in self._written:
@@ -201,3 +184,25 @@ def relation_row(source: str, version, type_name, apply_version: int, now) -> tu
     missing = json.dumps({names[lin]: text for lin, text in version.missing}) if version.missing else None
     return (source, version.relation_id, version.seq, version.lsn, version.namespace, version.name,
             version.replica_identity, columns, encode(message), apply_version, now, missing)
+
+
+_ARROW_SCHEMAS: dict[str, object] = {}
+
+
+def local_frame(spark, columns: list[tuple[str, str]], rows: list[tuple]):
+    """Rows (tuples in ``columns``' order, ``(name, Spark DDL)``) as a DataFrame, through Arrow: a batch of
+    100,000 transactions gives the transactions log as many rows, which Spark's per-row conversion and
+    type checks took ~15 s to take in."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    ddl = column_list(columns)
+    schema = _ARROW_SCHEMAS.get(ddl)
+    if schema is None:
+        schema = _ARROW_SCHEMAS[ddl] = to_arrow_schema(spark.createDataFrame([], ddl).schema)
+    try:
+        values = list(zip(*rows)) if rows else [[] for _ in columns]
+        arrays = [pa.array(list(v), type=f.type) for v, f in zip(values, schema)]
+    except (pa.ArrowException, TypeError, ValueError):   # a value Arrow will not take as it is: Spark's way
+        return spark.createDataFrame(rows, ddl)
+    return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=schema))

@@ -265,10 +265,9 @@ class ApplyPipeline:
         truncate = F.when((F.col("op") == "T") & F.col("error").isNull(), F.struct(
             "source", "seq", "commit_lsn", "txn", "trunc_relids", "trunc_options"))
         try:
-            # As named tuples: a batch of 100,000 transactions reads these rows millions of times, and a
-            # Spark Row's attribute lookup is a Python call each.
-            counts = [SlotCount(*r) for r in (
-                decoded.groupBy("source", "txn", "slot", "op")
+            # Per slot and kind, not per transaction: the transactions log sums its own in Spark (batch_logs).
+            counts = [SlotCount(r.source, None, *r[1:]) for r in (
+                decoded.groupBy("source", "slot", "op")
                 .agg(F.count(F.lit(1)).alias("n"), F.count("toast").alias("toasted"),
                      F.count(F.when((F.col("op") == "U") & F.col("old_kind").isNotNull(), F.col("toast")))
                      .alias("moved_toasted"),
@@ -308,7 +307,8 @@ class ApplyPipeline:
                 report.written.append((work.source, work.relation_id, work.qualified_name, stats))
         report.mark("tables")
         self._fault("logs")
-        self.logs.write_logs(plan, decoded, list(counts) + load_counts(loads, self.silver.loaded, self._messages), truncates, version)
+        self.logs.write_logs(plan, decoded, counts, truncates, version,
+                             load_counts(loads, self.silver.loaded, self._messages))
         report.mark("logs")
 
     def _bronze_max(self, sources: list[str]) -> dict[str, int]:

@@ -68,7 +68,8 @@ class TableWork:
 
 
 class SlotCount(NamedTuple):
-    """One row of the decode's counts: a transaction's changes of one kind in one slot (relation version)."""
+    """One row of the decode's counts: the batch's changes of one kind in one slot (relation version), per
+    source — or, for a snapshot load's rows, of one transaction (``txn``)."""
 
     source: str
     txn: int | None
