@@ -104,26 +104,34 @@ class BatchLogs:
                 F.col("msg_prefix").alias("prefix"), F.col("msg_content").alias("content"), "commit_lsn",
                 "commit_ts", F.lit(version).cast("long").alias("apply_version"))
             self.books.append_df(msgs, "messages", version)
-        self.books.append_df(self._transactions(plan, decoded, counts, truncates, version, loaded),
-                             "transactions", version)
+        transactions = self._transactions(plan, decoded, counts, truncates, version, loaded)
+        if transactions is not None:
+            self.books.append_df(transactions, "transactions", version)
         self.write_quarantine(plan, decoded if any(r.errors for r in counts) else None, version)
 
     def _transactions(self, plan: BatchPlan, decoded, counts, truncates, version: int, loaded):
-        """One row per committed transaction of the batch, with its per-table counts (a DataFrame)."""
+        """One row per committed transaction of the batch, with its per-table counts (a DataFrame).
+
+        One aggregation over the decoded rows gives both the per-table counts and the transactional
+        messages per transaction (``messages``): an empty transaction is one with neither."""
         from pyspark.sql import functions as F
 
         slot_names = {k: s.qualified_name for k, s in enumerate(plan.decode.slots)}
         dml_slots = sorted({r.slot for r in counts if r.slot is not None and r.op in DML_OPS})
         names = F.create_map(*[F.lit(x) for k in dml_slots for x in (k, slot_names[k])]) if dml_slots else None
-        per_op = {op: F.sum(F.when(F.col("op") == op, 1).otherwise(0)).cast("long") for op in ("I", "U", "D")}
+        per_op = {op: F.sum(F.when(F.col("op") == op, 1).otherwise(0)).cast("long") for op in ("I", "U", "D", "M")}
         parts = []
-        if names is not None:
-            parts.append(decoded.where(F.col("error").isNull() & F.col("op").isin(*DML_OPS) & F.col("slot").isNotNull()
-                                       & (F.col("txn") >= 0))
-                         .groupBy("source", "txn", "slot")
-                         .agg(per_op["I"].alias("inserts"), per_op["U"].alias("updates"), per_op["D"].alias("deletes"))
-                         .select("source", "txn", names[F.col("slot")].alias("table"), "inserts", "updates", "deletes",
-                                 *[F.lit(False).alias(c) for c in ("truncated", "cascade", "restart_identity")]))
+        if names is not None or any(r.op == "M" and not r.errors for r in counts):
+            dml = F.col("op").isin(*DML_OPS) & F.col("slot").isNotNull()
+            parts.append(decoded.where(F.col("error").isNull() & (F.col("txn") >= 0) & (dml | (F.col("op") == "M")))
+                         .groupBy("source", "txn", F.when(dml, F.col("slot")).alias("slot"))
+                         .agg(per_op["I"].alias("inserts"), per_op["U"].alias("updates"), per_op["D"].alias("deletes"),
+                              per_op["M"].alias("messages"))
+                         .select("source", "txn", (names[F.col("slot")] if names is not None
+                                                   else F.lit(None).cast("string")).alias("table"),
+                                 "inserts", "updates", "deletes",
+                                 *[F.lit(False).alias(c) for c in ("truncated", "cascade", "restart_identity")],
+                                 "messages"))
         small: dict[tuple[str, int, str], TableCounts] = {}
         for r in loaded:
             small.setdefault((r.source, r.txn, slot_names[r.slot]), TableCounts()).count(r.op, r.n)
@@ -131,7 +139,8 @@ class BatchLogs:
             for name in self.names_of(t.source, t.trunc_relids):
                 small.setdefault((t.source, t.txn, name), TableCounts()).truncate(t.trunc_options)
         if small:
-            parts.append(local_frame(self.spark, TXN_TABLES, [(s, t, *c.row(n)) for (s, t, n), c in sorted(small.items())]))
+            parts.append(local_frame(self.spark, TXN_TABLES, [(s, t, *c.row(n)) for (s, t, n), c in sorted(small.items())])
+                         .withColumn("messages", F.lit(0).cast("long")))
         at = now()
         txns = [(source, index, txn.xid, txn.kind, txn.gid, txn.commit_lsn, txn.end_lsn,
                  m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None, txn.origin,
@@ -140,20 +149,17 @@ class BatchLogs:
         log = local_frame(self.spark, TXN_META, txns)
         if parts:
             tables = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-            tables = (tables.groupBy("source", "txn", "table")
-                      .agg(*[F.sum(c).cast("long").alias(c) for c in ("inserts", "updates", "deletes")],
-                           *[F.max(c).alias(c) for c in ("truncated", "cascade", "restart_identity")])
-                      .groupBy("source", "txn")
-                      .agg(F.sort_array(F.collect_list(F.struct("table", "inserts", "updates", "deletes", "truncated",
-                                                                "cascade", "restart_identity"))).alias("tables"),
-                           F.sum(F.col("inserts") + F.col("updates") + F.col("deletes")).cast("long").alias("changes")))
-            log = log.join(tables, ["source", "txn"], "left")
+            table = F.struct("table", "inserts", "updates", "deletes", "truncated", "cascade", "restart_identity")
+            tables = (tables.groupBy("source", "txn")
+                      .agg(F.sort_array(F.collect_list(F.when(F.col("table").isNotNull(), table))).alias("tables"),
+                           F.sum(F.col("inserts") + F.col("updates") + F.col("deletes")).cast("long").alias("changes"),
+                           F.sum("messages").alias("messages")))
+            keep = "inner" if self.config.apply.skip_empty_transactions else "left"
+            log = log.join(tables, ["source", "txn"], keep)
+        elif self.config.apply.skip_empty_transactions:
+            return None
         else:
             log = log.select("*", F.lit(None).alias("tables"), F.lit(None).cast("long").alias("changes"))
-        if self.config.apply.skip_empty_transactions:
-            messages = decoded.where("op = 'M' AND error IS NULL AND txn >= 0").select("source", "txn").distinct()
-            log = log.join(messages.select("source", "txn", F.lit(True).alias("_msg")), ["source", "txn"], "left") \
-                .where(F.col("tables").isNotNull() | F.col("_msg").isNotNull())
         empty = F.array().cast("array<struct<table: string, inserts: bigint, updates: bigint, deletes: bigint, "
                                "truncated: boolean, cascade: boolean, restart_identity: boolean>>")
         return log.select("source", "xid", "kind", "gid", "commit_lsn", "end_lsn", "commit_ts", "origin", "origin_lsn",

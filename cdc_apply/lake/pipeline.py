@@ -28,6 +28,7 @@ from functools import partial
 from typing import Callable, Iterator, TextIO
 
 from cdc_apply.decode.changes import SKIP, decode_batches, output_ddl
+from cdc_apply.planning.decode_plan import COMMON_FIELDS, pool_columns
 from cdc_apply.planning.plan import BatchPlan, plan_batch
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads
@@ -50,7 +51,12 @@ from cdc_apply.errors import ApplyError, CdcApplyError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
-DECODE_MESSAGES_PER_PARTITION = 25_000
+# Values (messages x decoded columns) per decode partition. Each decode task pays a fixed hand-off to a
+# Python worker (~0.15 s here): a 1M-change batch of a 3-column table in 48 partitions of 25,000
+# messages decoded in ~8 s, in 8 partitions in ~3 s. But a cached block evicted to disk is read back
+# whole: the soak's 450k-message batches, rows as wide as a 300-column table (~625 decoded columns),
+# ran the driver out of heap in two partitions and ran in partitions of 25,000 messages (~15M values).
+DECODE_VALUES_PER_PARTITION = 8_000_000
 
 
 @contextmanager
@@ -177,8 +183,11 @@ class ApplyPipeline:
         fresh = self._messages().where(new_rows)
         landed = count_rows(fresh)
         controls: dict[str, list] = {s: [] for s in stats}
-        for r in fresh.where(is_control() | is_directive()).select("source", "seq", "lsn", "payload").collect():
-            controls[r.source].append((r.seq, r.lsn, bytes(r.payload)))
+        # Through Arrow: a batch of 100,000 transactions has 200,000 Begin and Commit rows, and a Spark Row
+        # per message took seconds to build.
+        control_rows = fresh.where(is_control() | is_directive()).select("source", "seq", "lsn", "payload").toArrow()
+        for source, seq, lsn, payload in zip(*(control_rows.column(k).to_pylist() for k in range(4))):
+            controls[source].append((seq, lsn, payload))
         inputs = {}
         for source, row in stats.items():
             self.histories.setdefault(source, SchemaHistory())
@@ -242,11 +251,10 @@ class ApplyPipeline:
                    .select("source", "seq", "lsn", "payload"))
             changes = changes.unionByName(old)
         changes = without_loads(changes, loads)
-        # Enough partitions that each cached block stays small: a block evicted to disk is read back
-        # whole, and the soak's 450k-message batches (rows as wide as the widest relation) ran the
-        # driver out of heap doing so in two partitions.
+        # As few partitions as keep each cached block small (DECODE_VALUES_PER_PARTITION).
         messages -= sum(b - a + 1 for load in loads for a, b in load.ranges)   # loaded on their own
-        wanted = max(self.spark.sparkContext.defaultParallelism, -(-messages // DECODE_MESSAGES_PER_PARTITION))
+        per_partition = max(1, DECODE_VALUES_PER_PARTITION // (len(COMMON_FIELDS) + 2 * len(pool_columns(plan.decode).types)))
+        wanted = max(self.spark.sparkContext.defaultParallelism, -(-messages // per_partition))
         if changes.rdd.getNumPartitions() < wanted:
             changes = changes.repartition(wanted)
         decoded = changes.mapInArrow(partial(decode_batches, plan=plan.decode), output_ddl(plan.decode))
