@@ -73,8 +73,9 @@ class Floor:
         laid = rows.coalesce(1) if files == 1 else rows.repartitionByRange(files, "id")
         laid.sortWithinPartitions("id").write.format("delta").mode("append").save(str(self.root / dest))
 
-    def set_up(self) -> dict:
-        """Copy every table the floors write (after the job's base batch); returns their layout."""
+    def set_up(self, variants=("merge_parallel", "merge_serial", "append_parallel", "append_serial")) -> dict:
+        """Copy every table the floors write (after the job's base batch); returns their layout. Without a
+        hot table (``hot=None``), only the ten tables' ``variants``."""
         props = {r.key: r.value for r in
                  self.spark.sql(f"SHOW TBLPROPERTIES delta.`{self.silver / self.tables[0]}`").collect()}
         self.properties = {k: props[k] for k in COPIED_PROPERTIES if k in props}
@@ -83,9 +84,14 @@ class Floor:
         # Without the column-mapping metadata of the silver fields: each table assigns its own.
         self.schema = StructType([StructField(f.name, f.dataType, f.nullable) for f in
                                   self.spark.read.format("delta").load(str(self.silver / self.tables[0])).schema])
-        for variant in ("merge_parallel", "merge_serial", "append_parallel", "append_serial"):
+        for variant in variants:
             for table in self.tables:
                 self._copy(table, f"{variant}/{table}")
+        layout = {"properties": self.properties,
+                  "silver_files": {self.tables[0]: self.files(str(self.silver / self.tables[0]))},
+                  "floor_files": {"t": self.files(str(self.root / variants[0] / self.tables[0]))}}
+        if self.hot is None:
+            return layout
         for variant in ("hot_plain", "hot_range"):
             self._copy(self.hot, variant)
         for variant in ("hot_plain_wide", "hot_range_wide"):
@@ -154,9 +160,9 @@ class Floor:
             per_table = dict(map(work, self.tables))
         return {"seconds": time.monotonic() - started, "tables": per_table}
 
-    def small_batch(self, changes, rotate: int = 0) -> dict:
+    def small_batch(self, changes, rotate: int = 0, serial: bool = True) -> dict:
         """The ten tables' changes: Delta's MERGE and plain appends, four at once and one at a time (the
-        variants' order rotated by ``rotate``)."""
+        variants' order rotated by ``rotate``; ``serial=False``: four at once only)."""
         collapsed = collapse(changes)
         merge_sources = {t: self._source(collapsed.get(t, {}), True) for t in self.tables}
         append_sources = {t: self._source(collapsed.get(t, {}), False) for t in self.tables}
@@ -168,7 +174,7 @@ class Floor:
                     ("append_parallel", self._append, append_sources, True),
                     ("merge_serial", self._merge, merge_sources, False),
                     ("append_serial", self._append, append_sources, False)]
-        for variant, action, sources, parallel in _rotated(variants, rotate):
+        for variant, action, sources, parallel in _rotated(variants if serial else variants[:2], rotate):
             out[variant] = self._each(variant, action, sources, parallel)
         out["merge_counts"] = {k: sum(self.counts[str(self.root / "merge_parallel" / t)][k] for t in self.tables)
                                for k in ("updated", "deleted", "inserted")}

@@ -10,12 +10,20 @@ code: ``large_mixed_vs_previous`` is current / previous changes per second, same
 ``changes_per_second`` is a real capture's batch, with key moves and unchanged TOAST; this one is
 synthetic, so that another commit can take the very same batches.)
 
-    .venv/bin/python -m bench.large_batch --reps 1 --previous c9068a9
+    .venv/bin/python -m bench.large_batch --reps 1 --previous c9068a9 --floor
+
+``--floor`` adds one more child of the current code in which, before each measured batch, Delta Lake
+alone writes the batch's changes (bench.delta_floor: each key's last change, one plain MERGE per table
+and one plain append per table, four tables at once) into copies of silver as the job's previous batch
+left it.
 
 Keys merged into bench/results.json: ``large_mixed_changes_per_second``, ``large_new_keys_changes_per_second``,
 ``large_identity_floor_changes_per_second`` (the new-keys batch's bronze rows through an identity
 ``mapInArrow``: what any Python decode of the batch costs at least), with ``--previous``
-``large_mixed_vs_previous`` and ``large_new_keys_vs_previous``, and the details under ``large_batch``.
+``large_mixed_vs_previous`` and ``large_new_keys_vs_previous``, with ``--floor``
+``large_{mixed,new_keys}_delta_merge_floor_seconds``, ``large_{...}_tables_vs_delta_merge_floor`` (our
+tables phase against Delta's ten MERGEs) and ``large_{...}_vs_delta_merge_floor`` (the whole batch
+against them); the details under ``large_batch``.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ def build(base: int, changes: int, seed: int) -> list[tuple[str, int]]:
     rels = [b.relation("public", f"t{k}", [("id", "int4", True), ("a", "int8", False), ("t", "text", False)])
             for k in range(TABLES)]
     out, mark = [], 0
+    changes_log: list[tuple] = []   # (table, op, id, a, t) of the batch being built: Delta's floor's input
 
     def cut(name: str, n: int) -> None:
         nonlocal mark
@@ -63,6 +72,10 @@ def build(base: int, changes: int, seed: int) -> list[tuple[str, int]]:
                                  "lsn": pa.array([r[2] for r in rows], pa.int64()),
                                  "payload": pa.array([r[3] for r in rows], pa.binary())}), WORK / f"{name}.parquet")
         out.append((name, n))
+        if changes_log:
+            pq.write_table(pa.table(dict(zip(("table", "op", "id", "a", "t"), map(list, zip(*changes_log))))),
+                           WORK / f"{name}.changes.parquet")
+            changes_log.clear()
 
     for rel in rels:
         for start in range(0, base, 1000):
@@ -81,21 +94,27 @@ def build(base: int, changes: int, seed: int) -> list[tuple[str, int]]:
                     if roll < updates:
                         i = ids[rng.randrange(len(ids))]
                         tx.update(rel, [i, t, f"{name} {t}"])
+                        changes_log.append((rel.message.name, "U", i, t, f"{name} {t}"))
                     elif roll < updates + inserts:
                         i = nexts[rel.oid]
                         nexts[rel.oid] += 1
                         ids.append(i)
                         tx.insert(rel, [i, t, f"{name} {t}"])
+                        changes_log.append((rel.message.name, "I", i, t, f"{name} {t}"))
                     else:
                         at = rng.randrange(len(ids))
                         ids[at], ids[-1] = ids[-1], ids[at]
-                        tx.delete(rel, key={"id": ids.pop()})
+                        gone = ids.pop()
+                        tx.delete(rel, key={"id": gone})
+                        changes_log.append((rel.message.name, "D", gone, None, None))
         cut(name, changes)
     return out
 
 
-def child(batches: list[tuple[str, int]]) -> dict:
-    """One job over the batches; seconds, changes per second and phases per batch."""
+def child(batches: list[tuple[str, int]], floor: bool = False) -> dict:
+    """One job over the batches; seconds, changes per second and phases per batch. With ``floor``, Delta's
+    own floor (bench.delta_floor) of each measured batch, run just before the job's batch on copies of
+    silver as the job's previous batch left it."""
     import cdc_apply
     from cdc_apply import spark_session
     from cdc_apply.config import parse_config
@@ -118,9 +137,14 @@ def child(batches: list[tuple[str, int]]) -> dict:
     config = parse_config({"pipeline": "bench", "bronze": {"path": bronze, "max_files_per_trigger": 1},
                            "silver": {"path": str(root / "silver")}, "state": {"path": str(root / "state")}})
     pipeline = ApplyPipeline(spark, config, out=io.StringIO())
+    floors: dict = {}
+    if floor:
+        _floor_before_batches(spark, pipeline, root, [name for name, _ in batches], config.apply.parallelism, floors)
     pipeline.run(once=True)
     out = {name: {"seconds": r.seconds, "changes": n, "changes_per_second": n / r.seconds, "phases": r.phases}
            for (name, n), r in zip(batches, pipeline.reports)}
+    for name, f in floors.items():
+        out[name]["floor"] = f
     # The floor under any Python decode of a batch: its bronze rows through an identity mapInArrow (Spark's
     # Arrow transfer to a Python worker and back), the new-keys batch's rows, twice (the second counted).
     rows = spark.read.parquet(str(WORK / "new_keys.parquet"))
@@ -131,23 +155,52 @@ def child(batches: list[tuple[str, int]]) -> dict:
     return out
 
 
+def _floor_before_batches(spark, pipeline, root: Path, names: list[str], parallelism: int, out: dict) -> None:
+    """Before each measured batch (after the one before it), Delta's ten MERGEs and ten appends of the
+    batch's collapsed rows, four at once, on copies of silver (bench.delta_floor): ``out[batch]``."""
+    import pyarrow.parquet as pq
+
+    from bench.delta_floor import Floor
+
+    process = pipeline.process
+    tables = [f"t{k}" for k in range(TABLES)]
+
+    def process_then_floor(df, batch_id):
+        report = process(df, batch_id)
+        done = len(pipeline.reports)
+        if pipeline.reports and pipeline.reports[-1] is report and done < len(names):
+            name = names[done]
+            floor = Floor(spark, root / "silver" / "public", root / f"floor_{name}", tables, None, parallelism)
+            layout = floor.set_up(("merge_parallel", "append_parallel"))
+            changes = pq.read_table(WORK / f"{name}.changes.parquet").to_pylist()
+            result = floor.small_batch([(c["table"], c["op"], c["id"], c["a"], c["t"]) for c in changes], serial=False)
+            out[name] = {"layout": layout, "rows": result["rows"], "deletes": result["deletes"],
+                         "merge_seconds": result["merge_parallel"]["seconds"],
+                         "append_seconds": result["append_parallel"]["seconds"],
+                         "merge_counts": result["merge_counts"]}
+        return report
+
+    pipeline.process = process_then_floor
+
+
 def _identity(batches):
     yield from batches
 
 
-def _run_child(code: Path | None, batches) -> dict:
+def _run_child(code: Path | None, batches, floor: bool = False) -> dict:
     env = dict(os.environ)
     if code is not None:
         env["PYTHONPATH"] = f"{code}{os.pathsep}{ROOT}"
         env["CDC_APPLY_JARS"] = str(ROOT / ".jars")
-    proc = subprocess.run([sys.executable, "-m", "bench.large_batch", "--child", json.dumps(batches)],
+    proc = subprocess.run([sys.executable, "-m", "bench.large_batch", "--child", json.dumps(batches)]
+                          + (["--child-floor"] if floor else []),
                           capture_output=True, text=True, env=env, cwd=str(code or ROOT))
     if proc.returncode:
         raise RuntimeError(f"bench child failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def run(reps: int, previous: str | None, base: int, changes: int, seed: int = 26) -> dict:
+def run(reps: int, previous: str | None, base: int, changes: int, seed: int = 26, floor: bool = False) -> dict:
     started = time.monotonic()
     batches = build(base, changes, seed)
     print(f"built {len(batches)} batches in {time.monotonic() - started:.0f} s", flush=True)
@@ -177,8 +230,27 @@ def run(reps: int, previous: str | None, base: int, changes: int, seed: int = 26
         out["large_mixed_vs_previous"] = round(median("current", "mixed") / median("previous", "mixed"), 2)
         out["large_new_keys_vs_previous"] = round(median("current", "new_keys") / median("previous", "new_keys"), 2)
         out["large_batch"]["previous"] = previous
+    if floor:
+        out.update(_floor_run(batches))
+        out["large_batch"]["floor_run"] = out.pop("_floor_run")
     merge_results(out)
     print(json.dumps({k: v for k, v in out.items() if k != "large_batch"}, indent=2))
+    return out
+
+
+def _floor_run(batches) -> dict:
+    """One more child of the current code, with Delta's floor before each measured batch (its own run, so
+    the floor's writes between batches touch none of the timings above): our tables phase and whole
+    batch against Delta's ten MERGEs of the same collapsed rows, four at once."""
+    result = _run_child(None, batches, floor=True)
+    out: dict = {"_floor_run": result}
+    for name in SHAPES:
+        ours, floor = result[name], result[name]["floor"]
+        print(f"floor run {name}: batch {ours['seconds']:.1f} s, tables {ours['phases']['tables']:.1f} s; Delta's ten "
+              f"MERGEs {floor['merge_seconds']:.1f} s, ten appends {floor['append_seconds']:.1f} s", flush=True)
+        out[f"large_{name}_delta_merge_floor_seconds"] = round(floor["merge_seconds"], 1)
+        out[f"large_{name}_tables_vs_delta_merge_floor"] = round(ours["phases"]["tables"] / floor["merge_seconds"], 2)
+        out[f"large_{name}_vs_delta_merge_floor"] = round(ours["seconds"] / floor["merge_seconds"], 2)
     return out
 
 
@@ -188,12 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--previous", default=None, help="a commit to measure in the same run (e.g. c9068a9)")
     parser.add_argument("--base", type=int, default=100_000, help="rows per table before the batches")
     parser.add_argument("--changes", type=int, default=1_000_000, help="changes per measured batch")
+    parser.add_argument("--floor", action="store_true",
+                        help="also one run with Delta's own floor of each measured batch (bench.delta_floor)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-floor", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(child([tuple(b) for b in json.loads(args.child)])))
+        print(json.dumps(child([tuple(b) for b in json.loads(args.child)], floor=args.child_floor)))
         return 0
-    run(args.reps, args.previous, args.base, args.changes)
+    run(args.reps, args.previous, args.base, args.changes, floor=args.floor)
     return 0
 
 

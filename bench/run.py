@@ -88,8 +88,9 @@ STEPS: tuple[Step, ...] = (
     Step("small_batch", "small_batch", ("--reps", "5", "--floor"),
          what="small batches by shape: 1,000 changes over ten tables, insert-only vs append, recent vs random keys; "
               "Delta's own MERGE and append floors for them"),
-    Step("large_batch", "large_batch", ("--reps", "1", "--previous", "c9068a9"),
-         what="~1M-change batches over ten tables, mixed and mostly new keys, against c9068a9 in the same run"),
+    Step("large_batch", "large_batch", ("--reps", "1", "--previous", "c9068a9", "--floor"),
+         what="~1M-change batches over ten tables, mixed and mostly new keys, against c9068a9 in the same run "
+              "and against Delta's own MERGEs of them"),
     Step("snapshot", "snapshot", ("--rows", "10000000"),
          what="a 10M-row table PostgreSQL -> bronze -> silver by the initial snapshot, vs binary COPY into Parquet "
               "and a Delta append of it"),

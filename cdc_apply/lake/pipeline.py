@@ -53,7 +53,7 @@ from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
 # Values (messages x decoded columns) per decode partition. Each decode task pays a fixed hand-off to a
 # Python worker (~0.15 s here): a 1M-change batch of a 3-column table in 48 partitions of 25,000
-# messages decoded in ~8 s, in 8 partitions in ~3 s. But a cached block evicted to disk is read back
+# messages decoded in ~8 s, in 8 partitions in ~3 s (bench.large_batch). But a cached block evicted to disk is read back
 # whole: the soak's 450k-message batches, rows as wide as a 300-column table (~625 decoded columns),
 # ran the driver out of heap in two partitions and ran in partitions of 25,000 messages (~15M values).
 DECODE_VALUES_PER_PARTITION = 8_000_000
