@@ -57,10 +57,6 @@ class TableCounts:
         self.cascade = self.cascade or bool(options & m.TRUNCATE_CASCADE)
         self.restart_identity = self.restart_identity or bool(options & m.TRUNCATE_RESTART_IDENTITY)
 
-    @property
-    def changes(self) -> int:
-        return self.inserts + self.updates + self.deletes
-
     def row(self, table: str) -> tuple:
         return (table, self.inserts, self.updates, self.deletes, self.truncated, self.cascade,
                 self.restart_identity)
@@ -98,18 +94,19 @@ class BatchLogs:
         a million (transaction, table, kind) counts, which a collect to the driver took seconds to carry."""
         from pyspark.sql import functions as F
 
-        if any(r.op == "M" and not r.errors for r in counts):
+        has_messages = any(r.op == "M" and not r.errors for r in counts)
+        if has_messages:
             msgs = decoded.where("op = 'M' AND error IS NULL").select(
                 "source", "seq", "lsn", "xid", F.col("msg_transactional").alias("transactional"),
                 F.col("msg_prefix").alias("prefix"), F.col("msg_content").alias("content"), "commit_lsn",
                 "commit_ts", F.lit(version).cast("long").alias("apply_version"))
             self.books.append_df(msgs, "messages", version)
-        transactions = self._transactions(plan, decoded, counts, truncates, version, loaded)
+        transactions = self._transactions(plan, decoded, counts, truncates, version, loaded, has_messages)
         if transactions is not None:
             self.books.append_df(transactions, "transactions", version)
         self.write_quarantine(plan, decoded if any(r.errors for r in counts) else None, version)
 
-    def _transactions(self, plan: BatchPlan, decoded, counts, truncates, version: int, loaded):
+    def _transactions(self, plan: BatchPlan, decoded, counts, truncates, version: int, loaded, has_messages: bool):
         """One row per committed transaction of the batch, with its per-table counts (a DataFrame).
 
         One aggregation over the decoded rows gives both the per-table counts and the transactional
@@ -121,7 +118,7 @@ class BatchLogs:
         names = F.create_map(*[F.lit(x) for k in dml_slots for x in (k, slot_names[k])]) if dml_slots else None
         per_op = {op: F.sum(F.when(F.col("op") == op, 1).otherwise(0)).cast("long") for op in ("I", "U", "D", "M")}
         parts = []
-        if names is not None or any(r.op == "M" and not r.errors for r in counts):
+        if names is not None or has_messages:
             dml = F.col("op").isin(*DML_OPS) & F.col("slot").isNotNull()
             parts.append(decoded.where(F.col("error").isNull() & (F.col("txn") >= 0) & (dml | (F.col("op") == "M")))
                          .groupBy("source", "txn", F.when(dml, F.col("slot")).alias("slot"))

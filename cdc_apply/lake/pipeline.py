@@ -27,8 +27,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Callable, Iterator, TextIO
 
-from cdc_apply.decode.changes import SKIP, decode_batches, output_ddl
-from cdc_apply.planning.decode_plan import COMMON_FIELDS, pool_columns
+from cdc_apply.decode.changes import SKIP, decode_batches, output_ddl, output_schema
 from cdc_apply.planning.plan import BatchPlan, plan_batch
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads
@@ -53,8 +52,8 @@ from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
 # Values (messages x decoded columns) per decode partition. Each decode task pays a fixed hand-off to a
 # Python worker (~0.15 s here): a 1M-change batch of a 3-column table in 48 partitions of 25,000
-# messages decoded in ~8 s, in 8 partitions in ~3 s (bench.large_batch). But a cached block evicted to disk is read back
-# whole: the soak's 450k-message batches, rows as wide as a 300-column table (~625 decoded columns),
+# messages decoded in ~8 s, in 8 partitions in ~3 s (bench.large_batch). But a cached block evicted
+# to disk is read back whole: the soak's 450k-message batches, rows as wide as a 300-column table (~625 decoded columns),
 # ran the driver out of heap in two partitions and ran in partitions of 25,000 messages (~15M values).
 DECODE_VALUES_PER_PARTITION = 8_000_000
 
@@ -253,7 +252,7 @@ class ApplyPipeline:
         changes = without_loads(changes, loads)
         # As few partitions as keep each cached block small (DECODE_VALUES_PER_PARTITION).
         messages -= sum(b - a + 1 for load in loads for a, b in load.ranges)   # loaded on their own
-        per_partition = max(1, DECODE_VALUES_PER_PARTITION // (len(COMMON_FIELDS) + 2 * len(pool_columns(plan.decode).types)))
+        per_partition = max(1, DECODE_VALUES_PER_PARTITION // len(output_schema(plan.decode)))
         wanted = max(self.spark.sparkContext.defaultParallelism, -(-messages // per_partition))
         if changes.rdd.getNumPartitions() < wanted:
             changes = changes.repartition(wanted)

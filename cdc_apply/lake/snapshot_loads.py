@@ -24,9 +24,10 @@ from cdc_apply.planning.snapshot_loads import SnapshotLoad, merge_loads
 from cdc_apply.planning.table_plan import Clear, SlotCount, SlotMap, TableWork
 
 
-def snapshot_inserts(messages, load: SnapshotLoad):
-    """The snapshot's Insert rows among bronze's ``messages`` (its stream blocks, by seq)."""
-    return messages.where(in_seq_ranges(load.source, merge_ranges(load.ranges)) & is_insert())
+def snapshot_inserts(messages, loads: list[SnapshotLoad]):
+    """The Insert rows of snapshots of one source among bronze's ``messages`` (their stream blocks, by seq)."""
+    return messages.where(in_seq_ranges(loads[0].source, merge_ranges(r for load in loads for r in load.ranges))
+                          & is_insert())
 
 
 def without_loads(changes, loads):
@@ -107,8 +108,7 @@ def load_snapshots(session, messages, loads: list[SnapshotLoad], clears: tuple[C
         narrowed = replace(work, slots=(SlotMap(0, slot.mapping, slot.ddls, pool_columns(plan).columns[0],
                                                 slot.version_seq),),
                            truncate_after=None, has_toast=False, toast_moves=False, clears=())
-        spans = merge_ranges(r for load in group for r in load.ranges)
-        rows = messages.where(in_seq_ranges(group[0].source, spans) & is_insert()).select("source", "seq", "lsn", "payload")
+        rows = snapshot_inserts(messages, group).select("source", "seq", "lsn", "payload")
         projected = project(rows.mapInArrow(partial(decode_batches, plan=plan), output_ddl(plan)), narrowed)
         for c in clears:   # rows a later chunk of the batch replaces
             later = [load for load in group if (c.commit_lsn, c.seq) > load.position]
@@ -132,7 +132,7 @@ def count_snapshot_rows(messages, load: SnapshotLoad) -> int:
     """How many rows the snapshot holds (for the transactions log when the load did not count them)."""
     if load.key_range is not None and load.key_range.rows is not None:
         return load.key_range.rows
-    return snapshot_inserts(messages, load).count()
+    return snapshot_inserts(messages, [load]).count()
 
 
 def load_counts(loads, loaded: dict, messages) -> list[SlotCount]:

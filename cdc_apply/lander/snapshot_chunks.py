@@ -15,7 +15,6 @@ time, not the table's — and everything before ``C`` streams while the copy run
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -139,7 +138,7 @@ class ChunkFlow:
         for part in parts:
             key = next(c.key for c, _ in results if c.part == part)
             payloads = [r.payloads for c, r in results if c.part == part]
-            self.rows += land_range(landing, shape, serves if key.high is None else [], self.point, key, payloads)
+            self.rows += land_range(landing, shape, serves, self.point, key, payloads)
         landing.commit(shape.published.qualified_name)
         state = landing.state
         name = shape.published.qualified_name
@@ -183,11 +182,9 @@ def land_range(landing, shape: catalog.TableShape, serves: list, point: Consiste
     returns its rows. ``serves``: the requests the table's last range serves."""
     relation = shape.relation
     rows = sum(len(p) for p in payloads)
-    last = key.high is None
-    marker = snapshot_marker(relation, point.lsn, key_range=replace(key, rows=rows))
-    content = {**json.loads(marker.content), "serves": serves if last else []}
-    landing.frame([m.StreamStart(SNAPSHOT_XID, True), replace(marker, content=json.dumps(content, sort_keys=True).encode()),
-                   *shape.types, relation])
+    marker = snapshot_marker(relation, point.lsn, key_range=replace(key, rows=rows),
+                             serves=serves if key.high is None else [])
+    landing.frame([m.StreamStart(SNAPSHOT_XID, True), marker, *shape.types, relation])
     for part in payloads:
         if len(part):
             landing.rows(part)

@@ -23,7 +23,6 @@ commit LSN below ``C``.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
@@ -303,10 +302,7 @@ class Snapshots:
         rows, blocks_done = 0, 0
         total_blocks = sum(c.blocks for c in chunks) or 1
         started = shown = time.monotonic()
-        marker = snapshot_marker(relation, point.lsn, len(chunks))
-        content = {**json.loads(marker.content), "serves": serves}
-        head = [m.StreamStart(SNAPSHOT_XID, True),
-                replace(marker, content=json.dumps(content, sort_keys=True).encode()),
+        head = [m.StreamStart(SNAPSHOT_XID, True), snapshot_marker(relation, point.lsn, len(chunks), serves=serves),
                 *shape.types, relation, m.Truncate(SNAPSHOT_XID, 0, (relation.relation_id,))]
         opened = False
         for _ in chunks:

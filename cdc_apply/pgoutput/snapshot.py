@@ -50,14 +50,17 @@ class KeyRange:
 
 
 def snapshot_marker(relation: m.Relation, lsn: int, chunks: int | None = None,
-                    key_range: KeyRange | None = None) -> m.Message:
-    """The message that opens a snapshot: which relation, consistent with which LSN (and which key range)."""
+                    key_range: KeyRange | None = None, serves: list | None = None) -> m.Message:
+    """The message that opens a snapshot: which relation, consistent with which LSN (and which key range;
+    ``serves``: the snapshot requests it serves, for a lander's own snapshots)."""
     content = {"relation_id": relation.relation_id, "namespace": relation.namespace, "name": relation.name,
                "lsn": lsn, "lsn_text": m.format_lsn(lsn)}
     if chunks is not None:
         content["chunks"] = chunks
     if key_range is not None:
         content["range"] = key_range.as_json()
+    if serves is not None:
+        content["serves"] = list(serves)
     return m.Message(SNAPSHOT_XID, True, lsn, SNAPSHOT_PREFIX, json.dumps(content, sort_keys=True).encode())
 
 

@@ -107,11 +107,10 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
             workload.finish()   # a prepared transaction would hold the slots' consistent point back
             print(f"[differential seed={seed}] {workload.txns} transactions before the slots", file=out)
         snapshots = {"create_slot": True, "snapshot": "initial", "snapshot_chunk_rows": chunk_rows} if preload else {}
-        for name in configs:
-            if not preload:
-                two_phase = "true" if CONFIGS[name]["two_phase"] else "false"
-                pg.execute(f"SELECT pg_create_logical_replication_slot('diff_{name}', 'pgoutput', false, "
-                           f"{two_phase})", dbname="diff")
+        for name in configs if not preload else ():   # with preload each lander creates its own
+            two_phase = "true" if CONFIGS[name]["two_phase"] else "false"
+            pg.execute(f"SELECT pg_create_logical_replication_slot('diff_{name}', 'pgoutput', false, "
+                       f"{two_phase})", dbname="diff")
         lake = parse_config(_lake(root, history=history))
         create_bronze_table(spark, lake.bronze.path)
         landers = {name: parse_config(_lake(root, {
