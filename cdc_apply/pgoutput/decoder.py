@@ -41,7 +41,7 @@ from cdc_apply.pgoutput.messages import (
     Type,
     Update,
 )
-from cdc_apply.pgoutput.wire import Reader
+from cdc_apply.pgoutput.wire import BEGIN_FIELDS, COMMIT_FIELDS, Reader
 
 
 def read_tuple_data(r: Reader) -> TupleData:
@@ -78,7 +78,7 @@ def _xid(r: Reader, in_stream: bool) -> int | None:
 
 def decode_begin(r: Reader, in_stream: bool) -> Begin:
     """Begin: Int64 final LSN, Int64 commit timestamp, Int32 xid."""
-    return Begin(r.u64(), r.i64(), r.u32())
+    return Begin(*r.fields(BEGIN_FIELDS))
 
 
 def decode_logical_message(r: Reader, in_stream: bool) -> Message:
@@ -96,7 +96,7 @@ def decode_logical_message(r: Reader, in_stream: bool) -> Message:
 
 def decode_commit(r: Reader, in_stream: bool) -> Commit:
     """Commit: Int8 flags, Int64 commit LSN, Int64 end LSN, Int64 commit timestamp."""
-    return Commit(r.u8(), r.u64(), r.u64(), r.i64())
+    return Commit(*r.fields(COMMIT_FIELDS))
 
 
 def decode_origin(r: Reader, in_stream: bool) -> Origin:

@@ -20,6 +20,12 @@ UINT32 = struct.Struct(">I")
 INT64 = struct.Struct(">q")
 UINT64 = struct.Struct(">Q")
 
+# Whole fixed parts of the messages read at every transaction, one unpack each (a batch of 100,000
+# transactions reads 200,000 of them): Begin's final LSN, commit timestamp and xid; Commit's flags,
+# commit LSN, end LSN and commit timestamp.
+BEGIN_FIELDS = struct.Struct(">QqI")
+COMMIT_FIELDS = struct.Struct(">BQQq")
+
 _u8 = UINT8.unpack_from
 _i16 = INT16.unpack_from
 _i32 = INT32.unpack_from
@@ -70,6 +76,10 @@ class Reader:
 
     def u64(self) -> int:
         return _u64(self.buf, self._need(8))[0]
+
+    def fields(self, layout: struct.Struct) -> tuple:
+        """Several fixed-width fields at once (a message's fixed part: one bounds check, one unpack)."""
+        return layout.unpack_from(self.buf, self._need(layout.size))
 
     def raw(self, n: int) -> bytes:
         if n < 0:

@@ -73,8 +73,13 @@ def test_an_unknown_message_type_inside_a_rolled_back_transaction_is_still_an_er
     assert f"seq={seq}" in str(info.value) and "unknown message type 'Q'" in str(info.value)
 
 
-def test_a_source_seq_landed_twice_stops_the_batch_before_anything_is_applied(lake_factory):
-    lake = lake_factory("duplicate_seq")
+@pytest.mark.parametrize("budget", [None, 0], ids=["bronze copy in memory", "bronze read each time"])
+def test_a_source_seq_landed_twice_stops_the_batch_before_anything_is_applied(lake_factory, monkeypatch, budget):
+    from cdc_apply.lake import pipeline
+
+    if budget is not None:
+        monkeypatch.setattr(pipeline, "FRESH_CACHE_BYTES", budget)
+    lake = lake_factory(f"duplicate_seq_{budget}")
     rows = _good(ids=(1, 2))
     insert = next(r for r in rows if r[3][:1] == b"I")
     lake.land(rows + [insert])
@@ -83,6 +88,21 @@ def test_a_source_seq_landed_twice_stops_the_batch_before_anything_is_applied(la
     text = str(info.value)
     assert "landed more than once" in text and f"seq={insert[1]}" in text and "source=src" in text
     assert not (lake.root / "silver" / "public" / "t").exists()
+
+
+def test_a_batch_over_the_memory_budget_reads_bronze_each_time_and_applies_the_same(lake_factory, monkeypatch):
+    from cdc_apply.lake import pipeline
+
+    monkeypatch.setattr(pipeline, "FRESH_CACHE_BYTES", 0)   # no batch is kept in memory
+    lake = lake_factory("over_budget")
+    rows = _good(ids=(1, 2, 3))
+    middle = len(rows) // 2   # the second transaction begins in the first batch, commits in the second
+    lake.land(rows[:middle])
+    lake.apply()
+    assert [(r.id, r.v) for r in lake.silver("public", "t").collect()] == [(1, "v1")]
+    lake.land(rows[middle:])
+    lake.apply()
+    assert sorted((r.id, r.v) for r in lake.silver("public", "t").collect()) == [(1, "v1"), (2, "v2"), (3, "v3")]
 
 
 def test_a_row_appended_later_at_or_below_the_applied_seq_is_an_error(lake_factory):
