@@ -1,6 +1,7 @@
 """Sustained: the lander and the apply job running together against PostgreSQL at fixed offered rates.
 
     .venv/bin/python -m bench.sustained [--rates 200,1000,4000] [--seconds 90] [--trigger "2 seconds"]
+        [--warmup 30] [--key sustained]
 
 An embedded PostgreSQL 18 gets a table ``ev`` (``id int8`` primary key, ``n int4``, ``v text``,
 ``at timestamptz``) of ``--preload`` rows. One process then runs, concurrently:
@@ -10,13 +11,15 @@ An embedded PostgreSQL 18 gets a table ``ev`` (``id int8`` primary key, ``n int4
 * the lander (``cdc_apply.lander.Lander``, protocol 4, streaming parallel) in a thread;
 * the apply job as a Structured Streaming query (``processingTime`` trigger ``--trigger``).
 
-Rates run one after the other with a quiet gap. **Commit-to-silver latency** of a change is the
+First ``--warmup`` seconds of load at the first rate, not measured: the job's first batches pay
+for the JVM compiling its MERGE (a cold job's first batch took ~20 s, later ones 8–10 s), and a
+running job is what the latency is about. Rates then run one after the other with a quiet gap. **Commit-to-silver latency** of a change is the
 Delta commit time of the silver version that applied it (Change Data Feed ``_commit_timestamp``)
 minus its PostgreSQL commit time (``_cdc_commit_ts``): same machine, same clock, measured after the
 run from silver itself. Per rate: the offered and achieved rates, latency p50/p95/max, p50 in the
 first and last third of the window (a growing latency is a lag that is not bounded) and how long
 silver took to catch up once the load stopped. Results merge into ``bench/results.json`` under
-``sustained``.
+``--key`` (``sustained``), and the 1,000 rows/s window's p50 into ``latency_p50_seconds``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -91,7 +95,8 @@ def _latencies(spark, silver: str, since, until) -> list[tuple[float, float]]:
     return [(r.at, r.s) for r in cdf.collect()]
 
 
-def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float) -> dict:
+def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float, warmup: float = 0.0,
+        key: str = "sustained") -> dict:
     from datetime import datetime, timezone
 
     from cdc_apply.config import parse_config
@@ -104,7 +109,8 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
     root = Path(tempfile.mkdtemp(prefix="cdc_apply_sustained_"))
     pg = start_postgres(root / "pg" / "data")
     spark = spark_session("cdc_apply-bench-sustained")
-    out: dict = {"rates": {}, "seconds_per_rate": seconds, "trigger": trigger, "preload": preload}
+    out: dict = {"rates": {}, "seconds_per_rate": seconds, "trigger": trigger, "preload": preload,
+                 "warmup_s": warmup}
     try:
         pg.create_database("bench")
         pg.execute("CREATE TABLE ev (id int8 PRIMARY KEY, n int4, v text, at timestamptz)", dbname="bench")
@@ -132,6 +138,19 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
         live = list(range(1, preload + 1))
         next_id = preload + 1
         offered_txns = 0
+        if warmup > 0:   # the first rate, unmeasured: a running job's JVM has compiled its MERGE by now
+            load = Load(conn, rates[0], next_id, live, seed=-1)
+            load.start()
+            time.sleep(warmup)
+            load.stop.set()
+            load.join()
+            next_id = load.next_id
+            offered_txns += load.rows // ROWS_PER_TXN
+            until = time.monotonic() + max(300.0, 3 * warmup)
+            while sum(r.transactions for r in list(pipeline.reports)) < offered_txns and time.monotonic() < until:
+                time.sleep(0.5)
+            time.sleep(gap)
+        warm_batches = len(pipeline.reports)
         for k, rate in enumerate(rates):
             load = Load(conn, rate, next_id, live, seed=k)
             since = datetime.now(timezone.utc)
@@ -174,8 +193,9 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
         query.stop()
         stop_land.set()
         land_thread.join(60)
-        out["batches"] = len(pipeline.reports)
-        out["batch_seconds_median"] = round(_percentile([r.seconds for r in pipeline.reports], 0.5), 2)
+        measured = list(pipeline.reports)[warm_batches:]
+        out["batches"] = len(measured)
+        out["batch_seconds_median"] = round(_percentile([r.seconds for r in measured], 0.5), 2)
         for r in out["rates"].values():
             r["bounded"] = lag_bounded(r, out["batch_seconds_median"])
         bounded = [r["achieved_rows_per_s"] for r in out["rates"].values() if r["bounded"]]
@@ -184,7 +204,12 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
         pg.destroy()
         shutil.rmtree(root, ignore_errors=True)
     out["cpu_count"], out["loadavg"] = os.cpu_count(), os.getloadavg()
-    merge_results({"sustained": out})
+    out["measured_at"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                        cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    result = {key: out}
+    if "1000" in out["rates"]:   # the issue's latency target is set at 1,000 rows/s
+        result["latency_p50_seconds"] = out["rates"]["1000"]["latency_p50_s"]
+    merge_results(result)
     return out
 
 
@@ -205,8 +230,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trigger", default="2 seconds")
     parser.add_argument("--preload", type=int, default=20_000)
     parser.add_argument("--gap", type=float, default=10.0)
+    parser.add_argument("--warmup", type=float, default=30.0,
+                        help="seconds of load at the first rate before the measured windows (not measured)")
+    parser.add_argument("--key", default="sustained", help="where in bench/results.json the run goes")
     args = parser.parse_args(argv)
-    out = run([int(r) for r in args.rates.split(",")], args.seconds, args.trigger, args.preload, args.gap)
+    out = run([int(r) for r in args.rates.split(",")], args.seconds, args.trigger, args.preload, args.gap,
+              args.warmup, args.key)
     print("\nsustained (lander + apply together):")
     print(f"  {'offered':>8s} {'achieved':>9s} {'p50 s':>7s} {'p95 s':>7s} {'max s':>7s} "
           f"{'p50 1st/3rd':>12s} {'catch-up s':>10s}")

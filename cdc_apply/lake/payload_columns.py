@@ -69,3 +69,23 @@ def in_seq_ranges(source: str, ranges):
     while len(parts) > 1:
         parts = [parts[i] | parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
     return (F.col("source") == source) & parts[0]
+
+
+def first_change_seqs(spark, messages, source: str, ranges, subxids) -> dict[int, int]:
+    """Seq of each subtransaction's first change within ``ranges`` of ``source``'s messages (one job)."""
+    from pyspark.sql import functions as F
+
+    if not ranges or not subxids:
+        return {}
+    xid = streamed_xid()
+    candidates = (messages
+                  .where((F.col("source") == source)
+                         & F.col("seq").between(min(a for a, _ in ranges), max(b for _, b in ranges))
+                         & is_change())
+                  .select(xid.alias("xid"), "seq").where(F.col("xid").isin(list(subxids))))
+    # Outside a stream block the same bytes are a relation OID, so only rows inside the ranges count;
+    # a join with the (small) range list, not an OR per range, which grows too deep for the optimizer.
+    spans = spark.createDataFrame([(int(a), int(b)) for a, b in ranges], "a LONG, b LONG")
+    rows = (candidates.join(F.broadcast(spans), F.col("seq").between(F.col("a"), F.col("b")), "left_semi")
+            .groupBy("xid").agg(F.min("seq").alias("first")).collect())
+    return {int(r.xid): int(r.first) for r in rows}

@@ -22,10 +22,9 @@ from __future__ import annotations
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
-from typing import Callable, Iterator, TextIO
+from typing import Callable, TextIO
 
 from cdc_apply.decode.changes import SKIP, decode_batches, output_ddl, output_schema
 from cdc_apply.planning.plan import BatchPlan, plan_batch
@@ -38,7 +37,7 @@ from cdc_apply.lake.batch_logs import BatchLogs, now as _now
 from cdc_apply.lake.bookkeeping import Bookkeeping
 from cdc_apply.lake.bronze import check_bronze
 from cdc_apply.lake.bronze_contract import applied_rows, check_late_rows, count_rows
-from cdc_apply.lake.payload_columns import is_change, is_control, is_directive, streamed_xid
+from cdc_apply.lake.payload_columns import first_change_seqs, is_control, is_directive
 from cdc_apply.lake.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.lake.merge import BATCH_SETTINGS
 from cdc_apply.lake.report import BatchReport
@@ -49,6 +48,7 @@ from cdc_apply.lake.tables import bronze_ref
 from cdc_apply.errors import ApplyError, CdcApplyError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+from cdc_apply.spark.session import session_settings
 
 # Values (messages x decoded columns) per decode partition. Each decode task pays a fixed hand-off to a
 # Python worker (~0.15 s here): a 1M-change batch of a 3-column table in 48 partitions of 25,000
@@ -63,23 +63,6 @@ DECODE_VALUES_PER_PARTITION = 8_000_000
 # in a median 1.7 s instead of 2.1 s. A 1M-message batch (~60 MB) planned 1.9 s slower with the copy
 # (building it costs more than the two reads it saves), hence a budget for small batches only.
 FRESH_CACHE_BYTES = 16 << 20
-
-
-@contextmanager
-def session_settings(spark, settings: dict[str, str]) -> Iterator[None]:
-    """``settings`` on the session for the block's duration; each key's previous value (or its absence)
-    comes back after, so a session shared with other work is left as it was."""
-    previous = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 class ApplyPipeline:
@@ -104,7 +87,8 @@ class ApplyPipeline:
         self.logs = BatchLogs(spark, config, self.books, self.silver.names_of, self._type_name)
         self.formats = SourceFormats(config)
         self.formats.create_tables(spark)
-        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc_apply-lag")
+        # Beside the batch: the lag query and the bronze contract's count.
+        self._side = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cdc_apply-side")
         # Tests inject crashes here: called with "table:<ns.name>", "history:<ns.name>" (after a table's
         # history write, before its silver writes), "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
@@ -119,22 +103,7 @@ class ApplyPipeline:
     # -- planning helpers ----------------------------------------------------------
     def _first_change_seq(self, source: str, ranges, subxids):
         """Seq of each subtransaction's first change within ``ranges`` (read from bronze, one job)."""
-        from pyspark.sql import functions as F
-
-        if not ranges or not subxids:
-            return {}
-        xid = streamed_xid()
-        candidates = (self._messages()
-                      .where((F.col("source") == source)
-                             & F.col("seq").between(min(a for a, _ in ranges), max(b for _, b in ranges))
-                             & is_change())
-                      .select(xid.alias("xid"), "seq").where(F.col("xid").isin(list(subxids))))
-        # Outside a stream block the same bytes are a relation OID, so only rows inside the ranges count;
-        # a join with the (small) range list, not an OR per range, which grows too deep for the optimizer.
-        spans = self.spark.createDataFrame([(int(a), int(b)) for a, b in ranges], "a LONG, b LONG")
-        rows = (candidates.join(F.broadcast(spans), F.col("seq").between(F.col("a"), F.col("b")), "left_semi")
-                .groupBy("xid").agg(F.min("seq").alias("first")).collect())
-        return {int(r.xid): int(r.first) for r in rows}
+        return first_change_seqs(self.spark, self._messages(), source, ranges, subxids)
 
     def _type_name(self, source: str):
         history = self.histories[source]
@@ -197,25 +166,15 @@ class ApplyPipeline:
 
     def _process_fresh(self, fresh, stats, version: int, report: BatchReport, batch_id: int, last, prepared,
                        lag_query, started: float) -> BatchReport:
-        landed = count_rows(fresh)
-        controls: dict[str, list] = {s: [] for s in stats}
-        # Through Arrow: a batch of 100,000 transactions has 200,000 Begin and Commit rows, and a Spark Row
-        # per message took seconds to build.
-        control_rows = fresh.where(is_control() | is_directive()).select("source", "seq", "lsn", "payload").toArrow()
-        for source, seq, lsn, payload in zip(*(control_rows.column(k).to_pylist() for k in range(4))):
-            controls[source].append((seq, lsn, payload))
-        inputs = {}
-        for source, row in stats.items():
-            self.histories.setdefault(source, SchemaHistory())
-            rows = sorted(controls[source])
-            inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows, last[source])
-            report.messages += int(row.n)
-        # The decode turns every bad message into an error row, whatever the policy: under "fail" the
-        # batch then stops on the first of them (first_decode_error), not on whichever task failed first.
-        plan = plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
-                          quarantine=True, table_selected=self.config.table_selected,
-                          txn_users={s: p.users for s, p in prepared.items() if p.users},
-                          quarantine_controls=self.config.apply.on_error == "quarantine")
+        # The bronze contract's count (a shuffle of every row's seq) runs beside the control scan and
+        # the planning, which are mostly the driver's Python; nothing is written before it is answered.
+        counting = self._side.submit(count_rows, fresh)
+        try:
+            plan = self._plan(fresh, stats, last, prepared, report)
+        except BaseException:
+            counting.result()   # a (source, seq) landed twice is the cause to name, not what it broke
+            raise
+        landed = counting.result()
         states = {s: replace(b.state, applied_rows=applied_rows(self.spark, self.bronze, s, b.previous) + landed.get(s, 0))
                   if self.formats.of(s).counts_bronze_rows else replace(b.state, format_state=prepared[s].format_state)
                   for s, b in plan.sources.items()}
@@ -236,6 +195,27 @@ class ApplyPipeline:
         self.reports.append(report)
         print(report.line(), file=self.out, flush=True)
         return report
+
+    def _plan(self, fresh, stats, last: dict[str, int], prepared, report: BatchReport) -> BatchPlan:
+        """Collect the batch's control messages and plan it (``cdc_apply.planning.plan``)."""
+        controls: dict[str, list] = {s: [] for s in stats}
+        # Through Arrow: a batch of 100,000 transactions has 200,000 Begin and Commit rows, and a Spark Row
+        # per message took seconds to build.
+        control_rows = fresh.where(is_control() | is_directive()).select("source", "seq", "lsn", "payload").toArrow()
+        for source, seq, lsn, payload in zip(*(control_rows.column(k).to_pylist() for k in range(4))):
+            controls[source].append((seq, lsn, payload))
+        inputs = {}
+        for source, row in stats.items():
+            self.histories.setdefault(source, SchemaHistory())
+            rows = sorted(controls[source])
+            inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows, last[source])
+            report.messages += int(row.n)
+        # The decode turns every bad message into an error row, whatever the policy: under "fail" the
+        # batch then stops on the first of them (first_decode_error), not on whichever task failed first.
+        return plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
+                          quarantine=True, table_selected=self.config.table_selected,
+                          txn_users={s: p.users for s, p in prepared.items() if p.users},
+                          quarantine_controls=self.config.apply.on_error == "quarantine")
 
     def _snapshot_loads(self, plan: BatchPlan) -> tuple[SnapshotLoad, ...]:
         """The batch's snapshots whose rows go straight into silver (cdc_apply.planning.snapshot_loads):

@@ -24,8 +24,9 @@ import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from cdc_apply.errors import SetupError
 from cdc_apply.spark.jars import DELTA_ARTIFACT, find_delta_jars
@@ -84,6 +85,23 @@ LOCAL_DEFAULTS: dict[str, str] = {**LAUNCH_DEFAULTS, **SESSION_DEFAULTS}
 # forceOnNonUTC). The parallel collector: the apply job is a throughput workload, and on two cores G1's
 # concurrent work took ~12 s of a 1M-change batch against ~4 s (10 % faster batches; docs/BENCHMARKS.md).
 JAVA_OPTIONS = f"-Dlog4j.configurationFile=file:{_LOG4J} -Duser.timezone=UTC -XX:+UseParallelGC"
+
+
+@contextmanager
+def session_settings(spark, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` on the session for the block's duration; each key's previous value (or its absence)
+    comes back after, so a session shared with other work is left as it was."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def local_cores(master: str) -> int | None:
