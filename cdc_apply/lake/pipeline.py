@@ -57,7 +57,7 @@ from cdc_apply.spark.session import session_settings
 # ran the driver out of heap in two partitions and ran in partitions of 25,000 messages (~15M values).
 DECODE_VALUES_PER_PARTITION = 8_000_000
 # A batch whose bronze payloads come to at most this many bytes is read from bronze once and kept in
-# memory until it is decoded: the bronze contract's count, the control scan and the decode then read
+# memory for the batch: the bronze contract's count, the control scan and the decode then read
 # the copy. Each read of bronze otherwise costs a Delta file-skipping job over bronze's log and a scan
 # of its files: a running job's batches of ~10,000 messages at 1,000 rows/s (bench.sustained) planned
 # in a median 1.7 s instead of 2.1 s. A 1M-message batch (~60 MB) planned 1.9 s slower with the copy
@@ -182,7 +182,7 @@ class ApplyPipeline:
         decoded = self._decode(fresh, plan, report.messages, loads)
         report.mark("plan")
         try:
-            self._apply(plan, decoded, version, report, loads, release=fresh.unpersist)
+            self._apply(plan, decoded, version, report, loads)
         finally:
             if decoded is not None:
                 decoded.unpersist()
@@ -257,9 +257,7 @@ class ApplyPipeline:
         return decoded.persist()
 
     def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport,
-               loads: tuple[SnapshotLoad, ...] = (), release: Callable[[], object] = lambda: None) -> None:
-        """Decode, then the silver tables, then the logs; ``release`` frees the batch's bronze rows once
-        the decoded rows are cached."""
+               loads: tuple[SnapshotLoad, ...] = ()) -> None:
         from pyspark.sql import functions as F
 
         if decoded is None:
@@ -281,7 +279,6 @@ class ApplyPipeline:
                      F.collect_list(truncate).alias("truncates")).collect())]
         except Exception as exc:  # surface the decoder's own error, not a JVM stack trace
             raise unwrap_error(exc) from None
-        release()
         if self.config.apply.on_error == "fail" and any(r.errors for r in counts):
             raise first_decode_error(decoded)
         truncates = sorted((t for r in counts for t in r.truncates), key=lambda t: (t.source, t.seq))
