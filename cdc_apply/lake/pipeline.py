@@ -237,6 +237,9 @@ class ApplyPipeline:
                 b.state.applied_seq > b.previous.applied_seq for b in plan.sources.values()):
             return None
         changes = fresh.where(~is_control()).select("source", "seq", "lsn", "payload")
+        # Counted on the batch's own rows: planning the union with older rows would cost a Delta
+        # file-skipping job here and another in the decode; those rows only add partitions.
+        partitions = changes.rdd.getNumPartitions()
         reread = None
         for source, batch in plan.sources.items():
             for a, b in batch.reread:
@@ -251,7 +254,7 @@ class ApplyPipeline:
         messages -= sum(b - a + 1 for load in loads for a, b in load.ranges)   # loaded on their own
         per_partition = max(1, DECODE_VALUES_PER_PARTITION // len(output_schema(plan.decode)))
         wanted = max(self.spark.sparkContext.defaultParallelism, -(-messages // per_partition))
-        if changes.rdd.getNumPartitions() < wanted:
+        if partitions < wanted:
             changes = changes.repartition(wanted)
         decoded = changes.mapInArrow(partial(decode_batches, plan=plan.decode), output_ddl(plan.decode))
         return decoded.persist()
