@@ -160,17 +160,18 @@ class ApplyPipeline:
         if sum(int(r.bytes or 0) for r in stats.values()) <= FRESH_CACHE_BYTES:
             fresh = fresh.persist()
         try:
-            return self._process_fresh(fresh, stats, version, report, batch_id, last, prepared, lag_query, started)
+            return self._process_fresh(fresh, stats, report, last, prepared, lag_query, started)
         finally:
             fresh.unpersist()   # a no-op for a batch read from bronze each time
 
-    def _process_fresh(self, fresh, stats, version: int, report: BatchReport, batch_id: int, last, prepared,
-                       lag_query, started: float) -> BatchReport:
+    def _process_fresh(self, fresh, stats, report: BatchReport, last, prepared, lag_query, started: float) -> BatchReport:
+        version = report.apply_version
+        report.messages = sum(int(row.n) for row in stats.values())
         # The bronze contract's count (a shuffle of every row's seq) runs beside the control scan and
         # the planning, which are mostly the driver's Python; nothing is written before it is answered.
         counting = self._side.submit(count_rows, fresh)
         try:
-            plan = self._plan(fresh, stats, last, prepared, report)
+            plan = self._plan(fresh, stats, last, prepared)
         except BaseException:
             counting.result()   # a (source, seq) landed twice is the cause to name, not what it broke
             raise
@@ -187,7 +188,7 @@ class ApplyPipeline:
             if decoded is not None:
                 decoded.unpersist()
         self._fault("progress")
-        self._write_progress(plan, states, stats, version, batch_id, report, prepared, lag_query)
+        self._write_progress(plan, states, stats, report, prepared, lag_query)
         report.mark("progress")
         self.version = version
         self.states = {**self.states, **states}
@@ -196,7 +197,7 @@ class ApplyPipeline:
         print(report.line(), file=self.out, flush=True)
         return report
 
-    def _plan(self, fresh, stats, last: dict[str, int], prepared, report: BatchReport) -> BatchPlan:
+    def _plan(self, fresh, stats, last: dict[str, int], prepared) -> BatchPlan:
         """Collect the batch's control messages and plan it (``cdc_apply.planning.plan``)."""
         controls: dict[str, list] = {s: [] for s in stats}
         # Through Arrow: a batch of 100,000 transactions has 200,000 Begin and Commit rows, and a Spark Row
@@ -205,11 +206,10 @@ class ApplyPipeline:
         for source, seq, lsn, payload in zip(*(control_rows.column(k).to_pylist() for k in range(4))):
             controls[source].append((seq, lsn, payload))
         inputs = {}
-        for source, row in stats.items():
+        for source in stats:
             self.histories.setdefault(source, SchemaHistory())
             rows = sorted(controls[source])
             inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows, last[source])
-            report.messages += int(row.n)
         # The decode turns every bad message into an error row, whatever the policy: under "fail" the
         # batch then stops on the first of them (first_decode_error), not on whichever task failed first.
         return plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
@@ -335,8 +335,8 @@ class ApplyPipeline:
         rows = self.bronze.read(self.spark).where(since).groupBy("source").agg(F.max("seq").alias("m")).collect()
         return {r.source: int(r.m) for r in rows}
 
-    def _write_progress(self, plan: BatchPlan, states, stats, version: int, batch_id: int, report: BatchReport,
-                        prepared, lag_query) -> None:
+    def _write_progress(self, plan: BatchPlan, states, stats, report: BatchReport, prepared, lag_query) -> None:
+        version, batch_id = report.apply_version, report.batch_id
         bronze_max = lag_query.result()
         now = _now()
         rows = []
