@@ -40,6 +40,9 @@ class _Table:
     identity: str
     rel: object = None
     rows: list = field(default_factory=list)  # dicts name -> text value or None
+    # The columns GaussDB's stream has described (the last full tuple's): it carries no DDL, so a column
+    # added in the database is unknown to the transcoder until a tuple holds it.
+    described: list = field(default_factory=list)
 
     @property
     def key(self) -> list[str]:
@@ -57,6 +60,8 @@ class Workload:
     expected: dict  # "schema.table" -> list of row dicts (the simulated database's final state)
     users: list  # user name per transaction, in commit order
     xids: list = field(default_factory=list)  # 64-bit xid per transaction, in commit order
+    # The same state in the columns GaussDB's records described (a column added late and never sent is absent).
+    expected_gaussdb: dict = field(default_factory=dict)
 
     def payloads(self, rng: random.Random) -> list[bytes]:
         """The records cut into payloads at random."""
@@ -107,6 +112,7 @@ def build(seed: int, transactions: int = 25) -> Workload:
                     next_id += 1
                     row = _new_row(rng, t, next_id)
                     t.rows.append(row)
+                    t.described = [c for c, _, _ in t.cols]
                     tx.insert(t.rel, row)
                     records.append(Insert(lsn, t.schema, t.name, t.gtuple(row)))
                 elif op < 0.8:
@@ -117,6 +123,7 @@ def build(seed: int, transactions: int = 25) -> Workload:
                             next_id += 1
                             new[c] = _value(rng, c, next_id, t)
                     t.rows[t.rows.index(old)] = new
+                    t.described = [c for c, _, _ in t.cols]
                     if t.identity == "f":
                         tx.update(t.rel, new, old=old)
                         old_t = t.gtuple(old)
@@ -128,7 +135,8 @@ def build(seed: int, transactions: int = 25) -> Workload:
                 else:
                     old = rng.choice(t.rows)
                     t.rows.remove(old)
-                    if t.identity == "f":
+                    if t.identity == "f":   # the old tuple holds every column
+                        t.described = [c for c, _, _ in t.cols]
                         tx.delete(t.rel, old=old)
                         records.append(Delete(lsn, t.schema, t.name, t.gtuple(old)))
                     else:
@@ -137,7 +145,8 @@ def build(seed: int, transactions: int = 25) -> Workload:
         lsn += 0x30
         records.append(Commit(lsn, xid if n % 3 != 1 else None, rng.choice([tstext, None])))
     expected = {f"{t.schema}.{t.name}": [{c: r.get(c) for c, _, _ in t.cols} for r in t.rows] for t in tables}
-    return Workload(b, records, expected, users, xids)
+    described = {f"{t.schema}.{t.name}": [{c: r.get(c) for c in t.described} for r in t.rows] for t in tables}
+    return Workload(b, records, expected, users, xids, described)
 
 
 def _value(rng: random.Random, column: str, n: int, t: _Table):
