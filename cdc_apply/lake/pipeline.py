@@ -7,8 +7,8 @@ Per micro-batch (``foreachBatch``):
 2. decode the change rows once, in parallel (``mapInArrow``), and persist them;
 3. per silver table, in parallel threads: evolve the schema, empty the table
    at a TRUNCATE, collapse to one row per key and MERGE;
-4. append the transactions log, messages, quarantine, schema history and,
-   last, progress.
+4. append the transactions log, messages and quarantine (beside step 3
+   unless a snapshot load's counts are needed) and, last, progress.
 
 Every write is guarded by the pipeline's own apply version (not Spark's batch
 id): silver commits record their step in ``userMetadata`` (``ledger.py``),
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from functools import partial
 from typing import Callable, TextIO
@@ -89,6 +89,8 @@ class ApplyPipeline:
         self.formats.create_tables(spark)
         # Beside the batch: the lag query and the bronze contract's count.
         self._side = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cdc_apply-side")
+        # Beside the tables: the batch's logs (see _apply).
+        self._beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc_apply-logs")
         # Tests inject crashes here: called with "table:<ns.name>", "history:<ns.name>" (after a table's
         # history write, before its silver writes), "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
@@ -307,15 +309,31 @@ class ApplyPipeline:
             stats.seconds = time.monotonic() - began
             return work, stats
 
-        with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:
-            several = len(plan.sources) > 1
-            for work, stats in pool.map(run, works):
-                report.tables[f"{work.source}:{work.qualified_name}" if several else work.qualified_name] = stats
-                report.written.append((work.source, work.relation_id, work.qualified_name, stats))
+        def write_logs():
+            self._fault("logs")
+            self.logs.write_logs(plan, decoded, counts, truncates, version,
+                                 load_counts(loads, self.silver.loaded, self._messages))
+
+        # The logs need nothing the tables write but a snapshot load's row counts: without loads they are
+        # written beside the tables (a small batch's Spark jobs leave the cores idle between them). Each
+        # write is guarded by the apply version, so their order within the batch does not matter; the
+        # progress rows, last, still wait for both.
+        logs = None if loads else self._beside.submit(write_logs)
+        try:
+            with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:
+                several = len(plan.sources) > 1
+                for work, stats in pool.map(run, works):
+                    report.tables[f"{work.source}:{work.qualified_name}" if several else work.qualified_name] = stats
+                    report.written.append((work.source, work.relation_id, work.qualified_name, stats))
+        except BaseException:
+            if logs is not None:
+                wait([logs])   # nothing of the batch goes on writing after it failed; the tables' error is raised
+            raise
         report.mark("tables")
-        self._fault("logs")
-        self.logs.write_logs(plan, decoded, counts, truncates, version,
-                             load_counts(loads, self.silver.loaded, self._messages))
+        if logs is None:
+            write_logs()
+        else:
+            logs.result()
         report.mark("logs")
 
     def _bronze_max(self, sources: list[str]) -> dict[str, int]:

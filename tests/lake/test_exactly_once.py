@@ -87,6 +87,35 @@ def test_crashes_between_merges_and_before_progress_change_nothing_twice(lake_fa
     assert lake.state("progress").select("apply_version").distinct().count() == 2
 
 
+def test_a_crash_in_the_logs_written_beside_the_tables_is_raised_and_the_rerun_writes_each_log_row_once(lake_factory):
+    # Without a snapshot load a batch writes its transactions, messages and quarantine logs beside
+    # its silver tables: a failure there fails the batch, and the restart completes it.
+    from cdc_apply.lake.pipeline import ApplyPipeline
+
+    lake = lake_factory("crash_logs", apply={"parallelism": 2})
+    rows, cuts = _stream()
+    start = 0
+    for cut in cuts:
+        lake.land(rows[start:cut])
+        start = cut
+    hook, calls = _crash_at("logs", 2)
+    pipeline = ApplyPipeline(lake.spark, lake.config, fault_hook=hook)
+    calls["pipeline"] = pipeline
+    with pytest.raises(Exception, match="injected crash at logs"):
+        pipeline.run(once=True)
+    assert pipeline.version == 1
+    rerun, _ = lake.apply()
+
+    assert [list(r.phases) for r in rerun.reports] == [["plan", "decode", "tables", "logs", "progress"]]
+    ref = ReferenceApplier()
+    for _, seq, _, payload in rows:
+        ref.feed(seq, payload)
+    assert sorted((r.id, r.v) for r in lake.silver("public", "a").collect()) == [(10, "ten")]
+    assert sorted(r.x for r in lake.silver("public", "bag").collect()) == sorted(int(r["x"]) for r in ref.rows("public.bag"))
+    assert lake.state("transactions").count() == 3
+    assert lake.state("messages").count() == 1
+
+
 def test_a_crash_after_a_batchs_schema_history_reruns_its_relation_messages_in_order(lake_factory):
     """The batch re-sends a relation unchanged, then changes it; it dies after its schema history append
     (at its first table). The restart is a new job: it must not meet the later version already loaded."""
