@@ -48,6 +48,16 @@ def _stream():
     return b.rows(), cuts
 
 
+def _land_stream(lake) -> list:
+    """Land the stream as two bronze commits (two batches); returns its rows."""
+    rows, cuts = _stream()
+    start = 0
+    for cut in cuts:
+        lake.land(rows[start:cut])
+        start = cut
+    return rows
+
+
 def _crash_at(point_to_fail, version_to_fail):
     calls = {"version": None}
 
@@ -60,11 +70,7 @@ def _crash_at(point_to_fail, version_to_fail):
 
 def test_crashes_between_merges_and_before_progress_change_nothing_twice(lake_factory):
     lake = lake_factory("crash", apply={"parallelism": 1})
-    rows, cuts = _stream()
-    start = 0
-    for cut in cuts:
-        lake.land(rows[start:cut])
-        start = cut
+    rows = _land_stream(lake)
 
     for point, version in (("table:public.bag", 1), ("progress", 2)):
         hook, calls = _crash_at(point, version)
@@ -93,11 +99,7 @@ def test_a_crash_in_the_logs_written_beside_the_tables_is_raised_and_the_rerun_w
     from cdc_apply.lake.pipeline import ApplyPipeline
 
     lake = lake_factory("crash_logs", apply={"parallelism": 2})
-    rows, cuts = _stream()
-    start = 0
-    for cut in cuts:
-        lake.land(rows[start:cut])
-        start = cut
+    rows = _land_stream(lake)
     hook, calls = _crash_at("logs", 2)
     pipeline = ApplyPipeline(lake.spark, lake.config, fault_hook=hook)
     calls["pipeline"] = pipeline
