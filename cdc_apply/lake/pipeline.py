@@ -7,8 +7,8 @@ Per micro-batch (``foreachBatch``):
 2. decode the change rows once, in parallel (``mapInArrow``), and persist them;
 3. per silver table, in parallel threads: evolve the schema, empty the table
    at a TRUNCATE, collapse to one row per key and MERGE;
-4. append the transactions log, messages and quarantine (beside step 3
-   unless a snapshot load's counts are needed) and, last, progress.
+4. append the transactions log, messages and quarantine (beside step 3 in a
+   small batch without a snapshot load) and, last, progress.
 
 Every write is guarded by the pipeline's own apply version (not Spark's batch
 id): silver commits record their step in ``userMetadata`` (``ledger.py``),
@@ -56,7 +56,8 @@ from cdc_apply.spark.session import session_settings
 # to disk is read back whole: the soak's 450k-message batches, rows as wide as a 300-column table (~625 decoded columns),
 # ran the driver out of heap in two partitions and ran in partitions of 25,000 messages (~15M values).
 DECODE_VALUES_PER_PARTITION = 8_000_000
-# A batch whose bronze payloads come to at most this many bytes is read from bronze once and kept in
+# A batch whose bronze payloads come to at most this many bytes is small: it writes its logs beside its
+# tables (see _apply), and is read from bronze once and kept in
 # memory for the batch: the bronze contract's count, the control scan and the decode then read
 # the copy. Each read of bronze otherwise costs a Delta file-skipping job over bronze's log and a scan
 # of its files: a running job's batches of ~10,000 messages at 1,000 rows/s (bench.sustained) planned
@@ -159,14 +160,16 @@ class ApplyPipeline:
             cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= last[source])
             new_rows = cond if new_rows is None else new_rows | cond
         fresh = self._messages().where(new_rows).select("source", "seq", "lsn", "payload")
-        if sum(int(r.bytes or 0) for r in stats.values()) <= FRESH_CACHE_BYTES:
+        small = sum(int(r.bytes or 0) for r in stats.values()) <= FRESH_CACHE_BYTES
+        if small:
             fresh = fresh.persist()
         try:
-            return self._process_fresh(fresh, stats, report, last, prepared, lag_query, started)
+            return self._process_fresh(fresh, stats, report, last, prepared, lag_query, started, small)
         finally:
             fresh.unpersist()   # a no-op for a batch read from bronze each time
 
-    def _process_fresh(self, fresh, stats, report: BatchReport, last, prepared, lag_query, started: float) -> BatchReport:
+    def _process_fresh(self, fresh, stats, report: BatchReport, last, prepared, lag_query, started: float,
+                       small: bool) -> BatchReport:
         version = report.apply_version
         report.messages = sum(int(row.n) for row in stats.values())
         # The bronze contract's count (a shuffle of every row's seq) runs beside the control scan and
@@ -185,7 +188,7 @@ class ApplyPipeline:
         decoded = self._decode(fresh, plan, report.messages, loads)
         report.mark("plan")
         try:
-            self._apply(plan, decoded, version, report, loads)
+            self._apply(plan, decoded, version, report, loads, logs_beside=small and not loads)
         finally:
             if decoded is not None:
                 decoded.unpersist()
@@ -262,7 +265,7 @@ class ApplyPipeline:
         return decoded.persist()
 
     def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport,
-               loads: tuple[SnapshotLoad, ...] = ()) -> None:
+               loads: tuple[SnapshotLoad, ...] = (), logs_beside: bool = False) -> None:
         from pyspark.sql import functions as F
 
         if decoded is None:
@@ -314,11 +317,13 @@ class ApplyPipeline:
             self.logs.write_logs(plan, decoded, counts, truncates, version,
                                  load_counts(loads, self.silver.loaded, self._messages))
 
-        # The logs need nothing the tables write but a snapshot load's row counts: without loads they are
-        # written beside the tables (a small batch's Spark jobs leave the cores idle between them). Each
-        # write is guarded by the apply version, so their order within the batch does not matter; the
-        # progress rows, last, still wait for both.
-        logs = None if loads else self._beside.submit(write_logs)
+        # The logs need nothing the tables write but a snapshot load's row counts. A small batch's Spark
+        # jobs leave the cores idle between them, so without loads its logs are written beside the
+        # tables (~11,000 messages of one table: a batch in ~4.0 s against ~4.4 s); a large batch keeps
+        # both cores busy, and its logs beside the tables slowed it (1M changes: 48.6 s against 46.5 s).
+        # Each write is guarded by the apply version, so their order within the batch does not matter;
+        # the progress rows, last, still wait for both.
+        logs = self._beside.submit(write_logs) if logs_beside else None
         try:
             with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:
                 several = len(plan.sources) > 1

@@ -25,8 +25,8 @@ class BatchReport:
     seconds: float = 0.0
     # Wall seconds per phase, in order: plan (read bronze, plan on the driver), decode (the decode job
     # and its counts), tables (schema history, then per table evolve, collapse and MERGE, tables in
-    # parallel), logs (transactions, messages, quarantine: written beside the tables unless the batch
-    # loads a snapshot, so mostly the time they took past the tables), progress.
+    # parallel), logs (transactions, messages, quarantine: a small batch without a snapshot load
+    # writes them beside the tables, and this is the time they took past the tables), progress.
     phases: dict[str, float] = field(default_factory=dict)
     clock: float = field(default_factory=time.monotonic, repr=False)  # end of the last phase marked
     # (source, relation id, table, stats) of every table the batch applied: the progress rows record versions
