@@ -88,10 +88,8 @@ class ApplyPipeline:
         self.logs = BatchLogs(spark, config, self.books, self.silver.names_of, self._type_name)
         self.formats = SourceFormats(config)
         self.formats.create_tables(spark)
-        # Beside the batch: the lag query and the bronze contract's count.
-        self._side = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cdc_apply-side")
-        # Beside the tables: the batch's logs (see _apply).
-        self._beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc_apply-logs")
+        # Beside the batch: the lag query, the bronze contract's count and a small batch's logs (_apply).
+        self._side = ThreadPoolExecutor(max_workers=3, thread_name_prefix="cdc_apply-side")
         # Tests inject crashes here: called with "table:<ns.name>", "history:<ns.name>" (after a table's
         # history write, before its silver writes), "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
@@ -323,7 +321,7 @@ class ApplyPipeline:
         # both cores busy, and its logs beside the tables slowed it (1M changes: 48.6 s against 46.5 s).
         # Each write is guarded by the apply version, so their order within the batch does not matter;
         # the progress rows, last, still wait for both.
-        logs = self._beside.submit(write_logs) if logs_beside else None
+        logs = self._side.submit(write_logs) if logs_beside else None
         try:
             with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:
                 several = len(plan.sources) > 1
