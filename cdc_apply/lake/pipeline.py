@@ -57,9 +57,8 @@ from cdc_apply.spark.session import session_settings
 # ran the driver out of heap in two partitions and ran in partitions of 25,000 messages (~15M values).
 DECODE_VALUES_PER_PARTITION = 8_000_000
 # A batch whose bronze payloads come to at most this many bytes is small: it writes its logs beside its
-# tables (see _apply), and is read from bronze once and kept in
-# memory for the batch: the bronze contract's count, the control scan and the decode then read
-# the copy. Each read of bronze otherwise costs a Delta file-skipping job over bronze's log and a scan
+# tables (_apply) and is read from bronze once, kept in memory for the batch: the bronze contract's
+# count, the control scan and the decode then read the copy. Each read of bronze otherwise costs a Delta file-skipping job over bronze's log and a scan
 # of its files: a running job's batches of ~10,000 messages at 1,000 rows/s (bench.sustained) planned
 # in a median 1.7 s instead of 2.1 s. A 1M-message batch (~60 MB) planned 1.9 s slower with the copy
 # (building it costs more than the two reads it saves), hence a budget for small batches only.
@@ -264,6 +263,7 @@ class ApplyPipeline:
 
     def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport,
                loads: tuple[SnapshotLoad, ...] = (), logs_beside: bool = False) -> None:
+        """The decode's counts, then the silver tables and the logs (beside the tables: ``logs_beside``)."""
         from pyspark.sql import functions as F
 
         if decoded is None:
@@ -315,12 +315,9 @@ class ApplyPipeline:
             self.logs.write_logs(plan, decoded, counts, truncates, version,
                                  load_counts(loads, self.silver.loaded, self._messages))
 
-        # The logs need nothing the tables write but a snapshot load's row counts. A small batch's Spark
-        # jobs leave the cores idle between them, so without loads its logs are written beside the
-        # tables (~11,000 messages of one table: a batch in ~4.0 s against ~4.4 s); a large batch keeps
-        # both cores busy, and its logs beside the tables slowed it (1M changes: 48.6 s against 46.5 s).
-        # Each write is guarded by the apply version, so their order within the batch does not matter;
-        # the progress rows, last, still wait for both.
+        # The logs need nothing the tables write but a snapshot load's row counts; each write is guarded by
+        # the apply version, so their order does not matter. Beside the tables they fill a small batch's
+        # idle cores (~11,000 messages: ~4.0 s against ~4.4 s) but slowed a large one (1M: 48.6 against 46.5 s).
         logs = self._side.submit(write_logs) if logs_beside else None
         try:
             with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:

@@ -45,6 +45,10 @@ class _Table:
     described: list = field(default_factory=list)
 
     @property
+    def names(self) -> list[str]:
+        return [c for c, _, _ in self.cols]
+
+    @property
     def key(self) -> list[str]:
         return [c for c, _, k in self.cols if k]
 
@@ -112,7 +116,7 @@ def build(seed: int, transactions: int = 25) -> Workload:
                     next_id += 1
                     row = _new_row(rng, t, next_id)
                     t.rows.append(row)
-                    t.described = [c for c, _, _ in t.cols]
+                    t.described = t.names
                     tx.insert(t.rel, row)
                     records.append(Insert(lsn, t.schema, t.name, t.gtuple(row)))
                 elif op < 0.8:
@@ -123,7 +127,7 @@ def build(seed: int, transactions: int = 25) -> Workload:
                             next_id += 1
                             new[c] = _value(rng, c, next_id, t)
                     t.rows[t.rows.index(old)] = new
-                    t.described = [c for c, _, _ in t.cols]
+                    t.described = t.names
                     if t.identity == "f":
                         tx.update(t.rel, new, old=old)
                         old_t = t.gtuple(old)
@@ -136,7 +140,7 @@ def build(seed: int, transactions: int = 25) -> Workload:
                     old = rng.choice(t.rows)
                     t.rows.remove(old)
                     if t.identity == "f":   # the old tuple holds every column
-                        t.described = [c for c, _, _ in t.cols]
+                        t.described = t.names
                         tx.delete(t.rel, old=old)
                         records.append(Delete(lsn, t.schema, t.name, t.gtuple(old)))
                     else:
