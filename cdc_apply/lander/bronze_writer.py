@@ -1,10 +1,12 @@
 """Bronze I/O for the lander: where a source stands, and one Delta append per batch.
 
-Each append carries ``txnAppId = cdc_apply-land:<source>``, ``txnVersion =``
-the batch number and, as ``userMetadata``, the
+Each append records ``SetTransaction(appId = cdc_apply-land:<source>, version =`` the
+batch number``)`` and, as ``userMetadata``, the
 :class:`~cdc_apply.lander.state.ResumeState` after the batch. The state therefore
 commits atomically with the rows it describes; on start the lander reads it
-back from the newest such commit and checks it against ``max(seq)``.
+back from the newest such commit and checks it against ``max(seq)``. A plain
+local table is appended to without Spark jobs (:mod:`cdc_apply.lander.bronze_commit`);
+any other through Spark's writer with ``txnAppId``/``txnVersion``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from datetime import datetime, timezone
 from cdc_apply.lake.bronze import BRONZE_DDL, check_bronze_schema, create_bronze_table
 from cdc_apply.lake.tables import TableRef
 from cdc_apply.errors import ConfigError, LandError
+from cdc_apply.lander.bronze_commit import (check_not_written, commit_files, direct_folder, recorded_batch,
+                                            stream_batch, update, write_file)
 from cdc_apply.lander.sequencer import Batch
 from cdc_apply.lander.state import ResumeState, rebuild_state
 
@@ -26,7 +30,8 @@ HISTORY_PROBES = (50, None)    # commits to look back for the lander's last meta
 class BronzeWriter:
     """The bronze table as one source's lander sees it."""
 
-    def __init__(self, spark, ref: TableRef, source: str) -> None:
+    def __init__(self, spark, ref: TableRef, source: str, direct: bool = True) -> None:
+        """``direct=False``: always append through Spark's writer (the fallback, also for tests)."""
         self.spark = spark
         self.ref = ref
         self.source = source
@@ -34,6 +39,8 @@ class BronzeWriter:
         self.run_id = uuid.uuid4().hex
         self.rebuilt_from_rows = False
         self._location: str | None = ref.path
+        self._direct = direct
+        self.folder: str | None = None     # set by open(): where pyarrow writes this table's files, if it may
 
     # -- start -------------------------------------------------------------------
     def open(self) -> ResumeState:
@@ -41,6 +48,7 @@ class BronzeWriter:
         from pyspark.sql import functions as F
 
         self._ensure_table()
+        self.folder = direct_folder(self) if self._direct else None
         df = self.ref.read(self.spark)
         try:
             check_bronze_schema(df.schema, str(self.ref))
@@ -111,32 +119,27 @@ class BronzeWriter:
         log = self._delta_log()
         if log is None:
             return None
-        defaults = (getattr(log, f"update$default${i}")() for i in (1, 2, 3))
-        found = log.update(*defaults).transactions().get(self.app_id)
-        return int(found.get()) if found.isDefined() else None
+        return recorded_batch(self.spark._jvm, update(log), self.app_id)
 
     # -- batches -------------------------------------------------------------------
     def append(self, batch: Batch, landed_at: datetime | None = None) -> None:
         """One Delta commit with the batch's rows (one file, seq order) and its resume state."""
+        at = landed_at or datetime.now(timezone.utc)
+        if self.folder is not None:
+            rows = stream_batch(self.source, batch.rows, at)
+            files = [write_file(self.folder, [rows])] if batch.rows else []
+            commit_files(self, files, batch.state)
+            return
+        self._append_spark(batch, at)
+
+    def _append_spark(self, batch: Batch, at: datetime) -> None:
         import pyarrow as pa
 
         from cdc_apply.lake.bronze import bronze_schema
 
         version = batch.state.batch
-        written = self._txn_version()
-        if written is not None and written >= version:
-            raise LandError(f"batch {version} of source {self.source!r} is already in bronze (written by "
-                            "another run): run one lander per source, then start this one again",
-                            table=str(self.ref), app_id=self.app_id)
-        at = landed_at or datetime.now(timezone.utc)
-        n = len(batch.rows)
-        table = pa.table({
-            "source": pa.array([self.source] * n, pa.string()),
-            "seq": pa.array([r[0] for r in batch.rows], pa.int64()),
-            "lsn": pa.array([r[1] for r in batch.rows], pa.int64()),
-            "payload": pa.array([r[2] for r in batch.rows], pa.binary()),
-            "landed_at": pa.array([at] * n, pa.timestamp("us", tz="UTC")),
-        })
+        check_not_written(self, self._txn_version(), version)
+        table = pa.Table.from_batches([stream_batch(self.source, batch.rows, at)])
         df = self.spark.createDataFrame(table, schema=bronze_schema()).coalesce(1)
         writer = (df.write.format("delta").mode("append")
                   .option("txnAppId", self.app_id).option("txnVersion", str(version))
