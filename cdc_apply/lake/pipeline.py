@@ -37,6 +37,7 @@ from cdc_apply.lake.batch_logs import BatchLogs, now as _now
 from cdc_apply.lake.bookkeeping import Bookkeeping
 from cdc_apply.lake.bronze import check_bronze
 from cdc_apply.lake.bronze_contract import applied_rows, check_late_rows, count_rows
+from cdc_apply.lake.bronze_tail import BronzeTail
 from cdc_apply.lake.payload_columns import first_change_seqs, is_control, is_directive
 from cdc_apply.lake.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.lake.merge import BATCH_SETTINGS
@@ -89,6 +90,7 @@ class ApplyPipeline:
         self.formats.create_tables(spark)
         # Beside the batch: the lag query, the bronze contract's count and a small batch's logs (_apply).
         self._side = ThreadPoolExecutor(max_workers=3, thread_name_prefix="cdc_apply-side")
+        self._tail = BronzeTail(spark, self.bronze)
         # Tests inject crashes here: called with "table:<ns.name>", "history:<ns.name>" (after a table's
         # history write, before its silver writes), "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
@@ -337,21 +339,14 @@ class ApplyPipeline:
         report.mark("logs")
 
     def _bronze_max(self, sources: list[str]) -> dict[str, int]:
-        """Bronze's newest seq per source, for the lag. Runs beside the batch (its own thread): it reads
-        only bronze from each source's previous applied point on (file statistics on seq skip the
-        rest), and nothing in the batch waits for it until the progress rows."""
-        from pyspark.sql import functions as F
-
-        since = None
+        """Bronze's newest seq per source, for the lag. Runs beside the batch (its own thread), and
+        nothing in the batch waits for it until the progress rows; followed through bronze's log
+        (:class:`~cdc_apply.lake.bronze_tail.BronzeTail`) rather than a query a batch."""
+        floors = {}
         for source in sources:
             state = self.states.get(source)
-            floor = 0 if state is None else self.formats.of(source).bronze_seq(state)
-            cond = (F.col("source") == source) & (F.col("seq") >= floor)
-            since = cond if since is None else since | cond
-        if since is None:
-            return {}
-        rows = self.bronze.read(self.spark).where(since).groupBy("source").agg(F.max("seq").alias("m")).collect()
-        return {r.source: int(r.m) for r in rows}
+            floors[source] = 0 if state is None else self.formats.of(source).bronze_seq(state)
+        return self._tail.newest(floors)
 
     def _write_progress(self, plan: BatchPlan, states, stats, report: BatchReport, prepared, lag_query) -> None:
         version, batch_id = report.apply_version, report.batch_id

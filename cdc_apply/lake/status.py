@@ -14,6 +14,7 @@ from typing import Any
 from cdc_apply.planning.state import SourceState
 from cdc_apply.config import Config
 from cdc_apply.lake.bookkeeping import Bookkeeping
+from cdc_apply.lake.bronze_tail import newest_seqs
 from cdc_apply.lake.tables import bronze_ref
 from cdc_apply.lake.sources import SourceFormats
 from cdc_apply.pgoutput.messages import format_lsn
@@ -100,17 +101,8 @@ def _bronze_seq(config: Config, source: str, state: SourceState) -> int:
 
 def _bronze_max(spark, config: Config, states: dict[str, SourceState]) -> dict[str, int]:
     """Bronze's newest seq per source, reading only files at or past each applied point."""
-    from pyspark.sql import functions as F
-
-    bronze = bronze_ref(config)
-    if not bronze.exists(spark) or not states:
-        return {}
-    since = None
-    for source, state in states.items():
-        cond = (F.col("source") == source) & (F.col("seq") >= _bronze_seq(config, source, state))
-        since = cond if since is None else since | cond
-    rows = bronze.read(spark).where(since).groupBy("source").agg(F.max("seq").alias("m")).collect()
-    return {r.source: int(r.m) for r in rows}
+    floors = {source: _bronze_seq(config, source, state) for source, state in states.items()}
+    return newest_seqs(spark, bronze_ref(config), floors)
 
 
 def _quarantined(spark, books: Bookkeeping, since: datetime) -> dict[str, tuple[int, int]]:

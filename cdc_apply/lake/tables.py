@@ -315,30 +315,42 @@ def _rewrite_column(spark, ref: TableRef, op: SchemaOp) -> None:
     spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {quote_ident(temp)} TO {quote_ident(op.column)}")
 
 
+def delta_log(spark, ref: TableRef):
+    """Delta's ``DeltaLog`` of the table, or None where the JVM is out of reach (Spark Connect) or the
+    catalog does not describe its tables."""
+    try:
+        location = ref.path or spark.sql(f"DESCRIBE DETAIL {ref.sql}").first().location
+        return spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+    except Exception:  # noqa: BLE001 - no JVM access, or no location to ask for
+        return None
+
+
+def newest_snapshot(log):
+    """The table's newest snapshot (``DeltaLog.update`` with its default arguments, from Python)."""
+    return log.update(*(getattr(log, f"update$default${i}")() for i in (1, 2, 3)))
+
+
 def delta_version(spark, ref: TableRef) -> int | None:
     """The table's newest Delta version this JVM knows (its own commits included), without reading the
     log again: the cached snapshot Delta keeps per table. Falls back to ``DESCRIBE HISTORY`` (one small
     job) where the JVM is out of reach (Spark Connect); None for a table that does not exist."""
-    try:
-        location = ref.path or spark.sql(f"DESCRIBE DETAIL {ref.sql}").first().location
-        log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
-        version = int(log.unsafeVolatileSnapshot().version())
-        return version if version >= 0 else None
-    except Exception:  # noqa: BLE001 - no JVM access: ask the table
-        if not ref.exists(spark):
-            return None
-        return int(ref.delta_table(spark).history(1).select("version").first()[0])
+    log = delta_log(spark, ref)
+    if log is not None:
+        try:
+            version = int(log.unsafeVolatileSnapshot().version())
+            return version if version >= 0 else None
+        except Exception:  # noqa: BLE001 - ask the table
+            pass
+    if not ref.exists(spark):
+        return None
+    return int(ref.delta_table(spark).history(1).select("version").first()[0])
 
 
 def recorded_txn_version(spark, ref: TableRef, app_id: str) -> int | None:
     """The newest ``txnVersion`` Delta recorded for ``app_id`` in the table (None: none, or no JVM to ask,
     as under Spark Connect). Rebuilds the table's state once: call it once per table, not per write."""
-    try:
-        location = ref.path or spark.sql(f"DESCRIBE DETAIL {ref.sql}").first().location
-        log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
-    except Exception:  # noqa: BLE001 - no JVM access, or a catalog that does not describe its tables
+    log = delta_log(spark, ref)
+    if log is None:
         return None
-    defaults = (getattr(log, f"update$default${i}")() for i in (1, 2, 3))
-    found = log.update(*defaults).transactions().get(app_id)
+    found = newest_snapshot(log).transactions().get(app_id)
     return int(found.get()) if found.isDefined() else None
-

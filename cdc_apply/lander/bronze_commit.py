@@ -27,6 +27,7 @@ from typing import Iterable, NamedTuple
 import pyarrow as pa
 
 from cdc_apply.errors import LandError
+from cdc_apply.lake.tables import newest_snapshot
 from cdc_apply.lander.state import ResumeState
 
 SCHEMA = pa.schema([
@@ -59,18 +60,13 @@ def direct_folder(writer) -> str | None:
     log = writer._delta_log()
     if log is None:
         return None
-    snapshot = update(log)
+    snapshot = newest_snapshot(log)
     protocol, metadata = snapshot.protocol(), snapshot.metadata()
     mapping = metadata.configuration().get("delta.columnMapping.mode")
     plain = (protocol.minReaderVersion() == 1 and protocol.minWriterVersion() <= 2
              and metadata.partitionColumns().isEmpty()
              and (not mapping.isDefined() or mapping.get() == "none"))
     return location if plain else None
-
-
-def update(log):
-    """The table's newest snapshot (``DeltaLog.update`` with its default arguments, from Python)."""
-    return log.update(*(getattr(log, f"update$default${i}")() for i in (1, 2, 3)))
 
 
 def write_file(folder: str, batches: Iterable[pa.RecordBatch]) -> BronzeFile:

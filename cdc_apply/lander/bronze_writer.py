@@ -17,10 +17,10 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from cdc_apply.lake.bronze import BRONZE_DDL, check_bronze_schema, create_bronze_table
-from cdc_apply.lake.tables import TableRef
+from cdc_apply.lake.tables import TableRef, newest_snapshot
 from cdc_apply.errors import ConfigError, LandError
 from cdc_apply.lander.bronze_commit import (check_not_written, commit_files, direct_folder, recorded_batch,
-                                            stream_batch, update, write_file)
+                                            stream_batch, write_file)
 from cdc_apply.lander.sequencer import Batch
 from cdc_apply.lander.state import ResumeState, rebuild_state
 
@@ -119,7 +119,7 @@ class BronzeWriter:
         log = self._delta_log()
         if log is None:
             return None
-        return recorded_batch(self.spark._jvm, update(log), self.app_id)
+        return recorded_batch(self.spark._jvm, newest_snapshot(log), self.app_id)
 
     # -- batches -------------------------------------------------------------------
     def append(self, batch: Batch, landed_at: datetime | None = None) -> None:

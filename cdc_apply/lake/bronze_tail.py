@@ -1,0 +1,123 @@
+"""Bronze's newest seq per source — the lag in each batch's progress — followed through the Delta log.
+
+A query for ``max(seq)`` per source costs a running job up to a dozen small Spark jobs a batch
+(Delta's file filtering, the scan, the aggregate's stages), on the same two cores as the batch it
+reports on. The files bronze adds already say the same in their statistics: a file whose
+``source`` bounds are one source (what the lander and any single-source writer produce) holds that
+source's rows up to its ``maxValues.seq``. So after one query the tail is followed by reading the
+commits added since (``DeltaLog.getChanges``: the commit files only, no Spark job). A commit that
+removes files (bronze was rewritten or cleaned up), a file without those statistics, a gap in the
+log or no JVM to ask (Spark Connect) falls back to the query, which is always right.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from cdc_apply.lake.tables import TableRef, delta_log, newest_snapshot
+
+
+class BronzeTail:
+    """The newest seq of each source in one bronze table (one per job; calls may come from any thread)."""
+
+    def __init__(self, spark, ref: TableRef) -> None:
+        self.spark = spark
+        self.ref = ref
+        self.queries = 0                  # how often the fallback query ran (for tests and diagnostics)
+        self._version: int | None = None  # the bronze version ``_newest`` describes
+        self._newest: dict[str, int] = {}
+        self._asked: set[str] = set()      # sources the last query covered
+        self._lock = threading.Lock()
+
+    def newest(self, floors: dict[str, int]) -> dict[str, int]:
+        """Bronze's newest seq for each source of ``floors`` that has rows at or past its floor."""
+        with self._lock:
+            # A source the query did not cover is known from the commits only if they added its rows
+            # (seq grows per source, so its newest rows are in them).
+            unknown = set(floors) - self._asked - set(self._newest)
+            if self._version is None or unknown or not self._follow():
+                self._query(floors)
+            return {s: seq for s, seq in self._newest.items() if s in floors and seq >= floors[s]}
+
+    def _follow(self) -> bool:
+        """Read the commits after ``_version``; False when only the query can answer."""
+        log = delta_log(self.spark, self.ref)
+        if log is None:
+            return False
+        jvm = self.spark._jvm
+        try:
+            changes = log.getChanges(self._version + 1, jvm.scala.Option.empty(), True)
+        except Exception:  # noqa: BLE001 - commits cleaned up past our version: ask the table
+            return False
+        newest, version = dict(self._newest), self._version
+        while changes.hasNext():
+            commit = changes.next()
+            for action in jvm.scala.jdk.javaapi.CollectionConverters.asJava(commit._2()):
+                found = _added(json.loads(action.json()))
+                if found is False:
+                    return False
+                if found is not None:
+                    source, seq = found
+                    newest[source] = max(seq, newest.get(source, seq))
+            version = int(commit._1())
+        self._newest, self._version = newest, version
+        return True
+
+    def _query(self, floors: dict[str, int]) -> None:
+        from pyspark.sql import functions as F
+
+        self.queries += 1
+        version = _current_version(self.spark, self.ref)
+        df = self.ref.read(self.spark) if version is None else _read_version(self.spark, self.ref, version)
+        since = None
+        for source, floor in floors.items():
+            cond = (F.col("source") == source) & (F.col("seq") >= floor)
+            since = cond if since is None else since | cond
+        rows = df.where(since).groupBy("source").agg(F.max("seq").alias("m")).collect()
+        self._newest, self._asked = {r.source: int(r.m) for r in rows}, set(floors)
+        # Without a version the query cannot be followed: ask again next time.
+        self._version = version
+
+
+def newest_seqs(spark, ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
+    """One query for bronze's newest seq per source (see :class:`BronzeTail` for a job that follows it)."""
+    if not floors or not ref.exists(spark):
+        return {}
+    return BronzeTail(spark, ref).newest(floors)
+
+
+def _added(action: dict):
+    """``(source, max seq)`` of an added file; None for an action that changes no rows; False when
+    the action cannot be followed (a removed file, a file without single-source statistics)."""
+    if "remove" in action:
+        return False
+    add = action.get("add")
+    if add is None:
+        return None
+    try:
+        stats = json.loads(add.get("stats") or "{}")
+        if int(stats["numRecords"]) == 0:
+            return None
+        low, high = stats["minValues"], stats["maxValues"]
+        source = high["source"]
+        # Delta keeps a 32-character prefix of strings; a longer value's bounds differ (the maximum gets
+        # a tie-breaking character), so equal bounds are the whole value.
+        if low["source"] != source:
+            return False
+        return source, int(high["seq"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _current_version(spark, ref: TableRef) -> int | None:
+    log = delta_log(spark, ref)
+    if log is None:
+        return None
+    version = int(newest_snapshot(log).version())
+    return version if version >= 0 else None
+
+
+def _read_version(spark, ref: TableRef, version: int):
+    reader = spark.read.format("delta").option("versionAsOf", version)
+    return reader.load(ref.path) if ref.path else reader.table(ref.name)

@@ -1,0 +1,86 @@
+"""Bronze's newest seq per source (the lag), followed through the Delta log instead of a query a batch."""
+
+from __future__ import annotations
+
+from cdc_apply.lake.bronze import bronze_schema, create_bronze_table
+from cdc_apply.lake.bronze_tail import BronzeTail, newest_seqs
+from cdc_apply.lake.tables import TableRef
+
+
+def _append(spark, path: str, rows, files: int = 1) -> None:
+    """Bronze rows ``(source, seq)`` in one commit of ``files`` files (one file: every source in it)."""
+    df = spark.createDataFrame([(s, q, q, b"x", None) for s, q in rows], bronze_schema())
+    df.repartition(files, "source").write.format("delta").mode("append").save(path) if files > 1 else \
+        df.coalesce(1).write.format("delta").mode("append").save(path)
+
+
+def _bronze(spark, tmp_path) -> tuple[str, BronzeTail]:
+    path = str(tmp_path / "bronze")
+    create_bronze_table(spark, path)
+    return path, BronzeTail(spark, TableRef(path=path))
+
+
+def test_the_newest_seqs_are_followed_through_the_commits_after_one_query(spark, tmp_path):
+    path, tail = _bronze(spark, tmp_path)
+    _append(spark, path, [("pg", 0), ("pg", 1)])
+    _append(spark, path, [("other", 5)])
+    assert tail.newest({"pg": 0, "other": 0}) == {"pg": 1, "other": 5}
+    for first in (2, 4, 6):
+        _append(spark, path, [("pg", first), ("pg", first + 1)])
+        _append(spark, path, [("other", first + 10)])
+        assert tail.newest({"pg": 1, "other": 5}) == {"pg": first + 1, "other": first + 10}
+    assert tail.queries == 1
+
+
+def test_a_source_with_nothing_at_or_past_its_floor_is_left_out(spark, tmp_path):
+    path, tail = _bronze(spark, tmp_path)
+    _append(spark, path, [("pg", 0), ("pg", 1)])
+    assert tail.newest({"pg": 0}) == {"pg": 1}
+    assert tail.newest({"pg": 2}) == {}
+    _append(spark, path, [("pg", 2)])
+    assert tail.newest({"pg": 2}) == {"pg": 2} and tail.queries == 1
+
+
+def test_a_commit_that_removes_bronze_files_is_answered_by_the_query(spark, tmp_path):
+    path, tail = _bronze(spark, tmp_path)
+    _append(spark, path, [("pg", q) for q in range(6)])
+    assert tail.newest({"pg": 0}) == {"pg": 5}
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.appendOnly' = 'false')")
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE seq >= 4")
+    assert tail.newest({"pg": 0}) == {"pg": 3} and tail.queries == 2
+
+
+def test_a_file_holding_several_sources_is_answered_by_the_query(spark, tmp_path):
+    path, tail = _bronze(spark, tmp_path)
+    _append(spark, path, [("pg", 0)])
+    assert tail.newest({"pg": 0, "other": 0}) == {"pg": 0}
+    _append(spark, path, [("pg", 1), ("other", 7)])
+    assert tail.newest({"pg": 0, "other": 0}) == {"pg": 1, "other": 7} and tail.queries == 2
+    _append(spark, path, [("pg", 2), ("other", 8)], files=2)   # one file per source: followed again
+    assert tail.newest({"pg": 0, "other": 0}) == {"pg": 2, "other": 8} and tail.queries == 2
+
+
+def test_a_source_name_longer_than_delta_s_statistics_keep_is_answered_by_the_query(spark, tmp_path):
+    path, tail = _bronze(spark, tmp_path)
+    long = "a-source-name-longer-than-thirty-two-characters"
+    _append(spark, path, [(long, 0)])
+    assert tail.newest({long: 0}) == {long: 0}
+    _append(spark, path, [(long, 1)])
+    assert tail.newest({long: 0}) == {long: 1} and tail.queries == 2
+
+
+def test_a_source_the_first_query_did_not_ask_for_is_queried_when_asked(spark, tmp_path):
+    path, tail = _bronze(spark, tmp_path)
+    _append(spark, path, [("pg", 0)])
+    _append(spark, path, [("late", 3)])
+    assert tail.newest({"pg": 0}) == {"pg": 0}
+    assert tail.newest({"pg": 0, "late": 0}) == {"pg": 0, "late": 3} and tail.queries == 2
+
+
+def test_the_status_command_s_one_off_answer_equals_the_followed_one(spark, tmp_path):
+    path, tail = _bronze(spark, tmp_path)
+    _append(spark, path, [("pg", 0), ("pg", 1)])
+    tail.newest({"pg": 0})
+    _append(spark, path, [("pg", 2)])
+    assert newest_seqs(spark, TableRef(path=path), {"pg": 1}) == tail.newest({"pg": 1}) == {"pg": 2}
+    assert newest_seqs(spark, TableRef(path=str(tmp_path / "none")), {"pg": 0}) == {}
