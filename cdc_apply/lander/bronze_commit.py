@@ -27,6 +27,7 @@ from typing import Iterable, NamedTuple
 import pyarrow as pa
 
 from cdc_apply.errors import LandError
+from cdc_apply.lake.spark_errors import error_text
 from cdc_apply.lake.tables import newest_snapshot
 from cdc_apply.lander.state import ResumeState
 
@@ -149,7 +150,14 @@ def commit_files(writer, files: list[BronzeFile], state: ResumeState) -> int:
     except LandError:
         raise
     except Exception as exc:  # a JVM error (a conflicting commit, storage): the files stay unreferenced
-        raise LandError(f"committing batch {state.batch} to bronze failed: {str(exc).splitlines()[0]}",
+        text = error_text(exc)
+        if "ConcurrentTransactionException" in text or "DELTA_CONCURRENT_TRANSACTION" in text:
+            raise LandError(f"batch {state.batch} of source {writer.source!r} was committed to bronze by another "
+                            "run while this one committed it: run one lander per source, then start this one "
+                            "again", table=str(writer.ref), app_id=writer.app_id) from None
+        cause = next((line.strip(": ") for line in text.splitlines()
+                      if "Exception" in line or "Error" in line), text.splitlines()[0] if text else "")
+        raise LandError(f"committing batch {state.batch} to bronze failed: {cause[:300]}",
                         table=str(writer.ref), app_id=writer.app_id) from None
 
 

@@ -116,7 +116,7 @@ def test_a_commit_racing_another_run_of_the_same_source_fails_instead_of_landing
             first.append(_batch(state, 0, 4))
 
     monkeypatch.setattr(bronze_commit, "check_not_written", race)
-    with pytest.raises(LandError, match="committing batch 1 to bronze failed"):
+    with pytest.raises(LandError, match="committed to bronze by another run while this one committed it"):
         second.append(_batch(state, 0, 4))
     assert spark.read.format("delta").load(str(tmp_path / "bronze")).count() == 4
 
