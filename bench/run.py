@@ -83,8 +83,10 @@ STEPS: tuple[Step, ...] = (
     Step("sweep_1core", "sweep", ("--master", "local[1]", "--reps", "5", "--sizes", "1000000",
                                   "--variants", "parallel", "--tag", _PIN_TAG), prefix=_PIN,
          what="the ~1M-change batch on one core (the scaling curve's first point)"),
-    Step("sustained", "sustained", ("--rates", "200,1000,4000,8000,16000", "--seconds", "60"),
+    Step("sustained", "sustained", ("--rates", "200,1000,4000,8000", "--seconds", "60", "--warmup", "30"),
          what="lander and apply together against PostgreSQL at fixed offered rates"),
+    Step("sustained_1000", "sustained", ("--rates", "1000", "--seconds", "60", "--key", "sustained_1000"),
+         what="the 1,000 rows/s window alone after 120 s of load at that rate: latency_p50_seconds"),
     Step("small_batch", "small_batch", ("--reps", "5", "--floor"),
          what="small batches by shape: 1,000 changes over ten tables, insert-only vs append, recent vs random keys; "
               "Delta's own MERGE and append floors for them"),
