@@ -3,8 +3,8 @@
 Spark's writer costs a bronze append four Spark jobs, and its ``txnAppId`` check rebuilds the
 table's whole state (every file ever added) to read one number. Under a sustained load that made
 an append of one second's changes take seconds. When the bronze table is a plain Delta table on a
-local file system — no partitions, no column mapping, writer protocol 2 at most
-(``delta.appendOnly``, NOT NULL columns) — the lander writes the rows with pyarrow into the
+local file system — the contract's columns only, no partitions, no column mapping, writer protocol
+2 at most (``delta.appendOnly``, NOT NULL columns) — the lander writes the rows with pyarrow into the
 table's folder and commits them as ``add`` actions through Delta's own ``OptimisticTransaction``,
 with the same ``SetTransaction`` (app id, batch) and ``userMetadata`` as Spark's writer would.
 
@@ -66,7 +66,9 @@ def direct_folder(writer) -> str | None:
     mapping = metadata.configuration().get("delta.columnMapping.mode")
     plain = (protocol.minReaderVersion() == 1 and protocol.minWriterVersion() <= 2
              and metadata.partitionColumns().isEmpty()
-             and (not mapping.isDefined() or mapping.get() == "none"))
+             and (not mapping.isDefined() or mapping.get() == "none")
+             # Columns of the user's own beside the contract's would be left null: Spark's writer says so.
+             and sorted(metadata.schema().fieldNames()) == sorted(SCHEMA.names))
     return location if plain else None
 
 

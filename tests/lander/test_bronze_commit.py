@@ -157,3 +157,14 @@ def test_a_direct_commit_records_what_spark_s_writer_would_in_the_table_history(
     assert (last.operationMetrics["numFiles"], last.operationMetrics["numOutputRows"]) == ("1", "7")
     assert int(last.operationMetrics["numOutputBytes"]) == _adds(str(tmp_path / "bronze"))[0]["size"]
     assert json.loads(last.userMetadata)["app"] == "cdc_apply-land:pg"
+
+
+def test_a_bronze_table_with_columns_of_its_own_is_appended_through_spark(spark, tmp_path):
+    path = str(tmp_path / "bronze")
+    spark.sql(f"CREATE TABLE delta.`{path}` (source STRING NOT NULL, seq BIGINT NOT NULL, lsn BIGINT NOT NULL, "
+              "payload BINARY NOT NULL, landed_at TIMESTAMP, note STRING) USING delta")
+    writer, state = _writer(spark, tmp_path / "bronze")
+    assert writer.folder is None
+    batch = _batch(state, 0, 3)
+    writer.append(batch)
+    assert [r.seq for r in spark.read.format("delta").load(path).orderBy("seq").collect()] == [0, 1, 2]
