@@ -88,7 +88,7 @@ class ApplyPipeline:
         self.logs = BatchLogs(spark, config, self.books, self.silver.names_of, self._type_name)
         self.formats = SourceFormats(config)
         self.formats.create_tables(spark)
-        # Beside the batch: the lag query, the bronze contract's count and a small batch's logs (_apply).
+        # Beside the batch: the lag, the bronze contract's count and a small batch's logs (_apply).
         self._side = ThreadPoolExecutor(max_workers=3, thread_name_prefix="cdc_apply-side")
         self._tail = BronzeTail(spark, self.bronze)
         # Tests inject crashes here: called with "table:<ns.name>", "history:<ns.name>" (after a table's

@@ -49,17 +49,14 @@ class BronzeFile(NamedTuple):
     stats: str        # Delta's per-file statistics (JSON)
 
 
-def direct_folder(writer) -> str | None:
-    """The bronze table's local folder when its files may be written by pyarrow (see the module), else None."""
-    location = writer._location
-    if location is None:
+def direct_folder(location: str | None, log) -> str | None:
+    """The bronze table's local folder when its files may be written by pyarrow (see the module), else
+    None; ``location`` and ``log`` (its ``DeltaLog``) are None where they are not known."""
+    if location is None or log is None:
         return None
     if location.startswith("file:"):
         location = "/" + location[len("file:"):].lstrip("/")
     if not os.path.isabs(location) or not os.path.isdir(location):
-        return None
-    log = writer._delta_log()
-    if log is None:
         return None
     snapshot = newest_snapshot(log)
     protocol, metadata = snapshot.protocol(), snapshot.metadata()
@@ -67,7 +64,8 @@ def direct_folder(writer) -> str | None:
     plain = (protocol.minReaderVersion() == 1 and protocol.minWriterVersion() <= 2
              and metadata.partitionColumns().isEmpty()
              and (not mapping.isDefined() or mapping.get() == "none")
-             # Columns of the user's own beside the contract's would be left null: Spark's writer says so.
+             # A column of the user's own would be null in these files, unchecked; Spark's writer checks
+             # its NOT NULL.
              and sorted(metadata.schema().fieldNames()) == sorted(SCHEMA.names))
     return location if plain else None
 
@@ -144,7 +142,7 @@ def commit_files(writer, files: list[BronzeFile], state: ResumeState) -> int:
                                             jvm.scala.Some(state.to_json(writer.app_id, writer.run_id)),
                                             none, none, none, none, none)
     try:
-        txn = writer._delta_log().startTransaction()
+        txn = writer.delta_log().startTransaction()
         written = recorded_batch(jvm, txn.snapshot(), writer.app_id, txn)
         check_not_written(writer, written, state.batch)
         _register_metrics(writer.spark, txn, files)

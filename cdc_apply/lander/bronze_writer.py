@@ -48,7 +48,7 @@ class BronzeWriter:
         from pyspark.sql import functions as F
 
         self._ensure_table()
-        self.folder = direct_folder(self) if self._direct else None
+        self.folder = direct_folder(self._location, self.delta_log()) if self._direct else None
         df = self.ref.read(self.spark)
         try:
             check_bronze_schema(df.schema, str(self.ref))
@@ -105,7 +105,8 @@ class BronzeWriter:
                 return None
         return None
 
-    def _delta_log(self):
+    def delta_log(self):
+        """The table's ``DeltaLog`` (None: no JVM to ask, as under Spark Connect, or no location known)."""
         if self._location is None:
             return None
         try:
@@ -115,8 +116,9 @@ class BronzeWriter:
             return None
 
     def _txn_version(self) -> int | None:
-        """The newest txnVersion Delta recorded for this source's app id (None: none, or unknown)."""
-        log = self._delta_log()
+        """The newest batch Delta recorded for this source's app id (None: none, or unknown), from the
+        version checksum where Delta keeps one."""
+        log = self.delta_log()
         if log is None:
             return None
         return recorded_batch(self.spark._jvm, newest_snapshot(log), self.app_id)
