@@ -35,23 +35,3 @@ def postgres(tmp_path_factory):
     if log.exists():  # kept for a failed run: the data folder goes with the server
         (tmp_path_factory.getbasetemp() / "postgres-server.log").write_bytes(log.read_bytes())
     server.destroy()
-
-
-# The modules that take longest, first: `make test` gives whole modules to two workers in collection
-# order, and one of these started last kept one worker busy for minutes after the other had finished.
-LONGEST_MODULES = (
-    "tests/lake/test_history.py",
-    "tests/lake/test_apply_rules.py",
-    "tests/lake/test_differential.py",
-    "tests/packaging/test_wheel.py",
-    "tests/lake/test_golden_spark.py",
-    "tests/lake/test_snapshot_loads.py",
-    "tests/lander/test_lander_snapshot.py",
-    "tests/lake/test_history_seed.py",
-    "tests/lake/test_gaussdb_spark.py",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {path: i for i, path in enumerate(LONGEST_MODULES)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))   # stable: order kept within
