@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from cdc_apply.errors import LandError
-from cdc_apply.lander.bronze_commit import SCHEMA, BronzeFile, check_not_written, commit_files, write_file
+from cdc_apply.lander.bronze_commit import SCHEMA, BronzeFile, commit_files, write_file
 from cdc_apply.lander.bronze_writer import BronzeWriter
 from cdc_apply.lander.state import ResumeState
 
@@ -79,12 +79,8 @@ class ArrowAppender:
             self._write_file()
             commit_files(self.writer, self._files, state)
         else:
-            landed_at = datetime.now(timezone.utc)
-            batches, seq = [], self._first_seq
-            for array in self._held:
-                batches.append(bronze_batch(self.writer.source, seq, array, landed_at))
-                seq += len(array)
-            self._append_spark(pa.Table.from_batches(batches, schema=SCHEMA), state)
+            self.writer.append_table(pa.Table.from_batches(self._held_batches(), schema=SCHEMA), state,
+                                     files=max(1, self.spark.sparkContext.defaultParallelism))
         # The stream lands rows of its own between two landings of snapshot rows: numbering starts afresh.
         self._held, self._held_bytes, self._files = [], 0, []
         self._first_seq, self._next_seq, self.staged_bytes = None, None, 0
@@ -92,22 +88,15 @@ class ArrowAppender:
     def _write_file(self) -> None:
         if not self._held:
             return
+        self._files.append(write_file(self._folder, self._held_batches()))
+        self._held, self._held_bytes = [], 0
+
+    def _held_batches(self) -> list[pa.RecordBatch]:
+        """The rows held, numbered on to the last one added, landed now."""
         seq = self._next_seq - sum(len(a) for a in self._held)
         landed_at = datetime.now(timezone.utc)
         batches = []
         for array in self._held:
             batches.append(bronze_batch(self.writer.source, seq, array, landed_at))
             seq += len(array)
-        self._files.append(write_file(self._folder, batches))
-        self._held, self._held_bytes = [], 0
-
-    def _append_spark(self, table: pa.Table, state: ResumeState) -> None:
-        from cdc_apply.lake.bronze import bronze_schema
-
-        writer = self.writer
-        df = self.spark.createDataFrame(table, schema=bronze_schema())
-        out = (df.coalesce(max(1, self.spark.sparkContext.defaultParallelism)).write.format("delta").mode("append")
-               .option("txnAppId", writer.app_id).option("txnVersion", str(state.batch))
-               .option("userMetadata", state.to_json(writer.app_id, writer.run_id)))
-        check_not_written(writer, writer._txn_version(), state.batch)
-        out.save(writer.ref.path) if writer.ref.path else out.saveAsTable(writer.ref.name)
+        return batches

@@ -16,6 +16,8 @@ import uuid
 from dataclasses import replace
 from datetime import datetime, timezone
 
+import pyarrow as pa
+
 from cdc_apply.lake.bronze import BRONZE_DDL, check_bronze_schema, create_bronze_table
 from cdc_apply.lake.tables import TableRef, newest_snapshot
 from cdc_apply.errors import ConfigError, LandError
@@ -126,26 +128,23 @@ class BronzeWriter:
     # -- batches -------------------------------------------------------------------
     def append(self, batch: Batch, landed_at: datetime | None = None) -> None:
         """One Delta commit with the batch's rows (one file, seq order) and its resume state."""
-        at = landed_at or datetime.now(timezone.utc)
+        rows = stream_batch(self.source, batch.rows, landed_at or datetime.now(timezone.utc))
         if self.folder is not None:
-            rows = stream_batch(self.source, batch.rows, at)
-            files = [write_file(self.folder, [rows])] if batch.rows else []
-            commit_files(self, files, batch.state)
-            return
-        self._append_spark(batch, at)
+            commit_files(self, [write_file(self.folder, [rows])] if batch.rows else [], batch.state)
+        else:
+            self.append_table(pa.Table.from_batches([rows]), batch.state)
 
-    def _append_spark(self, batch: Batch, at: datetime) -> None:
-        import pyarrow as pa
-
+    def append_table(self, table, state: ResumeState, files: int = 1) -> None:
+        """Bronze rows (Arrow, the bronze schema) in one commit through Spark's writer, in ``files`` files,
+        with ``txnAppId``/``txnVersion`` = this source's app id and ``state.batch``."""
         from cdc_apply.lake.bronze import bronze_schema
 
-        version = batch.state.batch
+        version = state.batch
         check_not_written(self, self._txn_version(), version)
-        table = pa.Table.from_batches([stream_batch(self.source, batch.rows, at)])
-        df = self.spark.createDataFrame(table, schema=bronze_schema()).coalesce(1)
+        df = self.spark.createDataFrame(table, schema=bronze_schema()).coalesce(files)
         writer = (df.write.format("delta").mode("append")
                   .option("txnAppId", self.app_id).option("txnVersion", str(version))
-                  .option("userMetadata", batch.state.to_json(self.app_id, self.run_id)))
+                  .option("userMetadata", state.to_json(self.app_id, self.run_id)))
         if self.ref.path:
             writer.save(self.ref.path)
         else:
