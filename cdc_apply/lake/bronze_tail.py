@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 
-from cdc_apply.lake.tables import TableRef, delta_log, newest_snapshot
+from cdc_apply.lake.tables import TableRef, delta_log, delta_version
 
 
 class BronzeTail:
@@ -68,7 +68,8 @@ class BronzeTail:
         from pyspark.sql import functions as F
 
         self.queries += 1
-        version = _current_version(self.spark, self.ref)
+        # The JVM's cached snapshot may be a little behind: the commits after it are followed next time.
+        version = delta_version(self.spark, self.ref)
         df = self.ref.read(self.spark) if version is None else _read_version(self.spark, self.ref, version)
         since = None
         for source, floor in floors.items():
@@ -108,14 +109,6 @@ def _added(action: dict):
         return source, int(high["seq"])
     except (KeyError, TypeError, ValueError):
         return False
-
-
-def _current_version(spark, ref: TableRef) -> int | None:
-    log = delta_log(spark, ref)
-    if log is None:
-        return None
-    version = int(newest_snapshot(log).version())
-    return version if version >= 0 else None
 
 
 def _read_version(spark, ref: TableRef, version: int):
