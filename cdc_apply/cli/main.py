@@ -75,14 +75,20 @@ def _status(args: argparse.Namespace) -> int:
 
 def _optimize(args: argparse.Namespace) -> int:
     from cdc_apply.config import load_config
-    from cdc_apply.lake.maintenance import optimize_silver
+    from cdc_apply.lake.maintenance import optimize_bronze, optimize_silver
     from cdc_apply.spark import spark_session
 
     config = load_config(args.config)
     spark = spark_session(f"cdc_apply-optimize-{config.pipeline}")
-    for done in optimize_silver(spark, config, args.table or None):
-        key = f"zorder by {', '.join(done.key)}" if done.key else "no key"
-        print(f"{done.table}: {done.files_removed} files -> {done.files_added} ({key})", flush=True)
+    everything = not (args.table or args.bronze)
+    if everything or args.table:
+        for done in optimize_silver(spark, config, args.table or None):
+            key = f"zorder by {', '.join(done.key)}" if done.key else "no key"
+            print(f"{done.table}: {done.files_removed} files -> {done.files_added} ({key})", flush=True)
+    if everything or args.bronze:
+        done = optimize_bronze(spark, config)
+        print("bronze: no table yet" if done is None else
+              f"bronze: {done.files_removed} files -> {done.files_added} (bin-packing)", flush=True)
     return 0
 
 
@@ -151,11 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exit code 5 when a source's lag is above this (default: never)")
     status.set_defaults(run=_status)
 
-    optimize = sub.add_parser("optimize", help="compact silver tables, Z-ordered by key (maintenance)",
+    optimize = sub.add_parser("optimize", help="compact silver tables (Z-ordered by key) and bronze (maintenance)",
                               description="OPTIMIZE each silver table of the pipeline, ZORDER BY its key: fewer "
-                                          "files, each a narrow key range, so a MERGE of recent keys reads fewer.")
+                                          "files, each a narrow key range, so a MERGE of recent keys reads fewer; "
+                                          "and bronze, whose lander writes a file per batch (bin-packing). Both "
+                                          "may run beside the lander and the apply job. With --table or --bronze, "
+                                          "only what they name.")
     optimize.add_argument("--config", required=True, metavar="FILE")
-    optimize.add_argument("--table", action="append", metavar="NS.NAME", help="only this table (repeatable)")
+    optimize.add_argument("--table", action="append", metavar="NS.NAME", help="only this silver table (repeatable)")
+    optimize.add_argument("--bronze", action="store_true", help="bronze (alone, unless --table is given too)")
     optimize.set_defaults(run=_optimize)
 
     as_of = sub.add_parser("as-of", help="print silver tables as of one source commit LSN (docs/HISTORY.md)",

@@ -5,9 +5,10 @@ A query for ``max(seq)`` per source costs a running job up to a dozen small Spar
 reports on. The files bronze adds already say the same in their statistics: a file whose
 ``source`` bounds are one source (what the lander and any single-source writer produce) holds that
 source's rows up to its ``maxValues.seq``. So after one query the tail is followed by reading the
-commits added since (``DeltaLog.getChanges``: the commit files only, no Spark job). A commit that
-removes files (bronze was rewritten or cleaned up), a file without those statistics, a gap in the
-log or no JVM to ask (Spark Connect) falls back to the query, which is always right.
+commits added since (``DeltaLog.getChanges``: the commit files only, no Spark job). A compaction
+(``dataChange = false``) changes no rows and is passed over; a commit that removes rows (bronze was
+rewritten or cleaned up), a file without those statistics, a gap in the log or no JVM to ask (Spark
+Connect) falls back to the query, which is always right.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ def newest_seqs(spark, ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
 def _added(action: dict):
     """``(source, max seq)`` of an added file; None for an action that changes no rows; False when
     the action cannot be followed (a removed file, a file without single-source statistics)."""
+    changed = action.get("remove") or action.get("add")
+    if changed is not None and changed.get("dataChange") is False:
+        return None   # a compaction (OPTIMIZE) rewrote rows bronze already had
     if "remove" in action:
         return False
     add = action.get("add")

@@ -1,4 +1,4 @@
-"""``cdc-apply optimize``: compact each silver table and cluster its files by key.
+"""``cdc-apply optimize``: compact each silver table and cluster its files by key; compact bronze.
 
 A MERGE limited to a batch's key range (``merge_keyed``) skips the files whose key range lies
 outside it; appends write their files sorted by key. Over time updates scatter keys across files,
@@ -6,6 +6,13 @@ and many small files pile up: ``OPTIMIZE ... ZORDER BY (key)`` rewrites a table 
 each covering a narrow key range, so a batch of recent keys touches only the files that hold them.
 Run it from a scheduler between batches or beside a running job (Delta's OPTIMIZE commits without
 changing rows; a MERGE racing it retries or fails on the conflict, and the batch is re-run whole).
+
+Bronze gets one file per landed batch (up to one a second from a lander under load). Its compaction is
+Delta's bin-packing OPTIMIZE, which commits with ``dataChange = false``: the apply's stream skips such
+commits, the lag's tail ignores them, and a lander appending at the same time does not conflict with it
+(an append never conflicts with a compaction of other files). No Z-order: bronze's readers select by
+source and seq, which the landed files already cover in narrow ranges, and a Z-order would rewrite the
+whole of bronze each time.
 """
 
 from __future__ import annotations
@@ -15,12 +22,12 @@ from dataclasses import dataclass
 from cdc_apply.planning.tables import identity_of
 from cdc_apply.config import Config
 from cdc_apply.lake.bookkeeping import Bookkeeping
-from cdc_apply.lake.tables import quote_ident, silver_ref
+from cdc_apply.lake.tables import bronze_ref, quote_ident, silver_ref
 
 
 @dataclass(frozen=True)
 class Optimized:
-    """What OPTIMIZE did to one silver table."""
+    """What OPTIMIZE did to one table (``bronze`` for bronze)."""
 
     table: str
     key: tuple[str, ...]
@@ -48,3 +55,12 @@ def optimize_silver(spark, config: Config, tables: list[str] | None = None) -> l
             done.append(Optimized(latest.qualified_name, tuple(key), int(metrics.numFilesRemoved),
                                   int(metrics.numFilesAdded)))
     return done
+
+
+def optimize_bronze(spark, config: Config) -> Optimized | None:
+    """Compact bronze's files (bin-packing, no Z-order); None when the pipeline has no bronze table yet."""
+    ref = bronze_ref(config)
+    if not ref.exists(spark):
+        return None
+    metrics = spark.sql(f"OPTIMIZE {ref.sql}").first().metrics
+    return Optimized("bronze", (), int(metrics.numFilesRemoved), int(metrics.numFilesAdded))

@@ -84,3 +84,13 @@ def test_the_status_command_s_one_off_answer_equals_the_followed_one(spark, tmp_
     _append(spark, path, [("pg", 2)])
     assert newest_seqs(spark, TableRef(path=path), {"pg": 1}) == tail.newest({"pg": 1}) == {"pg": 2}
     assert newest_seqs(spark, TableRef(path=str(tmp_path / "none")), {"pg": 0}) == {}
+
+
+def test_a_compaction_of_bronze_changes_no_row_and_is_followed_without_a_query(spark, tmp_path):
+    path, tail = _bronze(spark, tmp_path)
+    for first in (0, 2, 4):
+        _append(spark, path, [("pg", first), ("pg", first + 1)])
+    assert tail.newest({"pg": 0}) == {"pg": 5}
+    assert spark.sql(f"OPTIMIZE delta.`{path}`").first().metrics.numFilesRemoved == 3
+    _append(spark, path, [("pg", 6)])
+    assert tail.newest({"pg": 0}) == {"pg": 6} and tail.queries == 1

@@ -168,3 +168,30 @@ def test_a_bronze_table_with_columns_of_its_own_is_appended_through_spark(spark,
     batch = _batch(state, 0, 3)
     writer.append(batch)
     assert [r.seq for r in spark.read.format("delta").load(path).orderBy("seq").collect()] == [0, 1, 2]
+
+
+def test_direct_appends_go_on_after_cdc_apply_optimize_compacts_bronze(spark, tmp_path):
+    from cdc_apply.config import parse_config
+    from cdc_apply.lake.maintenance import optimize_bronze
+
+    path = tmp_path / "bronze"
+    writer, state = _writer(spark, path)
+    landed = []
+    for first in (0, 10, 20, 30):
+        batch = _batch(state, first, 10)
+        writer.append(batch)
+        landed += batch.rows
+        state = batch.state
+    config = parse_config({"bronze": {"path": str(path)}, "silver": {"path": str(tmp_path / "silver")},
+                           "state": {"path": str(tmp_path / "state")}})
+    done = optimize_bronze(spark, config)
+    assert (done.files_removed, done.files_added) == (4, 1)
+    before = _jobs(spark)
+    batch = _batch(state, 40, 10)
+    writer.append(batch)            # the compaction's commit does not hide the landed batch or conflict
+    landed += batch.rows
+    assert _jobs(spark) == before, "still committed directly"
+    reopened, resumed = _writer(spark, path)
+    assert resumed == batch.state
+    rows = [(r.seq, r.lsn, bytes(r.payload)) for r in spark.read.format("delta").load(str(path)).orderBy("seq").collect()]
+    assert rows == landed
