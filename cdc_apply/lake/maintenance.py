@@ -1,4 +1,4 @@
-"""``cdc-apply optimize``: compact each silver table and cluster its files by key; compact bronze.
+"""``cdc-apply optimize``: compact silver and history tables, clustered by key, and bronze.
 
 A MERGE limited to a batch's key range (``merge_keyed``) skips the files whose key range lies
 outside it; appends write their files sorted by key. Over time updates scatter keys across files,
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from cdc_apply.planning.tables import identity_of
 from cdc_apply.config import Config
 from cdc_apply.lake.bookkeeping import Bookkeeping
-from cdc_apply.lake.tables import bronze_ref, quote_ident, silver_ref
+from cdc_apply.lake.tables import bronze_ref, history_ref, quote_ident, silver_ref
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,8 @@ class Optimized:
 
 
 def optimize_silver(spark, config: Config, tables: list[str] | None = None) -> list[Optimized]:
-    """OPTIMIZE every silver table of the pipeline (or those named ``ns.name``), Z-ordered by key."""
+    """OPTIMIZE every silver table of the pipeline (or those named ``ns.name``), Z-ordered by key, and
+    the history table of each that has one (named ``ns.name (history)``), Z-ordered by the same key."""
     histories = Bookkeeping(config).load_history(spark)
     done = []
     for source, history in sorted(histories.items()):
@@ -44,17 +45,21 @@ def optimize_silver(spark, config: Config, tables: list[str] | None = None) -> l
             first, latest = relation.versions[0], relation.latest
             if tables and latest.qualified_name not in tables:
                 continue
-            ref = silver_ref(config, first.namespace, first.name, source)
-            if not ref.exists(spark):
-                continue
-            key = identity_of(latest, config.key_for(latest.qualified_name)) or ()
-            text = f"OPTIMIZE {ref.sql}"
-            if key:
-                text += " ZORDER BY (" + ", ".join(quote_ident(k) for k in key) + ")"
-            metrics = spark.sql(text).first().metrics
-            done.append(Optimized(latest.qualified_name, tuple(key), int(metrics.numFilesRemoved),
-                                  int(metrics.numFilesAdded)))
+            key = tuple(identity_of(latest, config.key_for(latest.qualified_name)) or ())
+            for ref, label in ((silver_ref(config, first.namespace, first.name, source), latest.qualified_name),
+                               (history_ref(config, first.namespace, first.name, source),
+                                f"{latest.qualified_name} (history)")):
+                if ref.exists(spark):
+                    done.append(_optimize(spark, ref, label, key))
     return done
+
+
+def _optimize(spark, ref, label: str, key: tuple[str, ...]) -> Optimized:
+    text = f"OPTIMIZE {ref.sql}"
+    if key:
+        text += " ZORDER BY (" + ", ".join(quote_ident(k) for k in key) + ")"
+    metrics = spark.sql(text).first().metrics
+    return Optimized(label, key, int(metrics.numFilesRemoved), int(metrics.numFilesAdded))
 
 
 def optimize_bronze(spark, config: Config) -> Optimized | None:
@@ -62,5 +67,4 @@ def optimize_bronze(spark, config: Config) -> Optimized | None:
     ref = bronze_ref(config)
     if not ref.exists(spark):
         return None
-    metrics = spark.sql(f"OPTIMIZE {ref.sql}").first().metrics
-    return Optimized("bronze", (), int(metrics.numFilesRemoved), int(metrics.numFilesAdded))
+    return _optimize(spark, ref, "bronze", ())

@@ -9,15 +9,16 @@ import pytest
 
 from cdc_apply.cli.main import main
 from cdc_apply.lake.maintenance import optimize_silver
+from cdc_apply.lake.tables import history_ref
 from cdc_apply.testing.stream import StreamBuilder
 
 pytestmark = pytest.mark.spark
 
 
-def test_optimize_compacts_each_silver_table_by_key_and_keeps_every_row(lake_factory):
+def test_optimize_compacts_each_silver_and_history_table_by_key_and_keeps_every_row(lake_factory):
     b = StreamBuilder("src")
     t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
-    lake = lake_factory("optimize")
+    lake = lake_factory("optimize", silver={"history": ["public.t"]})
     done = 0
     for batch in range(3):
         with b.transaction() as tx:
@@ -28,11 +29,16 @@ def test_optimize_compacts_each_silver_table_by_key_and_keeps_every_row(lake_fac
         lake.land(b.rows()[done:])
         done = len(b.rows())
         lake.apply()
-    before = sorted(map(tuple, lake.silver("public", "t").collect()))
-    (result,) = optimize_silver(lake.spark, lake.config)
-    assert result.table == "public.t" and result.key == ("id",)
-    assert result.files_removed >= 3 and result.files_added == 1
-    assert sorted(map(tuple, lake.silver("public", "t").collect())) == before
+    history = history_ref(lake.config, "public", "t")
+    before = [sorted(map(tuple, frame.collect())) for frame in (lake.silver("public", "t"), history.read(lake.spark))]
+    silver, versions = optimize_silver(lake.spark, lake.config)
+    assert (silver.table, silver.key, versions.table, versions.key) == \
+        ("public.t", ("id",), "public.t (history)", ("id",))
+    assert silver.files_removed >= 3 and silver.files_added == 1
+    # A history table is partitioned by whether a version is current: a file for each.
+    assert versions.files_removed >= 4 and versions.files_added == 2
+    assert [sorted(map(tuple, frame.collect())) for frame in (lake.silver("public", "t"), history.read(lake.spark))] \
+        == before
 
 
 def test_optimize_compacts_bronze_and_the_apply_job_goes_on_applying_each_row_once(lake_factory):
