@@ -12,8 +12,9 @@ failures           one row per failed batch attempt: the source (NULL: every sou
 =================  ==========================================================
 
 Every table has an ``apply_version`` column, and an append is skipped when the table already holds
-rows of that apply version or a later one (read once per table and process, then kept): a re-run
-batch writes nothing twice. This replaces Delta's ``txnAppId``/``txnVersion`` here, whose check
+rows of that apply version or a later one (read once per table and process, then kept; from the
+statistics of the files the newest append added, which hold the largest version, or by a query when
+they cannot tell): a re-run batch writes nothing twice. This replaces Delta's ``txnAppId``/``txnVersion`` here, whose check
 rebuilds the table's whole state on every append — three Spark jobs per bookkeeping write. (Failures
 are recorded unguarded: an attempt may fail many times.)
 """
@@ -27,7 +28,7 @@ from typing import Iterable
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.state import SourceState
 from cdc_apply.config import Config
-from cdc_apply.lake.tables import TableRef, column_list, create_table, state_ref
+from cdc_apply.lake.tables import TableRef, column_list, create_table, newest_added_max, state_ref
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
 from cdc_apply.pgoutput.encoder import encode
@@ -115,8 +116,13 @@ class Bookkeeping:
         if table not in self._written:
             from pyspark.sql import functions as F
 
-            newest = self.ref(table).read(spark).agg(F.max("apply_version")).first()[0]
-            self._written[table] = -1 if newest is None else int(newest)
+            ref = self.ref(table)
+            # From the newest append's file statistics when they say it; a query otherwise.
+            newest = newest_added_max(spark, ref, "apply_version")
+            if newest is None:
+                found = ref.read(spark).agg(F.max("apply_version")).first()[0]
+                newest = -1 if found is None else int(found)
+            self._written[table] = newest
         return version > self._written[table]
 
     def record_failure(self, spark, sources, version: int, error: str) -> None:

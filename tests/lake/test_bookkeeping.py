@@ -1,0 +1,76 @@
+"""Bookkeeping appends are written once per apply version, across processes; the newest version
+written is read from the newest append's file statistics where they tell it, by a query otherwise."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from cdc_apply.config import parse_config
+from cdc_apply.lake.bookkeeping import Bookkeeping
+from cdc_apply.lake.tables import newest_added_max
+
+pytestmark = pytest.mark.spark
+
+NOW = datetime(2026, 11, 27, tzinfo=timezone.utc)
+
+
+def _bookkeeping(tmp_path) -> Bookkeeping:
+    config = parse_config({"bronze": {"path": str(tmp_path / "bronze")}, "silver": {"path": str(tmp_path / "silver")},
+                           "state": {"path": str(tmp_path / "state")}})
+    return Bookkeeping(config)
+
+
+def _types(version: int) -> list[tuple]:
+    return [("pg", 16000 + version, "public", f"t{version}", version, version * 10, version, NOW)]
+
+
+def _versions(spark, books: Bookkeeping) -> list[int]:
+    return sorted(r.apply_version for r in books.ref("type_cache").read(spark).collect())
+
+
+def test_a_version_written_before_is_not_appended_again_by_another_process(spark, tmp_path):
+    books = _bookkeeping(tmp_path)
+    books.create_all(spark)
+    ref = books.ref("type_cache")
+    assert newest_added_max(spark, ref, "apply_version") == -1
+    for version in (1, 2):
+        books.append(spark, "type_cache", _types(version), version)
+    assert newest_added_max(spark, ref, "apply_version") == 2
+    again = _bookkeeping(tmp_path)            # a re-run after a crash: knows nothing of what was written
+    again.append(spark, "type_cache", _types(2), 2)
+    again.append(spark, "type_cache", _types(3), 3)
+    assert _versions(spark, books) == [1, 2, 3]
+
+
+def test_commits_that_add_no_rows_and_compactions_leave_the_newest_version_readable(spark, tmp_path):
+    books = _bookkeeping(tmp_path)
+    books.create_all(spark)
+    ref = books.ref("type_cache")
+    for version in (1, 2, 3):
+        books.append(spark, "type_cache", _types(version), version)
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('cdc_apply.note' = 'a')")
+    assert spark.sql(f"OPTIMIZE {ref.sql}").first().metrics.numFilesRemoved == 3
+    assert newest_added_max(spark, ref, "apply_version") == 3
+    for note in "bcd":                        # the newest append is now further back than the commits read
+        spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('cdc_apply.note' = '{note}')")
+    assert newest_added_max(spark, ref, "apply_version") is None
+    again = _bookkeeping(tmp_path)            # answered by the query instead
+    again.append(spark, "type_cache", _types(3), 3)
+    assert _versions(spark, books) == [1, 2, 3]
+
+
+def test_files_without_statistics_are_answered_by_the_query(spark, tmp_path):
+    books = _bookkeeping(tmp_path)
+    books.create_all(spark)
+    ref = books.ref("type_cache")
+    spark.conf.set("spark.databricks.delta.stats.collect", "false")
+    try:
+        books.append(spark, "type_cache", _types(1), 1)
+    finally:
+        spark.conf.unset("spark.databricks.delta.stats.collect")
+    assert newest_added_max(spark, ref, "apply_version") is None
+    again = _bookkeeping(tmp_path)
+    again.append(spark, "type_cache", _types(1), 1)
+    assert _versions(spark, books) == [1]
