@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 import pytest
 
 from cdc_apply.config import parse_config
-from cdc_apply.lake.bookkeeping import Bookkeeping
-from cdc_apply.lake.tables import newest_added_max
+from cdc_apply.lake.bookkeeping import SCHEMAS, Bookkeeping
+from cdc_apply.lake.tables import create_table, newest_added_max
 
 pytestmark = pytest.mark.spark
 
@@ -22,6 +22,15 @@ def _bookkeeping(tmp_path) -> Bookkeeping:
     return Bookkeeping(config)
 
 
+def _written(spark, tmp_path, versions) -> tuple[Bookkeeping, object]:
+    """Bookkeeping tables with ``type_cache`` rows of ``versions``, each version one append; the table's ref."""
+    books = _bookkeeping(tmp_path)
+    create_table(spark, books.ref("type_cache"), SCHEMAS["type_cache"], {"delta.appendOnly": "true"})
+    for version in versions:
+        books.append(spark, "type_cache", _types(version), version)
+    return books, books.ref("type_cache")
+
+
 def _types(version: int) -> list[tuple]:
     return [("pg", 16000 + version, "public", f"t{version}", version, version * 10, version, NOW)]
 
@@ -31,9 +40,7 @@ def _versions(spark, books: Bookkeeping) -> list[int]:
 
 
 def test_a_version_written_before_is_not_appended_again_by_another_process(spark, tmp_path):
-    books = _bookkeeping(tmp_path)
-    books.create_all(spark)
-    ref = books.ref("type_cache")
+    books, ref = _written(spark, tmp_path, ())
     assert newest_added_max(spark, ref, "apply_version") == -1
     for version in (1, 2):
         books.append(spark, "type_cache", _types(version), version)
@@ -45,11 +52,7 @@ def test_a_version_written_before_is_not_appended_again_by_another_process(spark
 
 
 def test_commits_that_add_no_rows_and_compactions_leave_the_newest_version_readable(spark, tmp_path):
-    books = _bookkeeping(tmp_path)
-    books.create_all(spark)
-    ref = books.ref("type_cache")
-    for version in (1, 2, 3):
-        books.append(spark, "type_cache", _types(version), version)
+    books, ref = _written(spark, tmp_path, (1, 2, 3))
     spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('cdc_apply.note' = 'a')")
     assert spark.sql(f"OPTIMIZE {ref.sql}").first().metrics.numFilesRemoved == 3
     assert newest_added_max(spark, ref, "apply_version") == 3
@@ -62,12 +65,9 @@ def test_commits_that_add_no_rows_and_compactions_leave_the_newest_version_reada
 
 
 def test_files_without_statistics_are_answered_by_the_query(spark, tmp_path):
-    books = _bookkeeping(tmp_path)
-    books.create_all(spark)
-    ref = books.ref("type_cache")
     spark.conf.set("spark.databricks.delta.stats.collect", "false")
     try:
-        books.append(spark, "type_cache", _types(1), 1)
+        books, ref = _written(spark, tmp_path, (1,))
     finally:
         spark.conf.unset("spark.databricks.delta.stats.collect")
     assert newest_added_max(spark, ref, "apply_version") is None
