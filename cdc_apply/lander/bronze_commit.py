@@ -131,16 +131,10 @@ def commit_files(writer, files: list[BronzeFile], state: ResumeState) -> int:
     app id landed first; the files then stay unreferenced (VACUUM removes them)."""
     jvm = writer.spark._jvm
     now = int(time.time() * 1000)
-    none = jvm.scala.Option.empty()
-    delta = jvm.org.apache.spark.sql.delta
-    actions = jvm.java.util.ArrayList()
-    for f in files:
-        actions.add(delta.actions.AddFile(f.name, jvm.scala.collection.immutable.HashMap(), f.size, now, True,
-                                          f.stats, None, None, none, none, none, none, none))
-    actions.add(delta.actions.SetTransaction(writer.app_id, state.batch, jvm.scala.Some(jvm.java.lang.Long(now))))
-    operation = delta.DeltaOperations.Write(jvm.org.apache.spark.sql.SaveMode.Append, none, none,
-                                            jvm.scala.Some(state.to_json(writer.app_id, writer.run_id)),
-                                            none, none, none, none, none)
+    actions = _add_actions(jvm, files, now)
+    actions.add(jvm.org.apache.spark.sql.delta.actions.SetTransaction(writer.app_id, state.batch,
+                                                                      jvm.scala.Some(jvm.java.lang.Long(now))))
+    operation = _append_operation(jvm, jvm.scala.Some(state.to_json(writer.app_id, writer.run_id)))
     try:
         txn = writer.delta_log().startTransaction()
         written = recorded_batch(jvm, txn.snapshot(), writer.app_id, txn)
@@ -159,6 +153,47 @@ def commit_files(writer, files: list[BronzeFile], state: ResumeState) -> int:
                       if "Exception" in line or "Error" in line), text.splitlines()[0] if text else "")
         raise LandError(f"committing batch {state.batch} to bronze failed: {cause[:300]}",
                         table=str(writer.ref), app_id=writer.app_id) from None
+
+
+def append_rows(spark, location: str, log, rows) -> bool:
+    """Append bronze ``(source, seq, lsn, payload)`` rows as one file and one plain commit (no app id, no
+    userMetadata: what Spark's writer commits for an append without options), without a Spark job;
+    False, with nothing written, when the table is not one pyarrow may write (see the module)."""
+    folder = direct_folder(location, log)
+    if folder is None:
+        return False
+    rows = list(rows)
+    n = len(rows)
+    sources, seqs, lsns, payloads = zip(*(r[:4] for r in rows)) if n else ((), (), (), ())
+    batch = pa.RecordBatch.from_arrays([
+        pa.array(sources, pa.string()), pa.array(seqs, pa.int64()), pa.array(lsns, pa.int64()),
+        pa.array([bytes(p) for p in payloads], pa.binary()), pa.nulls(n, pa.timestamp("us", tz="UTC")),
+    ], schema=SCHEMA)
+    files = [write_file(folder, [batch])]
+    jvm = spark._jvm
+    txn = log.startTransaction()
+    _register_metrics(spark, txn, files)
+    txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(_add_actions(jvm, files, int(time.time() * 1000)))
+               .toSeq(), _append_operation(jvm, jvm.scala.Option.empty()))
+    return True
+
+
+def _add_actions(jvm, files: list[BronzeFile], now: int):
+    """A Java list of the files' ``add`` actions (data changed, no partition values, no tags)."""
+    none = jvm.scala.Option.empty()
+    actions = jvm.java.util.ArrayList()
+    for f in files:
+        actions.add(jvm.org.apache.spark.sql.delta.actions.AddFile(
+            f.name, jvm.scala.collection.immutable.HashMap(), f.size, now, True, f.stats, None, None,
+            none, none, none, none, none))
+    return actions
+
+
+def _append_operation(jvm, user_metadata):
+    """The commit's operation as Spark's writer records an append (DESCRIBE HISTORY: WRITE, Append)."""
+    none = jvm.scala.Option.empty()
+    return jvm.org.apache.spark.sql.delta.DeltaOperations.Write(jvm.org.apache.spark.sql.SaveMode.Append, none,
+                                                                none, user_metadata, none, none, none, none, none)
 
 
 def _register_metrics(spark, txn, files: list[BronzeFile]) -> None:

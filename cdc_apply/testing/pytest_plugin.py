@@ -129,7 +129,7 @@ class Lake:
         landed yet, so a test can land, add messages, land again), a DataFrame with the bronze columns,
         or ``(source, seq, lsn, payload)`` tuples. The bronze table is created on first use.
         """
-        from cdc_apply.lake.bronze import bronze_schema, create_bronze_table
+        from cdc_apply.lake.bronze import create_bronze_table
         from cdc_apply.testing.stream import StreamBuilder
 
         create_bronze_table(self.spark, self.bronze_path)
@@ -143,13 +143,14 @@ class Lake:
 
             landed_at = F.col("landed_at") if "landed_at" in rows.columns else F.lit(None).cast("timestamp")
             df = rows.select("source", "seq", "lsn", "payload", landed_at.alias("landed_at"))
-        else:
-            tuples = [tuple(r) for r in rows]
-            df = self.spark.createDataFrame([(*r[:4], None) for r in tuples], bronze_schema())
-        count = df.count()
-        if count:
-            df.coalesce(1).write.format("delta").mode("append").save(self.bronze_path)
-        return count
+            count = df.count()
+            if count:
+                df.coalesce(1).write.format("delta").mode("append").save(self.bronze_path)
+            return count
+        tuples = [tuple(r) for r in rows]
+        if tuples:
+            append_bronze(self.spark, self.bronze_path, tuples)
+        return len(tuples)
 
     def apply(self, **kwargs: Any) -> list:
         """Apply everything landed (``cdc_apply.apply(spark, lake.config, once=True)``); one report per batch."""
@@ -186,6 +187,25 @@ __all__ = ["Lake", "lake", "local_spark_session", "spark"]
 
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def append_bronze(spark, path: str, rows) -> None:
+    """Append bronze ``(source, seq, lsn, payload)`` rows to the Delta table at ``path`` as one commit:
+    a Parquet file written by pyarrow and committed through Delta's log where the table allows it, as
+    the lander does (no Spark job, ~0.1 s against ~0.5 s), through Spark's writer otherwise."""
+    import os
+
+    from cdc_apply.lake.tables import TableRef, delta_log
+    from cdc_apply.lander.bronze_commit import append_rows
+
+    rows = [tuple(r) for r in rows]
+    location = os.path.abspath(path)
+    if rows and append_rows(spark, location, delta_log(spark, TableRef(path=location)), rows):
+        return
+    from cdc_apply.lake.bronze import bronze_schema
+
+    df = spark.createDataFrame([(*r[:4], None) for r in rows], bronze_schema())
+    df.coalesce(1).write.format("delta").mode("append").save(path)
 
 
 def _toml_key(key: str) -> str:

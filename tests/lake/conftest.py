@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from cdc_apply.config import Config, parse_config
-from cdc_apply.lake.bronze import bronze_schema, create_bronze_table
+from cdc_apply.lake.bronze import create_bronze_table
 from cdc_apply.lake.pipeline import ApplyPipeline
+from cdc_apply.testing.pytest_plugin import append_bronze
 
 
 @dataclass
@@ -32,8 +33,7 @@ class Lake:
     def land(self, rows) -> None:
         """Append bronze rows ``(source, seq, lsn, payload)`` as one Delta commit (one micro-batch)."""
         create_bronze_table(self.spark, str(self.root / "bronze"))
-        df = self.spark.createDataFrame([(*r, None) for r in rows], bronze_schema()).coalesce(1)
-        df.write.format("delta").mode("append").save(str(self.root / "bronze"))
+        append_bronze(self.spark, str(self.root / "bronze"), rows)
 
     def apply(self, **kwargs) -> tuple[ApplyPipeline, str]:
         out = io.StringIO()

@@ -195,3 +195,32 @@ def test_direct_appends_go_on_after_cdc_apply_optimize_compacts_bronze(spark, tm
     assert resumed == batch.state
     rows = [(r.seq, r.lsn, bytes(r.payload)) for r in spark.read.format("delta").load(str(path)).orderBy("seq").collect()]
     assert rows == landed
+
+
+def test_the_test_lakes_plain_appends_run_no_spark_job_and_record_no_lander_state(spark, tmp_path):
+    from cdc_apply.lake.bronze import create_bronze_table
+    from cdc_apply.testing.pytest_plugin import append_bronze
+
+    path = str(tmp_path / "bronze")
+    create_bronze_table(spark, path)
+    before = _jobs(spark)
+    append_bronze(spark, path, [("a", 0, 10, b"x"), ("b", 0, 11, b"y")])
+    append_bronze(spark, path, [("a", 1, 12, bytearray(b"z"))])
+    assert _jobs(spark) == before
+    rows = [(r.source, r.seq, r.lsn, bytes(r.payload), r.landed_at)
+            for r in spark.read.format("delta").load(path).orderBy("seq", "source").collect()]
+    assert rows == [("a", 0, 10, b"x", None), ("b", 0, 11, b"y", None), ("a", 1, 12, b"z", None)]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where("operation = 'WRITE'").collect()
+    assert len(history) == 2 and all(r.userMetadata is None for r in history)
+    assert [a["stats"] for a in _adds(path)][0].count('"source"') == 1   # two sources: no source bounds
+
+
+def test_a_plain_append_to_a_table_pyarrow_may_not_write_goes_through_spark(spark, tmp_path):
+    from cdc_apply.testing.pytest_plugin import append_bronze
+
+    path = str(tmp_path / "bronze")
+    spark.sql(f"CREATE TABLE delta.`{path}` (source STRING NOT NULL, seq BIGINT NOT NULL, lsn BIGINT NOT NULL, "
+              "payload BINARY NOT NULL, landed_at TIMESTAMP) USING delta PARTITIONED BY (source)")
+    append_bronze(spark, path, [("a", 0, 10, b"x")])
+    assert [(r.source, r.seq) for r in spark.read.format("delta").load(path).collect()] == [("a", 0)]
+    assert all("source=a" in a["path"] for a in _adds(path))
