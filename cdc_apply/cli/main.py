@@ -160,13 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
     optimize = sub.add_parser("optimize", help="compact silver and history tables (Z-ordered by key) and bronze "
                                                    "(maintenance)",
                               description="OPTIMIZE each silver table of the pipeline and its history table, "
-                                          "ZORDER BY the key: fewer "
-                                          "files, each a narrow key range, so a MERGE of recent keys reads fewer; "
-                                          "and bronze, whose lander writes a file per batch (bin-packing). Both "
-                                          "may run beside the lander and the apply job. With --table or --bronze, "
-                                          "only what they name.")
+                                          "ZORDER BY the key: fewer files, each a narrow key range, so a MERGE of "
+                                          "recent keys reads fewer; and bronze, whose lander writes a file per "
+                                          "batch (bin-packing). Both may run beside the lander and the apply job. "
+                                          "With --table or --bronze, only what they name.")
     optimize.add_argument("--config", required=True, metavar="FILE")
-    optimize.add_argument("--table", action="append", metavar="NS.NAME", help="only this silver table and its history (repeatable)")
+    optimize.add_argument("--table", action="append", metavar="NS.NAME",
+                          help="only this silver table and its history (repeatable)")
     optimize.add_argument("--bronze", action="store_true", help="bronze (alone, unless --table is given too)")
     optimize.set_defaults(run=_optimize)
 

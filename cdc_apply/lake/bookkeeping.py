@@ -14,9 +14,10 @@ failures           one row per failed batch attempt: the source (NULL: every sou
 Every table has an ``apply_version`` column, and an append is skipped when the table already holds
 rows of that apply version or a later one (read once per table and process, then kept; from the
 statistics of the files the newest append added, which hold the largest version, or by a query when
-they cannot tell): a re-run batch writes nothing twice. This replaces Delta's ``txnAppId``/``txnVersion`` here, whose check
-rebuilds the table's whole state on every append — three Spark jobs per bookkeeping write. (Failures
-are recorded unguarded: an attempt may fail many times.)
+they cannot tell): a re-run batch writes nothing twice. This replaces Delta's
+``txnAppId``/``txnVersion`` here, whose check rebuilds the table's whole state on every append —
+three Spark jobs per bookkeeping write. (Failures are recorded unguarded: an attempt may fail many
+times.)
 """
 
 from __future__ import annotations

@@ -331,13 +331,12 @@ def newest_snapshot(log):
 
 
 def newest_added_max(spark, ref: TableRef, column: str, commits: int = 4) -> int | None:
-    """The largest ``column`` value in the files that the newest commit adding rows added, from their
+    """The largest ``column`` value in the rows that the newest commit adding rows added, from its files'
     statistics (the commit files only, no Spark job); -1 when no commit ever added rows. Equals the
     column's maximum in a table whose appends carry non-decreasing values (the bookkeeping tables'
     ``apply_version``). None when only a query can tell: no JVM to ask, a file without statistics of
-    ``column``, or no commit among the newest ``commits`` added rows (compactions add none)."""
-    import json
-
+    ``column``, or no commit among the newest ``commits`` added rows (compactions and empty files add
+    none)."""
     log = delta_log(spark, ref)
     if log is None:
         return None
@@ -348,26 +347,19 @@ def newest_added_max(spark, ref: TableRef, column: str, commits: int = 4) -> int
         changes = log.getChanges(start, jvm.scala.Option.empty(), True)
         found = None
         while changes.hasNext():
-            commit = changes.next()
-            adds = [a["add"] for a in (json.loads(action.json()) for action in
-                                       jvm.scala.jdk.javaapi.CollectionConverters.asJava(commit._2()))
-                    if "add" in a and a["add"].get("dataChange", True)]
-            if adds:
-                found = max(_max_value(add, column) for add in adds)
-        if found is None:
-            return -1 if start == 0 else None
-        return found
+            actions = (json.loads(action.json()) for action in
+                       jvm.scala.jdk.javaapi.CollectionConverters.asJava(changes.next()._2()))
+            stats = [json.loads(a["add"]["stats"]) for a in actions if "add" in a and a["add"].get("dataChange", True)]
+            added = [int(s["maxValues"][column]) for s in stats if int(s["numRecords"])]
+            if added:
+                found = max(added)
     except (KeyError, TypeError, ValueError):
         return None      # a file without statistics of the column
     except Exception:  # noqa: BLE001 - commits cleaned up, a JVM error: ask the table
         return None
-
-
-def _max_value(add: dict, column: str) -> int:
-    import json
-
-    stats = json.loads(add["stats"])
-    return -1 if int(stats["numRecords"]) == 0 else int(stats["maxValues"][column])
+    if found is None:
+        return -1 if start == 0 else None
+    return found
 
 
 def delta_version(spark, ref: TableRef) -> int | None:
