@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 
-from cdc_apply.lake.tables import TableRef, delta_log, delta_version
+from cdc_apply.lake.tables import TableRef, delta_log, delta_version, log_changes
 
 
 class BronzeTail:
@@ -46,22 +46,19 @@ class BronzeTail:
         log = delta_log(self.spark, self.ref)
         if log is None:
             return False
-        jvm = self.spark._jvm
         try:
-            changes = log.getChanges(self._version + 1, jvm.scala.Option.empty(), True)
+            commits = log_changes(self.spark, log, self._version + 1)
         except Exception:  # noqa: BLE001 - commits cleaned up past our version: ask the table
             return False
         newest, version = dict(self._newest), self._version
-        while changes.hasNext():
-            commit = changes.next()
-            for action in jvm.scala.jdk.javaapi.CollectionConverters.asJava(commit._2()):
-                found = _added(json.loads(action.json()))
+        for version, actions in commits:
+            for action in actions:
+                found = _added(action)
                 if found is False:
                     return False
                 if found is not None:
                     source, seq = found
                     newest[source] = max(seq, newest.get(source, seq))
-            version = int(commit._1())
         self._newest, self._version = newest, version
         return True
 

@@ -330,6 +330,19 @@ def newest_snapshot(log):
     return log.update(*(getattr(log, f"update$default${i}")() for i in (1, 2, 3)))
 
 
+def log_changes(spark, log, start: int) -> list[tuple[int, list[dict]]]:
+    """``(version, actions)`` of each commit of ``log`` from ``start`` on, each action as its JSON dict:
+    the commit files only, no Spark job. Raises where those commits were cleaned up."""
+    jvm = spark._jvm
+    changes = log.getChanges(start, jvm.scala.Option.empty(), True)
+    out = []
+    while changes.hasNext():
+        commit = changes.next()
+        out.append((int(commit._1()), [json.loads(action.json()) for action in
+                                       jvm.scala.jdk.javaapi.CollectionConverters.asJava(commit._2())]))
+    return out
+
+
 def newest_added_max(spark, ref: TableRef, column: str, commits: int = 4) -> int | None:
     """The largest ``column`` value in the rows that the newest commit adding rows added, from its files'
     statistics (the commit files only, no Spark job); -1 when no commit ever added rows. Equals the
@@ -340,15 +353,10 @@ def newest_added_max(spark, ref: TableRef, column: str, commits: int = 4) -> int
     log = delta_log(spark, ref)
     if log is None:
         return None
-    jvm = spark._jvm
     try:
-        newest = int(newest_snapshot(log).version())
-        start = max(0, newest - commits + 1)
-        changes = log.getChanges(start, jvm.scala.Option.empty(), True)
+        start = max(0, int(newest_snapshot(log).version()) - commits + 1)
         found = None
-        while changes.hasNext():
-            actions = (json.loads(action.json()) for action in
-                       jvm.scala.jdk.javaapi.CollectionConverters.asJava(changes.next()._2()))
+        for _, actions in log_changes(spark, log, start):
             stats = [json.loads(a["add"]["stats"]) for a in actions if "add" in a and a["add"].get("dataChange", True)]
             added = [int(s["maxValues"][column]) for s in stats if int(s["numRecords"])]
             if added:

@@ -139,8 +139,7 @@ def commit_files(writer, files: list[BronzeFile], state: ResumeState) -> int:
         txn = writer.delta_log().startTransaction()
         written = recorded_batch(jvm, txn.snapshot(), writer.app_id, txn)
         check_not_written(writer, written, state.batch)
-        _register_metrics(writer.spark, txn, files)
-        return int(txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq(), operation))
+        return _commit(writer.spark, txn, files, actions, operation)
     except LandError:
         raise
     except Exception as exc:  # a JVM error (a conflicting commit, storage): the files stay unreferenced
@@ -171,11 +170,15 @@ def append_rows(spark, location: str, log, rows) -> bool:
     ], schema=SCHEMA)
     files = [write_file(folder, [batch])]
     jvm = spark._jvm
-    txn = log.startTransaction()
-    _register_metrics(spark, txn, files)
-    txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(_add_actions(jvm, files, int(time.time() * 1000)))
-               .toSeq(), _append_operation(jvm, jvm.scala.Option.empty()))
+    _commit(spark, log.startTransaction(), files, _add_actions(jvm, files, int(time.time() * 1000)),
+            _append_operation(jvm, jvm.scala.Option.empty()))
     return True
+
+
+def _commit(spark, txn, files: list[BronzeFile], actions, operation) -> int:
+    """Commit ``actions`` (a Java list) with the metrics Spark's writer records for ``files``; the version."""
+    _register_metrics(spark, txn, files)
+    return int(txn.commit(spark._jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq(), operation))
 
 
 def _add_actions(jvm, files: list[BronzeFile], now: int):
