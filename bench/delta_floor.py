@@ -107,22 +107,27 @@ class Floor:
 
     def _source(self, rows: dict[int, tuple], with_delete: bool):
         """The collapsed rows as a local DataFrame of the table's columns (+ ``_delete``)."""
+        changes = [({"id": key, "a": None if op == "D" else a, "t": None if op == "D" else t}, op == "D")
+                   for key, (op, a, t) in sorted(rows.items())]
+        return self.source(changes, with_delete)
+
+    def source(self, changes: list[tuple[dict, bool]], with_delete: bool):
+        """``(values by column, deleted)`` per key as a local DataFrame of the table's columns (+
+        ``_delete``); columns not given are null, the commit metadata columns are set."""
         from pyspark.sql.types import BooleanType, StructField, StructType
 
-        now = datetime.now(timezone.utc)
-        extra = {"_cdc_commit_lsn": 1, "_cdc_commit_ts": now}
+        extra = {"_cdc_commit_lsn": 1, "_cdc_commit_ts": datetime.now(timezone.utc)}
         names = [f.name for f in self.schema.fields]
         data = []
-        for key, (op, a, t) in sorted(rows.items()):
-            values = {"id": key, "a": None if op == "D" else a, "t": None if op == "D" else t, **extra}
-            row = tuple(values.get(n) for n in names)
-            data.append(row + (op == "D",) if with_delete else row)
+        for values, deleted in changes:
+            row = tuple({**values, **extra}.get(n) for n in names)
+            data.append(row + (deleted,) if with_delete else row)
         schema = StructType(self.schema.fields + [StructField("_delete", BooleanType(), False)]) if with_delete \
             else self.schema
         return self.spark.createDataFrame(data, schema)
 
     # -- the measurements -------------------------------------------------------------------------
-    def _merge(self, path: str, source, key_range: tuple | None = None, upsert: bool = True) -> float:
+    def merge(self, path: str, source, key_range: tuple | None = None, upsert: bool = True) -> float:
         from delta.tables import DeltaTable
 
         condition = "t.id = s.id"
@@ -170,9 +175,9 @@ class Floor:
             df.count()  # built and planned once, before the clock
         out = {"rows": sum(len(collapsed.get(t, {})) for t in self.tables),
                "deletes": sum(op == "D" for t in self.tables for op, _, _ in collapsed.get(t, {}).values())}
-        variants = [("merge_parallel", self._merge, merge_sources, True),
+        variants = [("merge_parallel", self.merge, merge_sources, True),
                     ("append_parallel", self._append, append_sources, True),
-                    ("merge_serial", self._merge, merge_sources, False),
+                    ("merge_serial", self.merge, merge_sources, False),
                     ("append_serial", self._append, append_sources, False)]
         for variant, action, sources, parallel in _rotated(variants if serial else variants[:2], rotate):
             out[variant] = self._each(variant, action, sources, parallel)
@@ -191,7 +196,7 @@ class Floor:
         out = {}
         for variant in _rotated(["hot_plain", "hot_range", "hot_plain_wide", "hot_range_wide"], rotate):
             path = str(self.root / variant)
-            out[variant] = {name: self._merge(path, df, bounds if "range" in variant else None, upsert=False)
+            out[variant] = {name: self.merge(path, df, bounds if "range" in variant else None, upsert=False)
                             for name, (df, bounds) in sources.items()}
         return out
 

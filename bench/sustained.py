@@ -51,6 +51,7 @@ class Load(threading.Thread):
         self.rng = random.Random(seed)
         self.stop = threading.Event()
         self.rows = 0
+        self.log: list[tuple[float, str, list[int]]] = []   # (wall time committed, op, ids) per transaction
         self.behind = 0.0  # seconds the generator itself fell behind its schedule (PostgreSQL was the limit)
 
     def run(self) -> None:
@@ -67,15 +68,19 @@ class Load(threading.Thread):
             roll = self.rng.random()
             if roll < 0.7:
                 cur.execute("UPDATE ev SET n = n + 1, at = now() WHERE id = ANY(%s)", (ids,))
+                op = "U"
             elif roll < 0.9:
-                new = list(range(self.next_id, self.next_id + ROWS_PER_TXN))
+                ids = list(range(self.next_id, self.next_id + ROWS_PER_TXN))
                 self.next_id += ROWS_PER_TXN
-                cur.execute("INSERT INTO ev SELECT g, 0, md5(g::text), now() FROM unnest(%s::int8[]) g", (new,))
-                self.live.extend(new)
+                cur.execute("INSERT INTO ev SELECT g, 0, md5(g::text), now() FROM unnest(%s::int8[]) g", (ids,))
+                self.live.extend(ids)
+                op = "I"
             else:
                 gone = set(ids)
                 cur.execute("DELETE FROM ev WHERE id = ANY(%s)", (list(gone),))
                 self.live[:] = [i for i in self.live if i not in gone]
+                op = "D"
+            self.log.append((time.time(), op, ids))
             self.rows += ROWS_PER_TXN
 
 
@@ -96,8 +101,79 @@ def _latencies(spark, silver: str, since, until) -> list[tuple[float, float]]:
     return [(r.at, r.s) for r in cdf.collect()]
 
 
+class Landed(list):
+    """The lander's reports, each appended with the wall time it was appended (its commit is done)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def append(self, report) -> None:
+        self.times.append(time.time())
+        super().append(report)
+
+
+def floor_window(spark, silver_root: Path, root: Path, conn, rate: int, seconds: float, next_id: int,
+                 live: list[int], landed: Landed) -> dict:
+    """Delta's latency floor under the same load: the apply job stopped, the same load and lander running,
+    a loop that does nothing but Delta's MERGE of what has landed. Each cycle starts as soon as the last
+    one ended and a lander commit it has not applied exists; it MERGEs (bench.delta_floor: one plain
+    MERGE, ``whenMatchedDelete`` / update / insert of every column) the keys of every load transaction
+    committed before that lander commit, collapsed on the driver (last change wins), into a copy of
+    silver (same schema and Delta properties). A transaction's floor latency is the end of the cycle
+    that applied it minus its commit: the least any applier pays that lands through bronze and MERGEs
+    each batch, with none of its own planning, decoding, bookkeeping or streaming."""
+    from bench.delta_floor import Floor
+
+    floor = Floor(spark, silver_root, root, ["ev"], hot=None, parallelism=1)
+    floor.set_up(variants=("sustained",))
+    path = str(root / "sustained" / "ev")
+    warm = floor.source([({"id": -1}, True)], True)
+    floor.merge(path, warm)   # the floor's session plans its first MERGE before the window, as the job has
+    load = Load(conn, rate, next_id, live, seed=1_000_003)
+    applied, cycles, latencies = 0, [], []
+    commits_before = len(landed.times)
+    load.start()
+    started = time.time()
+    try:
+        while True:
+            stopping = time.time() - started >= seconds
+            if stopping and not load.stop.is_set():
+                load.stop.set()
+                load.join()
+                stop_at = time.time()
+            if stopping and applied == len(load.log):
+                break
+            newest = landed.times[-1] if len(landed.times) > commits_before else 0.0
+            upto = applied
+            while upto < len(load.log) and load.log[upto][0] < newest:
+                upto += 1
+            if upto == applied:
+                time.sleep(0.02)
+                continue
+            begun = time.time()
+            keys: dict[int, bool] = {}
+            for _, op, ids in load.log[applied:upto]:
+                for key in ids:
+                    keys[key] = op == "D"
+            source = floor.source([({"id": k, "n": 0, "v": "x" * 32, "at": None}, deleted)
+                                   for k, deleted in sorted(keys.items())], True)
+            floor.merge(path, source)
+            ended = time.time()
+            cycles.append(ended - begun)
+            latencies += [ended - at for at, op, _ in load.log[applied:upto] if op != "D"]
+            applied = upto
+    finally:
+        load.stop.set()
+    return {"offered_rows_per_s": rate, "achieved_rows_per_s": round(load.rows / (stop_at - started)),
+            "transactions": len(load.log), "cycles": len(cycles),
+            "cycle_seconds_median": round(_percentile(cycles, 0.5), 2),
+            "latency_p50_s": round(_percentile(latencies, 0.5), 2),
+            "latency_p95_s": round(_percentile(latencies, 0.95), 2)}, load.next_id
+
+
 def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float, warmup: float = 0.0,
-        key: str = "sustained", land_seconds: float = 1.0) -> dict:
+        key: str = "sustained", land_seconds: float = 1.0, floor: bool = False) -> dict:
     from datetime import datetime, timezone
 
     from cdc_apply.config import parse_config
@@ -131,6 +207,7 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
         silver = str(root / "silver" / "public" / "ev")
         stop_land = threading.Event()
         lander = Lander(config, spark, out=io.StringIO(), stop=stop_land)
+        lander.reports = landed = Landed()
         land_thread = threading.Thread(target=lander.run, daemon=True)
         land_thread.start()
         pipeline = ApplyPipeline(spark, config, out=io.StringIO())
@@ -190,8 +267,14 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
             }
             print(f"[bench sustained] {rate} rows/s offered: {json.dumps(out['rates'][str(rate)])}", flush=True)
             time.sleep(gap)
-        conn.close()
         query.stop()
+        if floor:   # the job stopped, the same load and lander: Delta's MERGE alone at the same rate
+            time.sleep(gap)
+            out["floor"], next_id = floor_window(spark, root / "silver" / "public", root / "floor", conn,
+                                                 1000 if "1000" in out["rates"] else rates[0], seconds,
+                                                 next_id, live, landed)
+            print(f"[bench sustained] Delta's floor: {json.dumps(out['floor'])}", flush=True)
+        conn.close()
         stop_land.set()
         land_thread.join(60)
         measured = list(pipeline.reports)[warm_batches:]
@@ -213,6 +296,9 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
     result = {key: out}
     if "1000" in out["rates"] and land_seconds == 1.0:   # the latency target: 1,000 rows/s, a bronze commit a second
         result["latency_p50_seconds"] = out["rates"]["1000"]["latency_p50_s"]
+        if "floor" in out:
+            result["latency_p50_floor_seconds"] = out["floor"]["latency_p50_s"]
+            result["latency_vs_floor"] = round(out["rates"]["1000"]["latency_p50_s"] / out["floor"]["latency_p50_s"], 2)
     merge_results(result)
     return out
 
@@ -239,9 +325,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--key", default="sustained", help="where in bench/results.json the run goes")
     parser.add_argument("--land-seconds", type=float, default=1.0,
                         help="the lander's land.batch_seconds: a bronze commit at most this often")
+    parser.add_argument("--floor", action="store_true",
+                        help="then Delta's latency floor: the job stopped, the same load at 1,000 rows/s "
+                             "(or the first rate) applied by nothing but Delta's MERGE of what landed")
     args = parser.parse_args(argv)
     out = run([int(r) for r in args.rates.split(",")], args.seconds, args.trigger, args.preload, args.gap,
-              args.warmup, args.key, args.land_seconds)
+              args.warmup, args.key, args.land_seconds, args.floor)
     print("\nsustained (lander + apply together):")
     print(f"  {'offered':>8s} {'achieved':>9s} {'p50 s':>7s} {'p95 s':>7s} {'max s':>7s} "
           f"{'p50 1st/3rd':>12s} {'catch-up s':>10s}")
@@ -250,6 +339,10 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['latency_max_s']!s:>7} {r['p50_first_third_s']!s:>5}/{r['p50_last_third_s']!s:<6} "
               f"{r['catch_up_s']!s:>10}" + ("" if r.get("bounded") else "  lag not bounded"))
     print(f"  highest achieved rate with bounded lag: {out.get('highest_bounded_rows_per_s')} rows/s")
+    if "floor" in out:
+        f = out["floor"]
+        print(f"  Delta's floor at {f['offered_rows_per_s']} rows/s: p50 {f['latency_p50_s']} s, p95 "
+              f"{f['latency_p95_s']} s, MERGE cycle {f['cycle_seconds_median']} s ({f['cycles']} cycles)")
 
 
 if __name__ == "__main__":

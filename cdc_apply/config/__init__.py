@@ -58,6 +58,9 @@ class SilverConfig:
     # REWRITE_MIN_CHANGES rows): it touches nearly every file anyway, and rewriting them is cheaper than
     # a pass that writes deletion vectors (and leaves readers none to apply). 0: every such MERGE rewrites.
     rewrite_share: float = 0.5
+    # ... and in any MERGE into a table whose files total less than this many bytes: rewriting its files,
+    # even all of them, costs less than the pass that builds deletion vectors. 0: mark rows in any table.
+    rewrite_table_bytes: int = 8 * 1024 * 1024
     change_data_feed: bool = True
     # Tables that keep a history table (docs/HISTORY.md): wildcards like apply.tables. [tables."ns.t"] history
     # = true/false decides for one table over these.
@@ -313,6 +316,9 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         raise ConfigError("must be a non-empty suffix without '/' or '.'", key="silver.history_suffix")
     if not silver.rewrite_share >= 0:
         raise ConfigError("must be 0 or more (0: a large MERGE always rewrites)", key="silver.rewrite_share")
+    if silver.rewrite_table_bytes < 0:
+        raise ConfigError("must be 0 or more (0: MERGEs mark rows in tables of any size)",
+                          key="silver.rewrite_table_bytes")
     bronze = BronzeConfig(**{**bronze.__dict__, "path": _resolve(bronze.path, base)})
     silver = SilverConfig(**{**silver.__dict__, "path": _resolve(silver.path, base)})
     state = StateConfig(**{**state.__dict__, "path": _resolve(state.path, base),

@@ -246,16 +246,24 @@ def collapse_partitions(rows: int, columns: int, default: int) -> int | None:
     return wanted if wanted > default else None
 
 
-def writes_deletion_vectors(changes: int, table_rows, rewrite_share: float) -> bool:
+def writes_deletion_vectors(changes: int, table_rows, rewrite_share: float, table_bytes=None,
+                            rewrite_table_bytes: int = 0) -> bool:
     """Whether a MERGE of ``changes`` changes should mark rows in deletion vectors (else rewrite files).
 
     Deletion vectors make a MERGE's cost follow the batch, not the table: it writes the changed rows
     and marks their old copies, where a rewrite also copies every untouched row of each file it
-    touches. A batch that changes ``rewrite_share`` of the table's rows or more touches nearly every
-    file either way; then the rewrite is the cheaper MERGE (one pass fewer over source and target: at
-    a 1M-change batch, tables of 100,000 rows, -12 % table time) and leaves readers no vectors to
-    apply. ``table_rows`` is called only for batches of ``REWRITE_MIN_CHANGES`` or more.
+    touches. But building the vectors is a pass of its own (8–12 small Spark jobs): a table whose files
+    total less than ``rewrite_table_bytes`` costs less to rewrite, even whole, than that pass. A batch
+    that changes ``rewrite_share`` of the table's rows or more touches nearly every file either way;
+    then the rewrite is the cheaper MERGE too (one pass fewer over source and target: at a 1M-change
+    batch, tables of 100,000 rows, -12 % table time). Rewritten files leave readers no vectors to
+    apply. ``table_bytes`` (None or a callable: None when unknown) is called only with a
+    ``rewrite_table_bytes``; ``table_rows`` only for batches of ``REWRITE_MIN_CHANGES`` or more.
     """
+    if rewrite_table_bytes and table_bytes is not None:
+        size = table_bytes()
+        if size is not None and size < rewrite_table_bytes:
+            return False
     if changes < REWRITE_MIN_CHANGES:
         return True
     return changes < rewrite_share * table_rows()

@@ -34,8 +34,8 @@ from cdc_apply.lake.snapshot_loads import clear_ranges, drop_cleared, load_snaps
 from cdc_apply.lake.merge_moves import resolve_moves
 from cdc_apply.lake.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.lake.tables import (
-    USER_METADATA, TableRef, apply_schema_ops, create_table, delta_version, set_properties, silver_properties,
-    silver_ref, table_properties,
+    USER_METADATA, TableRef, apply_schema_ops, create_table, delta_version, files_bytes, set_properties,
+    silver_properties, silver_ref, table_properties,
 )
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError, StateError
 from cdc_apply.pgoutput import messages as m
@@ -295,7 +295,12 @@ class SilverTables:
             # Answered from the file statistics of the snapshot the MERGE is about to read.
             return work.ref.read(session).count()
 
-        marks = writes_deletion_vectors(planned.rows, table_rows, self.config.silver.rewrite_share)
+        def table_bytes() -> int | None:
+            return 0 if str(work.ref) in self._empty else files_bytes(session, work.ref)
+
+        silver = self.config.silver
+        marks = writes_deletion_vectors(planned.rows, table_rows, silver.rewrite_share, table_bytes,
+                                        silver.rewrite_table_bytes)
         session.conf.set(PERSISTENT_DVS, str(marks).lower())
 
     def _ensure_schema(self, session, planned: TablePlan) -> None:

@@ -370,6 +370,19 @@ def newest_added_max(spark, ref: TableRef, column: str, commits: int = 4) -> int
     return found
 
 
+def files_bytes(spark, ref: TableRef) -> int | None:
+    """The bytes of the table's current data files, from its newest snapshot (the one its next read
+    plans with: no Spark job once Delta holds it, which a table the job writes each batch it does).
+    None where the JVM is out of reach (Spark Connect)."""
+    log = delta_log(spark, ref)
+    if log is None:
+        return None
+    try:
+        return int(newest_snapshot(log).sizeInBytes())
+    except Exception:  # noqa: BLE001 - not known: the caller decides without it
+        return None
+
+
 def delta_version(spark, ref: TableRef) -> int | None:
     """The table's newest Delta version this JVM knows (its own commits included), without reading the
     log again: the cached snapshot Delta keeps per table. Falls back to ``DESCRIBE HISTORY`` (one small

@@ -69,6 +69,8 @@ def test_three_paths_are_enough_and_everything_else_has_a_default(tmp_path):
     ({**MINIMAL, "tables": {"public.t": {"keys": ["id"]}}}, "tables.public.t.keys"),
     ({**MINIMAL, "source": {"proto_version": 7}}, "source.proto_version"),
     ({**MINIMAL, "silver": {"path": "s", "rewrite_share": -0.5}}, "silver.rewrite_share"),
+    ({**MINIMAL, "silver": {"path": "s", "rewrite_table_bytes": -1}}, "silver.rewrite_table_bytes"),
+    ({**MINIMAL, "silver": {"path": "s", "rewrite_table_bytes": "16M"}}, "silver.rewrite_table_bytes"),
     ({**MINIMAL, "apply": {"trigger_interval": "soon"}}, "apply.trigger_interval"),
     ({**MINIMAL, "silver": {"path": "b"}}, "bronze.path"),
     ({**MINIMAL, "state": {"path": "s/_cdc"}}, "silver.path"),

@@ -175,17 +175,17 @@ def _merge_metrics(lake) -> list[dict]:
 
 
 @pytest.mark.spark
-def test_collapses_over_more_partitions_merges_that_rewrite_files_and_moves_by_rounds_leave_the_same_tables(
+def test_collapses_over_more_partitions_merges_that_mark_rows_and_moves_by_rounds_leave_the_same_tables(
         rules_run, lake_factory, monkeypatch):
     """One run of the capture with three internals switched at once (each run of it costs a minute here):
-    collapses spread over many partitions, MERGEs that rewrite the files they touch instead of marking
-    rows in deletion vectors, and unchanged TOAST of key moves resolved by rounds of window queries."""
+    collapses spread over many partitions, MERGEs that mark rows in deletion vectors instead of
+    rewriting the files they touch (the capture's tables are far below ``silver.rewrite_table_bytes``),
+    and unchanged TOAST of key moves resolved by rounds of window queries."""
     from cdc_apply.lake import merge_moves
 
     tables = (*KEYED, "public.dups")  # dups: the keyless MERGE
-    marking = rules_run[0]            # small batches: the defaults mark rows
+    rewriting = rules_run[0]          # small tables: the defaults rewrite the files a MERGE touches
     monkeypatch.setattr(merge, "CELLS_PER_PARTITION", 1)
-    monkeypatch.setattr(merge, "REWRITE_MIN_CHANGES", 0)
     wanted, rounds = [], []
     real = merge.collapse
 
@@ -199,12 +199,12 @@ def test_collapses_over_more_partitions_merges_that_rewrite_files_and_moves_by_r
 
     monkeypatch.setattr("cdc_apply.lake.silver.collapse", spy)
     monkeypatch.setattr("cdc_apply.lake.silver.resolve_moves", by_rounds)
-    other = _variant_lake(lake_factory, "other_internals", tables, silver={"rewrite_share": 0})
+    other = _variant_lake(lake_factory, "other_internals", tables, silver={"rewrite_table_bytes": 0})
     assert len(_contents(other, tables)) == len(tables)
-    assert _contents(other, tables) == _contents(marking, tables)
+    assert _contents(other, tables) == _contents(rewriting, tables)
     assert wanted and all(p and p > 4 for p in wanted)
     assert rounds and set(rounds) == {"public.moves"}
-    assert any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in _merge_metrics(marking))
-    rewrites = _merge_metrics(other)
+    assert any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in _merge_metrics(other))
+    rewrites = _merge_metrics(rewriting)
     assert rewrites and not any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in rewrites)
     assert any(int(m.get("numTargetFilesRemoved", 0)) for m in rewrites)

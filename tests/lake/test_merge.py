@@ -58,6 +58,20 @@ def test_a_merge_marks_rows_in_deletion_vectors_unless_its_batch_changes_half_th
     assert not writes_deletion_vectors(10_000, lambda: 10**9, 0.0)        # 0: every large MERGE rewrites
 
 
+def _never_sized():
+    raise AssertionError("without rewrite_table_bytes the table's size must not be asked for")
+
+
+def test_a_merge_into_a_table_smaller_than_rewrite_table_bytes_rewrites_its_files_whatever_the_batch():
+    small = 8 * 1024 * 1024
+    assert not writes_deletion_vectors(10, _never_counted, 0.5, lambda: small - 1, small)
+    assert not writes_deletion_vectors(10, _never_counted, 0.5, lambda: 0, small)   # empty or just truncated
+    assert writes_deletion_vectors(10, _never_counted, 0.5, lambda: small, small)
+    assert writes_deletion_vectors(10, _never_counted, 0.5, lambda: None, small)    # size unknown: mark rows
+    assert writes_deletion_vectors(10, _never_counted, 0.5, _never_sized, 0)        # 0: mark rows in any table
+    assert not writes_deletion_vectors(60_000, lambda: 100_000, 0.5, lambda: 10 * small, small)
+
+
 @pytest.mark.spark
 def test_a_keyless_batch_applies_each_rows_changes_in_commit_order_when_some_find_no_copy(lake_factory):
     """A Delete or Update of a row silver lacks changes nothing at its place in the order, as in
