@@ -7,13 +7,16 @@ measured path:
 * **MERGE floor** — one plain Delta MERGE per table of the ten tables' collapsed changes (one row per
   key, last change wins, built on the driver and handed over with ``spark.createDataFrame``):
   ``whenMatchedDelete`` for deleted keys, ``whenMatchedUpdate`` / ``whenNotMatchedInsert`` of every
-  column for the rest. Four tables at once (the job's ``apply.parallelism``) and one at a time.
+  column for the rest. Four tables at once (the job's ``apply.parallelism``) and one at a time; and
+  four at once rewriting the files each MERGE touches instead of marking rows in deletion vectors (as
+  the job does in tables under ``silver.rewrite_table_bytes``).
 * **append floor** — one plain Delta append per table of the same rows (ten commits): the least any
   applier writing each table's changes must do.
 * **hot / random** — Delta's MERGE (``whenMatchedUpdateAll``) of the job's 2,000 updates of the newest
   5 % of keys, then of its 2,000 updates of random keys, into a copy of the 200,000-row table, with and
   without the batch's key range (``t.id BETWEEN low AND high``) in the ON clause. Also on the same rows
-  laid out in 20 files by key range, which the bench's table (one file) is not.
+  laid out in 20 files by key range, which the bench's table (one file) is not, and with the key
+  range, rewriting instead of marking rows.
 
 Every floor table is a copy of the job's silver table after its base batch: the same schema (with the
 metadata columns), the same Delta properties read from the silver table (Change Data Feed, deletion
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -37,6 +41,10 @@ COPIED_PROPERTIES = ("delta.enableChangeDataFeed", "delta.enableDeletionVectors"
 FLOOR_SETTINGS = {"spark.databricks.delta.merge.materializeSource": "none",
                   "spark.sql.constraintPropagation.enabled": "false", "spark.sql.codegen.maxFields": "400"}
 WIDE_FILES = 20  # the hot table laid out by key range in this many files (not the bench's layout)
+# Variants whose MERGEs rewrite the files they touch instead of marking rows in deletion vectors, as the
+# job's MERGEs into tables under silver.rewrite_table_bytes do.
+REWRITING = ("merge_rewrite_parallel", "hot_range_rewrite")
+PERSISTENT_DVS = "spark.databricks.delta.merge.deletionVectors.persistent"
 
 
 def collapse(changes) -> dict[str, dict[int, tuple]]:
@@ -73,7 +81,8 @@ class Floor:
         laid = rows.coalesce(1) if files == 1 else rows.repartitionByRange(files, "id")
         laid.sortWithinPartitions("id").write.format("delta").mode("append").save(str(self.root / dest))
 
-    def set_up(self, variants=("merge_parallel", "merge_serial", "append_parallel", "append_serial")) -> dict:
+    def set_up(self, variants=("merge_parallel", "merge_rewrite_parallel", "merge_serial", "append_parallel",
+                               "append_serial")) -> dict:
         """Copy every table the floors write (after the job's base batch); returns their layout. Without a
         hot table (``hot=None``), only the ten tables' ``variants``."""
         props = {r.key: r.value for r in
@@ -92,7 +101,7 @@ class Floor:
                   "floor_files": {"t": self.files(str(self.root / variants[0] / self.tables[0]))}}
         if self.hot is None:
             return layout
-        for variant in ("hot_plain", "hot_range"):
+        for variant in ("hot_plain", "hot_range", "hot_range_rewrite"):
             self._copy(self.hot, variant)
         for variant in ("hot_plain_wide", "hot_range_wide"):
             self._copy(self.hot, variant, WIDE_FILES)
@@ -156,14 +165,24 @@ class Floor:
     def _each(self, variant: str, action, sources: dict, parallel: bool) -> dict:
         """``action(path, source)`` for every table: four at once (the job's parallelism) or one at a
         time; returns the wall seconds and each table's."""
-        started = time.monotonic()
-        work = lambda t: (t, action(str(self.root / variant / t), sources[t]))  # noqa: E731
-        if parallel:
-            with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
-                per_table = dict(pool.map(work, self.tables))
-        else:
-            per_table = dict(map(work, self.tables))
-        return {"seconds": time.monotonic() - started, "tables": per_table}
+        with self._rewriting(variant):
+            started = time.monotonic()
+            work = lambda t: (t, action(str(self.root / variant / t), sources[t]))  # noqa: E731
+            if parallel:
+                with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
+                    per_table = dict(pool.map(work, self.tables))
+            else:
+                per_table = dict(map(work, self.tables))
+            return {"seconds": time.monotonic() - started, "tables": per_table}
+
+    @contextmanager
+    def _rewriting(self, variant: str):
+        """The floor's session MERGEs rewriting files for a variant of ``REWRITING``, marking rows otherwise."""
+        self.spark.conf.set(PERSISTENT_DVS, "false" if variant in REWRITING else "true")
+        try:
+            yield
+        finally:
+            self.spark.conf.set(PERSISTENT_DVS, "true")
 
     def small_batch(self, changes, rotate: int = 0, serial: bool = True) -> dict:
         """The ten tables' changes: Delta's MERGE and plain appends, four at once and one at a time (the
@@ -177,9 +196,10 @@ class Floor:
                "deletes": sum(op == "D" for t in self.tables for op, _, _ in collapsed.get(t, {}).values())}
         variants = [("merge_parallel", self.merge, merge_sources, True),
                     ("append_parallel", self._append, append_sources, True),
+                    ("merge_rewrite_parallel", self.merge, merge_sources, True),
                     ("merge_serial", self.merge, merge_sources, False),
                     ("append_serial", self._append, append_sources, False)]
-        for variant, action, sources, parallel in _rotated(variants if serial else variants[:2], rotate):
+        for variant, action, sources, parallel in _rotated(variants if serial else variants[:3], rotate):
             out[variant] = self._each(variant, action, sources, parallel)
         out["merge_counts"] = {k: sum(self.counts[str(self.root / "merge_parallel" / t)][k] for t in self.tables)
                                for k in ("updated", "deleted", "inserted")}
@@ -194,10 +214,12 @@ class Floor:
             sources[name] = (self._source(rows, False), (min(rows), max(rows)))
             sources[name][0].count()
         out = {}
-        for variant in _rotated(["hot_plain", "hot_range", "hot_plain_wide", "hot_range_wide"], rotate):
+        for variant in _rotated(["hot_plain", "hot_range", "hot_plain_wide", "hot_range_wide", "hot_range_rewrite"],
+                                rotate):
             path = str(self.root / variant)
-            out[variant] = {name: self.merge(path, df, bounds if "range" in variant else None, upsert=False)
-                            for name, (df, bounds) in sources.items()}
+            with self._rewriting(variant):
+                out[variant] = {name: self.merge(path, df, bounds if "range" in variant else None, upsert=False)
+                                for name, (df, bounds) in sources.items()}
         return out
 
 

@@ -120,12 +120,14 @@ def floor_window(spark, silver_root: Path, root: Path, conn, rate: int, seconds:
     one ended and a lander commit it has not applied exists; it MERGEs (bench.delta_floor: one plain
     MERGE, ``whenMatchedDelete`` / update / insert of every column) the keys of every load transaction
     committed before that lander commit, collapsed on the driver (last change wins), into a copy of
-    silver (same schema and Delta properties). A transaction's floor latency is the end of the cycle
+    silver (same schema and Delta properties), rewriting the files it touches rather than marking rows
+    in deletion vectors, as the job does in a table this small. A transaction's floor latency is the end of the cycle
     that applied it minus its commit: the least any applier pays that lands through bronze and MERGEs
     each batch, with none of its own planning, decoding, bookkeeping or streaming."""
-    from bench.delta_floor import Floor
+    from bench.delta_floor import PERSISTENT_DVS, Floor
 
     floor = Floor(spark, silver_root, root, ["ev"], hot=None, parallelism=1)
+    floor.spark.conf.set(PERSISTENT_DVS, "false")
     floor.set_up(variants=("sustained",))
     path = str(root / "sustained" / "ev")
     warm = floor.source([({"id": -1}, True)], True)
