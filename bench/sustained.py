@@ -114,16 +114,17 @@ class Landed(list):
 
 
 def floor_window(spark, silver_root: Path, root: Path, conn, rate: int, seconds: float, next_id: int,
-                 live: list[int], landed: Landed) -> dict:
+                 live: list[int], landed: Landed) -> tuple[dict, int]:
     """Delta's latency floor under the same load: the apply job stopped, the same load and lander running,
     a loop that does nothing but Delta's MERGE of what has landed. Each cycle starts as soon as the last
     one ended and a lander commit it has not applied exists; it MERGEs (bench.delta_floor: one plain
     MERGE, ``whenMatchedDelete`` / update / insert of every column) the keys of every load transaction
     committed before that lander commit, collapsed on the driver (last change wins), into a copy of
     silver (same schema and Delta properties), rewriting the files it touches rather than marking rows
-    in deletion vectors, as the job does in a table this small. A transaction's floor latency is the end of the cycle
-    that applied it minus its commit: the least any applier pays that lands through bronze and MERGEs
-    each batch, with none of its own planning, decoding, bookkeeping or streaming."""
+    in deletion vectors, as the job does in a table this small. A transaction's floor latency is the
+    end of the cycle that applied it minus its commit: the least any applier pays that lands through
+    bronze and MERGEs each batch, with none of its own planning, decoding, bookkeeping or streaming.
+    Returns the floor's figures and the load's next new key."""
     from bench.delta_floor import PERSISTENT_DVS, Floor
 
     floor = Floor(spark, silver_root, root, ["ev"], hot=None, parallelism=1)

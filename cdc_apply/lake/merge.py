@@ -252,7 +252,7 @@ def writes_deletion_vectors(changes: int, table_rows, rewrite_share: float, tabl
 
     Deletion vectors make a MERGE's cost follow the batch, not the table: it writes the changed rows
     and marks their old copies, where a rewrite also copies every untouched row of each file it
-    touches. But building the vectors is a pass of its own (8–12 small Spark jobs): a table whose files
+    touches. But building the vectors is a pass of its own (7–12 small Spark jobs): a table whose files
     total less than ``rewrite_table_bytes`` costs less to rewrite, even whole, than that pass. A batch
     that changes ``rewrite_share`` of the table's rows or more touches nearly every file either way;
     then the rewrite is the cheaper MERGE too (one pass fewer over source and target: at a 1M-change

@@ -371,9 +371,9 @@ def newest_added_max(spark, ref: TableRef, column: str, commits: int = 4) -> int
 
 
 def files_bytes(spark, ref: TableRef) -> int | None:
-    """The bytes of the table's current data files, from its newest snapshot (the one its next read
-    plans with: no Spark job once Delta holds it, which a table the job writes each batch it does).
-    None where the JVM is out of reach (Spark Connect)."""
+    """The bytes of the table's current data files, from its newest snapshot: the one its next read or
+    MERGE plans with, so a state reconstruction it starts is one that read would have run. None where
+    the JVM is out of reach (Spark Connect)."""
     log = delta_log(spark, ref)
     if log is None:
         return None
