@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from cdc_apply.lake.merge import PERSISTENT_DVS
+
 # The silver properties a floor table copies from the job's table (those the job sets itself).
 COPIED_PROPERTIES = ("delta.enableChangeDataFeed", "delta.enableDeletionVectors", "delta.columnMapping.mode",
                      "delta.enableTypeWidening")
@@ -44,7 +46,6 @@ WIDE_FILES = 20  # the hot table laid out by key range in this many files (not t
 # Variants whose MERGEs rewrite the files they touch instead of marking rows in deletion vectors, as the
 # job's MERGEs into tables under silver.rewrite_table_bytes do.
 REWRITING = ("merge_rewrite_parallel", "hot_range_rewrite")
-PERSISTENT_DVS = "spark.databricks.delta.merge.deletionVectors.persistent"
 
 
 def collapse(changes) -> dict[str, dict[int, tuple]]:

@@ -125,7 +125,8 @@ def floor_window(spark, silver_root: Path, root: Path, conn, rate: int, seconds:
     end of the cycle that applied it minus its commit: the least any applier pays that lands through
     bronze and MERGEs each batch, with none of its own planning, decoding, bookkeeping or streaming.
     Returns the floor's figures and the load's next new key."""
-    from bench.delta_floor import PERSISTENT_DVS, Floor
+    from bench.delta_floor import Floor
+    from cdc_apply.lake.merge import PERSISTENT_DVS
 
     floor = Floor(spark, silver_root, root, ["ev"], hot=None, parallelism=1)
     floor.spark.conf.set(PERSISTENT_DVS, "false")
@@ -147,6 +148,9 @@ def floor_window(spark, silver_root: Path, root: Path, conn, rate: int, seconds:
                 stop_at = time.time()
             if stopping and applied == len(load.log):
                 break
+            if stopping and time.time() - stop_at > max(300.0, 3 * seconds):
+                raise RuntimeError(f"Delta's floor applied {applied} of {len(load.log)} transactions "
+                                   f"{time.time() - stop_at:.0f} s after the load stopped: the lander stopped landing")
             newest = landed.times[-1] if len(landed.times) > commits_before else 0.0
             upto = applied
             while upto < len(load.log) and load.log[upto][0] < newest:
