@@ -18,7 +18,7 @@ measured path:
   laid out in 20 files by key range, which the bench's table (one file) is not, and with the key
   range, rewriting instead of marking rows.
 
-Every floor table is a copy of the job's silver table after its base batch: the same schema (with the
+Every floor table is a copy of the job's silver table before its measured batches: the same schema (with the
 metadata columns), the same Delta properties read from the silver table (Change Data Feed, deletion
 vectors, column mapping, type widening), its rows written the way the job writes them (one file,
 sorted by key). Each variant writes its own copy, so every variant starts from the same state. Only
@@ -84,7 +84,7 @@ class Floor:
 
     def set_up(self, variants=("merge_parallel", "merge_rewrite_parallel", "merge_serial", "append_parallel",
                                "append_serial")) -> dict:
-        """Copy every table the floors write (after the job's base batch); returns their layout. Without a
+        """Copy every table the floors write (before the job's measured batches); returns their layout. Without a
         hot table (``hot=None``), only the ten tables' ``variants``."""
         props = {r.key: r.value for r in
                  self.spark.sql(f"SHOW TBLPROPERTIES delta.`{self.silver / self.tables[0]}`").collect()}

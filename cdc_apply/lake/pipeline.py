@@ -33,7 +33,7 @@ from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads
 from cdc_apply.planning.state import SourceState
 from cdc_apply.planning.table_plan import SlotCount
 from cdc_apply.config import Config
-from cdc_apply.lake.batch_logs import BatchLogs, now as _now
+from cdc_apply.lake.batch_logs import BatchLogs, counts_per_transaction, now as _now
 from cdc_apply.lake.bookkeeping import Bookkeeping
 from cdc_apply.lake.bronze import check_bronze
 from cdc_apply.lake.bronze_contract import applied_rows, check_late_rows, count_rows
@@ -276,10 +276,12 @@ class ApplyPipeline:
         # One job decodes everything (filling the cache) and returns what the driver needs.
         truncate = F.when((F.col("op") == "T") & F.col("error").isNull(), F.struct(
             "source", "seq", "commit_lsn", "txn", "trunc_relids", "trunc_options"))
+        # Per transaction too when the batch has few: the transactions log is then built on the driver
+        # from these counts rather than summed in Spark beside the tables (batch_logs).
+        per_txn = counts_per_transaction(plan)
         try:
-            # Per slot and kind, not per transaction: the transactions log sums its own in Spark (batch_logs).
-            counts = [SlotCount(r.source, None, *r[1:]) for r in (
-                decoded.groupBy("source", "slot", "op")
+            counts = [SlotCount(*r) if per_txn else SlotCount(r.source, None, *r[1:]) for r in (
+                decoded.groupBy("source", *(["txn"] if per_txn else []), "slot", "op")
                 .agg(F.count(F.lit(1)).alias("n"), F.count("toast").alias("toasted"),
                      F.count(F.when((F.col("op") == "U") & F.col("old_kind").isNotNull(), F.col("toast")))
                      .alias("moved_toasted"),

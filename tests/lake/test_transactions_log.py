@@ -1,0 +1,80 @@
+"""The transactions log built on the driver (a batch of few transactions) holds the rows the Spark
+aggregation gives for a batch of many: real PostgreSQL captures, both ways in each batch."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+
+import cdc_apply.lake.batch_logs as batch_logs
+from cdc_apply.pgoutput import decode_message
+from golden.loader import load_capture, load_expected, parse_lsn
+
+pytestmark = pytest.mark.spark
+
+# (scenario, config, the checkpoint the capture is applied through, extra config): prepared, streamed
+# and empty transactions with logical decoding messages; truncates with every option; quarantined
+# changes (multi-dimensional arrays) beside good ones.
+CASES = [
+    ("transactions", "v3_twophase_stream", "messages", {}),
+    ("truncate", "v1", None, {}),
+    ("types", "v1_binary", None, {"apply": {"on_error": "quarantine"}}),
+]
+DECIDING = {ord("C"), ord("c"), ord("K")}
+
+
+def _capture(scenario: str, config: str, through: str | None) -> list[tuple]:
+    """The capture's bronze rows, up to the first commit after checkpoint ``through`` when given."""
+    limit = next(parse_lsn(c["lsn"]) for c in load_expected(scenario) if c["name"] == through) if through else None
+    rows = []
+    for seq, lsn, _, payload in load_capture(scenario, config):
+        if limit is not None and payload[0] in DECIDING and decode_message(payload).commit_lsn > limit:
+            break
+        rows.append(("golden", seq, lsn, payload))
+    return rows
+
+
+def _rows(df) -> list[tuple]:
+    return [] if df is None else sorted((tuple(r) for r in df.drop("applied_at").collect()), key=repr)
+
+
+@pytest.mark.parametrize("scenario,config,through,extra", CASES, ids=[f"{s}-{c}" for s, c, _, _ in CASES])
+def test_the_log_built_from_counts_per_transaction_equals_the_one_summed_in_spark(scenario, config, through, extra,
+                                                                                lake_factory, monkeypatch):
+    """Each batch's log is built both ways, empty transactions skipped and kept, while the job runs."""
+    original = batch_logs.BatchLogs._transactions
+    compared: dict[bool, list] = {True: [], False: []}
+
+    def both_ways(self, plan, *args):
+        assert batch_logs.counts_per_transaction(plan)
+        for skip in (True, False):
+            logs = copy.copy(self)
+            logs.config = replace(self.config, apply=replace(self.config.apply, skip_empty_transactions=skip))
+            from_counts = _rows(original(logs, plan, *args))
+            monkeypatch.setattr(batch_logs, "PER_TXN_COUNTS_MAX", -1)   # as in a batch of many transactions
+            summed = _rows(original(logs, plan, *args))
+            monkeypatch.undo()
+            compared[skip].append((from_counts, summed))
+        return original(self, plan, *args)
+
+    lake = lake_factory("txlog", **extra)
+    lake.land(_capture(scenario, config, through))
+    monkeypatch.setattr(batch_logs.BatchLogs, "_transactions", both_ways)
+    lake.apply()
+    assert compared[True] and compared[False]
+    for skip, pairs in compared.items():
+        for from_counts, summed in pairs:
+            assert from_counts == summed, f"skip_empty_transactions = {skip}"
+    skipped = [row for from_counts, _ in compared[True] for row in from_counts]
+    kept = [row for from_counts, _ in compared[False] for row in from_counts]
+    tables = [t for row in skipped for t in row[12]]
+    assert any(t.inserts for t in tables)
+    if scenario == "transactions":   # a transaction of logical decoding messages alone is not empty
+        assert any(not row[12] for row in skipped)
+    else:
+        assert all(row[12] for row in skipped) and len(kept) == len(skipped)
+    if scenario == "truncate":
+        assert any(t.truncated and t.cascade and t.restart_identity for t in tables)
+    assert lake.state("transactions").count() == len(skipped)
