@@ -44,7 +44,7 @@ def _rows(df) -> list[tuple]:
 def test_the_log_built_from_counts_per_transaction_equals_the_one_summed_in_spark(scenario, config, through, extra,
                                                                                 lake_factory, monkeypatch):
     """Each batch's log is built both ways, empty transactions skipped and kept, while the job runs."""
-    original = batch_logs.BatchLogs._transactions
+    original, limit = batch_logs.BatchLogs._transactions, batch_logs.PER_TXN_COUNTS_MAX
     compared: dict[bool, list] = {True: [], False: []}
 
     def both_ways(self, plan, *args):
@@ -53,9 +53,11 @@ def test_the_log_built_from_counts_per_transaction_equals_the_one_summed_in_spar
             logs = copy.copy(self)
             logs.config = replace(self.config, apply=replace(self.config.apply, skip_empty_transactions=skip))
             from_counts = _rows(original(logs, plan, *args))
-            monkeypatch.setattr(batch_logs, "PER_TXN_COUNTS_MAX", -1)   # as in a batch of many transactions
-            summed = _rows(original(logs, plan, *args))
-            monkeypatch.undo()
+            batch_logs.PER_TXN_COUNTS_MAX = -1   # as in a batch of many transactions: summed in Spark
+            try:
+                summed = _rows(original(logs, plan, *args))
+            finally:
+                batch_logs.PER_TXN_COUNTS_MAX = limit
             compared[skip].append((from_counts, summed))
         return original(self, plan, *args)
 
