@@ -106,8 +106,10 @@ def _bronze(seed: int, log: dict | None = None):
     # Batches of the same shape first: the measured one is then a running job's, not the JVM's first
     # MERGE batch, which compiles and loads what later batches reuse. After one such batch the measured
     # one took 13.6 s, after three 12.0 s, after the floor's ~60 Delta writes as well (--floor) 8.9 s.
-    for k in range(WARM_BATCHES):
-        mixed(range(-(WARM_CHANGES // 10) * (WARM_BATCHES - k), -(WARM_CHANGES // 10) * (WARM_BATCHES - k - 1)))
+    per_warm = WARM_CHANGES // 10
+    for k in range(WARM_BATCHES):   # transaction numbers below the measured batch's 0, 1, ...
+        first = (k - WARM_BATCHES) * per_warm
+        mixed(range(first, first + per_warm))
         cut(f"warm {k}")
     mixed(range(CHANGES // 10))
     cut("changes")
