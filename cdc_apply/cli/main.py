@@ -5,7 +5,9 @@ Each subcommand lives in its own module and is imported only when used, so
 
 Output: the results (batch lines, status, inspected messages) go to stdout as they always have; log
 records (which session was built, live progress of a long batch, errors) go to stderr at
-``--log-level`` (``$CDC_APPLY_LOG_LEVEL``, default INFO). Lines already on stdout are not repeated there.
+``--log-level`` (``$CDC_APPLY_LOG_LEVEL``, default INFO; before or after the subcommand). Lines already
+on stdout are not repeated there. An error is one line; at DEBUG its traceback follows, and Spark's own
+report of a failed streaming query (its Java stack) is kept (cdc_apply.spark.session.quiet_jvm_logging).
 """
 
 from __future__ import annotations
@@ -99,17 +101,39 @@ def _as_of(args: argparse.Namespace) -> int:
 
 
 def version_text() -> str:
-    """``cdc-apply --version``: this package, the Spark it was built for and the Delta artifact it uses."""
+    """``cdc-apply --version``: this package, pyspark, the Delta artifact it is pinned to and the Delta
+    actually there: the one a Spark session of this process loaded (asked of its JVM), else the jar a
+    session started here would load (its name and manifest; no JVM is started for it)."""
     from importlib import metadata
 
     from cdc_apply import __version__
-    from cdc_apply.spark.jars import DELTA_ARTIFACT
+    from cdc_apply.spark.jars import DELTA_ARTIFACT, delta_for_new_session
+    from cdc_apply.spark.session import running_delta
 
     try:
         pyspark = metadata.version("pyspark")
     except metadata.PackageNotFoundError:
         pyspark = "not installed (the cluster's Spark is used)"
-    return f"cdc-apply {__version__} (pyspark {pyspark}, Delta {DELTA_ARTIFACT})"
+    running = running_delta()
+    if running is not None:
+        version, jar = running
+        found = f"loaded {version} by the running session ({jar})"
+    else:
+        jar = delta_for_new_session()
+        found = (f"found {jar.artifact} {jar.version} in {jar.where}" if jar is not None
+                 else "no Delta jars found for a session started here (`python -m cdc_apply.spark.jars` fetches them)")
+    return f"cdc-apply {__version__} (pyspark {pyspark}; Delta {DELTA_ARTIFACT} pinned, {found})"
+
+
+class _Version(argparse.Action):
+    """``--version``, its text made only when asked for: it looks for jars, which other commands need not."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,25 +141,34 @@ def build_parser() -> argparse.ArgumentParser:
         prog="cdc-apply",
         description="Apply PostgreSQL logical replication (pgoutput) to Delta Lake tables.",
     )
-    parser.add_argument("--version", action="version", version=version_text())
+    parser.add_argument("--version", action=_Version,
+                        help="cdc_apply, pyspark, the pinned Delta and the Delta found or loaded, then exit")
+    log_help = ("log records shown on stderr from this level (default INFO, or $CDC_APPLY_LOG_LEVEL); DEBUG also "
+                "shows the stack of an error")
     parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper,
-                        default=os.environ.get("CDC_APPLY_LOG_LEVEL", "INFO").upper(),
-                        help="log records shown on stderr from this level (default INFO, or $CDC_APPLY_LOG_LEVEL)")
+                        default=os.environ.get("CDC_APPLY_LOG_LEVEL", "INFO").upper(), help=log_help)
+    # Also accepted after the subcommand: jobs/*.py put the subcommand first, so under spark-submit
+    # that is the only place a user can give it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper, default=argparse.SUPPRESS, help=log_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    apply = sub.add_parser("apply", help="apply bronze to silver (Structured Streaming)")
+    def command(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    apply = command("apply", help="apply bronze to silver (Structured Streaming)")
     apply.add_argument("--config", required=True, metavar="FILE", help="a TOML configuration (see conf/example.toml)")
     apply.add_argument("--once", action="store_true", help="process everything available, then stop")
     apply.add_argument("--progress-seconds", type=float, default=None, metavar="S",
                        help="log a live progress line every S seconds while a batch runs (default 30; 0: never)")
     apply.set_defaults(run=_apply)
 
-    land = sub.add_parser("land", help="land a PostgreSQL replication slot into bronze")
+    land = command("land", help="land a PostgreSQL replication slot into bronze")
     land.add_argument("--config", required=True, metavar="FILE", help="a TOML configuration (see conf/example.toml)")
     land.add_argument("--once", action="store_true", help="stop when the slot has nothing more to send")
     land.set_defaults(run=_land)
 
-    snapshot = sub.add_parser("snapshot", help="ask the lander to copy tables again while the stream flows")
+    snapshot = command("snapshot", help="ask the lander to copy tables again while the stream flows")
     snapshot.add_argument("--config", required=True, metavar="FILE", help="a TOML configuration (see conf/example.toml)")
     snapshot.add_argument("--table", action="append", default=[], metavar="NS.NAME",
                           help="a published table to copy again (repeat for several)")
@@ -143,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="print the event trigger SQL of source.ddl_events (for a superuser to run)")
     snapshot.set_defaults(run=_snapshot)
 
-    status = sub.add_parser(
+    status = command(
         "status", help="show per-source progress, pending transactions and lag",
         description="Per source: applied seq/LSN, pending transactions, lag against bronze now, quarantined "
                     "messages and the last failure. Exit code: 0 every source ok, 4 a source's last batch "
@@ -157,23 +190,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exit code 5 when a source's lag is above this (default: never)")
     status.set_defaults(run=_status)
 
-    optimize = sub.add_parser("optimize", help="compact silver and history tables (Z-ordered by key) and bronze "
-                                                   "(maintenance)",
-                              description="OPTIMIZE each silver table of the pipeline and its history table, "
-                                          "ZORDER BY the key: fewer files, each a narrow key range, so a MERGE of "
-                                          "recent keys reads fewer; and bronze, whose lander writes a file per "
-                                          "batch (bin-packing). Both may run beside the lander and the apply job. "
-                                          "With --table or --bronze, only what they name.")
+    optimize = command("optimize", help="compact silver and history tables (Z-ordered by key) and bronze "
+                                        "(maintenance)",
+                       description="OPTIMIZE each silver table of the pipeline and its history table, "
+                                   "ZORDER BY the key: fewer files, each a narrow key range, so a MERGE of "
+                                   "recent keys reads fewer; and bronze, whose lander writes a file per "
+                                   "batch (bin-packing). Both may run beside the lander and the apply job. "
+                                   "With --table or --bronze, only what they name.")
     optimize.add_argument("--config", required=True, metavar="FILE")
     optimize.add_argument("--table", action="append", metavar="NS.NAME",
                           help="only this silver table and its history (repeatable)")
     optimize.add_argument("--bronze", action="store_true", help="bronze (alone, unless --table is given too)")
     optimize.set_defaults(run=_optimize)
 
-    as_of = sub.add_parser("as-of", help="print silver tables as of one source commit LSN (docs/HISTORY.md)",
-                           description="Silver tables of one source as they were after one PostgreSQL commit: the "
-                                       "newest applied commit at or below --lsn, from history tables where every "
-                                       "table keeps one, else by Delta time travel to the newest batch end.")
+    as_of = command("as-of", help="print silver tables as of one source commit LSN (docs/HISTORY.md)",
+                    description="Silver tables of one source as they were after one PostgreSQL commit: the "
+                                "newest applied commit at or below --lsn, from history tables where every "
+                                "table keeps one, else by Delta time travel to the newest batch end.")
     as_of.add_argument("--config", required=True, metavar="FILE")
     as_of.add_argument("--lsn", required=True, help="X/Y (as PostgreSQL prints it) or a number")
     as_of.add_argument("--tables", default=None, metavar="NS.NAME,...",
@@ -184,11 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
     as_of.add_argument("--out", default=None, metavar="DIR", help="write each table as Parquet under DIR instead")
     as_of.set_defaults(run=_as_of)
 
-    demo = sub.add_parser("demo", help="run the end-to-end demo on an embedded default")
+    demo = command("demo", help="run the end-to-end demo on an embedded default")
     demo.add_argument("--workdir", default="demo-data", help="folder for the demo's tables (default: demo-data)")
     demo.set_defaults(run=_demo)
 
-    inspect = sub.add_parser("inspect", help="print messages as JSON, one object per line")
+    inspect = command("inspect", help="print messages as JSON, one object per line")
     where = inspect.add_mutually_exclusive_group(required=True)
     where.add_argument("--bronze", metavar="PATH", help="a bronze Delta table")
     where.add_argument("--hex", metavar="FILE", help="a file of hex payloads, one per line (- for stdin)")
@@ -213,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     except CdcApplyError as err:
         print(f"cdc-apply: error: {err}", file=sys.stderr)
         log.error("%s", err, extra={PRINTED: True})
+        log.debug("the error's traceback", exc_info=err)
         return 2
 
 

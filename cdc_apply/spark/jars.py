@@ -13,7 +13,8 @@ holding the delta-spark jar: a copy of ``.jars/``, the jars a cluster image
 ships ...), in that fetched folder, and in Maven's local repository
 (``~/.m2/repository``, where any earlier Maven build of Delta left them).
 
-Run ``python -m cdc_apply.spark.jars`` (``make setup`` does) to fetch.
+Run ``python -m cdc_apply.spark.jars`` (``make setup`` does) to fetch. :func:`delta_for_new_session`
+says, from files alone, which Delta a session started here would load (``cdc-apply --version``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from cdc_apply.errors import SetupError
 
@@ -170,6 +173,67 @@ def find_delta_jars() -> JarSearch:
     if search.jars:
         search.origin = f"{repository} (Maven's local repository)"
     return search
+
+
+class DeltaJar(NamedTuple):
+    """A delta-spark jar (or ``--packages`` coordinate) a session would load, and where it was seen."""
+
+    artifact: str      # delta-spark_4.1_2.13
+    version: str       # its manifest's Implementation-Version, else the version in its name
+    where: str         # the folder, or the setting, that names it
+
+
+_DELTA_JAR_NAME = re.compile(r"^(delta-(?:spark|core)_[^-]+)-(.+)\.jar$")
+_DELTA_COORDINATE = re.compile(r"io\.delta:(delta-(?:spark|core)_[^:,]+):([^:,\s]+)")
+
+
+def delta_jar(jar: Path, where: str | None = None) -> DeltaJar | None:
+    """What a delta-spark jar file is, from its name and its manifest (no JVM): ``None`` for other files."""
+    match = _DELTA_JAR_NAME.match(jar.name)
+    if not match:
+        return None
+    version = match.group(2)
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            manifest = archive.read("META-INF/MANIFEST.MF").decode("utf-8", "replace")
+        found = re.search(r"^Implementation-Version:\s*(\S+)", manifest, re.M)
+        version = found.group(1) if found else version
+    except (OSError, KeyError, zipfile.BadZipFile):
+        pass  # the name's version stands: an unreadable jar fails later, when a session loads it
+    return DeltaJar(match.group(1), version, where or str(jar.parent))
+
+
+def _first_delta_jar(jars, where: str | None = None) -> DeltaJar | None:
+    return next((found for found in (delta_jar(Path(j), where) for j in jars) if found), None)
+
+
+def delta_for_new_session() -> DeltaJar | None:
+    """The Delta a session started in this process would load, from files alone (no JVM, no network), in
+    the order its class path would take it: a delta-spark jar in Spark's own jars folder (on the JVM's
+    class path from its start), one named by ``spark.jars`` or ``spark.jars.packages`` in
+    ``spark-defaults.conf`` / ``PYSPARK_SUBMIT_ARGS``, then what :func:`find_delta_jars` finds.
+    ``None`` when there is none (a session would stop with :meth:`JarSearch.missing_message`)."""
+    from cdc_apply.spark.user_conf import spark_defaults_conf, spark_home, submit_args_conf
+
+    home = spark_home()
+    spark_jars = home / "jars" if home else None
+    if spark_jars is not None and spark_jars.is_dir():
+        found = _first_delta_jar(sorted(spark_jars.glob("delta-*.jar")), f"Spark's jars ({spark_jars})")
+        if found:
+            return found
+    user = {**spark_defaults_conf(), **submit_args_conf(os.environ.get("PYSPARK_SUBMIT_ARGS"))}
+    found = _first_delta_jar([j.strip() for j in user.get("spark.jars", "").split(",") if j.strip()],
+                             "spark.jars")
+    if found:
+        return found
+    coordinate = _DELTA_COORDINATE.search(user.get("spark.jars.packages", ""))
+    if coordinate:
+        return DeltaJar(coordinate.group(1), coordinate.group(2), "spark.jars.packages")
+    try:
+        search = find_delta_jars()
+    except SetupError:
+        return None  # $CDC_APPLY_JARS names a folder without Delta: a session would stop saying so
+    return _first_delta_jar(search.jars, search.origin)
 
 
 def installed_jars(jars_dir: Path | None = None) -> list[Path]:

@@ -14,6 +14,9 @@ The Delta jars are added only when Delta's classes are not on the class path alr
 ``$CDC_APPLY_JARS``, the fetched folder, or Maven's local repository, see
 :func:`cdc_apply.spark.jars.find_delta_jars`); when none are found the error says what to pass.
 Spark Connect sessions are refused at once with what is needed instead (:data:`CONNECT_UNSUPPORTED`).
+
+The driver JVM's own logging is made quiet (errors only, :data:`LOG4J_FILE`) in a session this package
+builds or attaches to, unless the user configured it (:func:`quiet_jvm_logging`).
 """
 
 from __future__ import annotations
@@ -30,12 +33,17 @@ from typing import Any, Iterator, Mapping
 
 from cdc_apply.errors import SetupError
 from cdc_apply.spark.jars import DELTA_ARTIFACT, find_delta_jars
-from cdc_apply.spark.user_conf import spark_defaults_conf, submit_args_conf  # noqa: F401  (re-exported)
+from cdc_apply.spark.user_conf import (  # noqa: F401  (spark_defaults_conf, submit_args_conf re-exported)
+    spark_defaults_conf,
+    submit_args_conf,
+    user_log4j_file,
+)
 
 log = logging.getLogger("cdc_apply.spark")
 
 MIN_JAVA = 17
-_LOG4J = Path(__file__).with_name("log4j2.properties")
+LOG4J_FILE = Path(__file__).with_name("log4j2.properties")
+_LOG4J_OPTION = f"-Dlog4j.configurationFile=file:{LOG4J_FILE}"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 DELTA_CLASS = DELTA_EXTENSION  # present on the class path exactly when Delta's jars are
@@ -84,7 +92,19 @@ LOCAL_DEFAULTS: dict[str, str] = {**LAUNCH_DEFAULTS, **SESSION_DEFAULTS}
 # a table's whole state after every commit to verify its checksum (allFilesInCrc.verificationMode.
 # forceOnNonUTC). The parallel collector: the apply job is a throughput workload, and on two cores G1's
 # concurrent work took ~12 s of a 1M-change batch against ~4 s (10 % faster batches; docs/BENCHMARKS.md).
-JAVA_OPTIONS = f"-Dlog4j.configurationFile=file:{_LOG4J} -Duser.timezone=UTC -XX:+UseParallelGC"
+_JVM_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
+JAVA_OPTIONS = f"{_LOG4J_OPTION} {_JVM_OPTIONS}"
+
+# Spark's report of a failed streaming query: the query's loggers write it at ERROR with the whole Java
+# stack (~90-140 lines, the Python traceback of foreachBatch inside), and then the command names the
+# same failure in one line. Kept only when cdc_apply's logger is at DEBUG (--log-level DEBUG).
+QUERY_FAILURE_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+    "org.apache.spark.sql.execution.streaming.runtime.StreamExecution",
+)
+# Settings by which a user chooses Spark's own logging (the level, Spark's JSON layout): with either
+# set, the JVM's logging is left as Spark makes it.
+USER_LOGGING_SETTINGS = ("spark.log.level", "spark.log.structuredLogging.enabled")
 
 
 @contextmanager
@@ -248,6 +268,108 @@ def _add_to_driver(jvm, jars: list[Path]) -> None:
                          f"spark-submit: --packages {DELTA_ARTIFACT}, or --jars " + ",".join(str(j) for j in jars))
 
 
+# -- the driver JVM's logging --------------------------------------------------------------------
+
+def _logging_chosen(conf: Mapping[str, Any]) -> str | None:
+    return next((key for key in USER_LOGGING_SETTINGS if key in conf), None)
+
+
+def _log4j_context(jvm):
+    # The one Spark logs to: log4j keeps a context per class loader, picked by the caller's.
+    return jvm.org.apache.logging.log4j.LogManager.getContext(jvm.org.apache.spark.util.Utils.getSparkClassLoader(),
+                                                              False)
+
+
+def log4j_source(jvm) -> str | None:
+    """Where the driver JVM's log4j configuration came from (a file's location, Spark's default profile
+    inside its jar), or ``None`` when log4j runs on its built-in default (no configuration found)."""
+    config = _log4j_context(jvm).getConfiguration()
+    if config.getClass().getName() == "org.apache.logging.log4j.core.config.DefaultConfiguration":
+        return None
+    location = config.getConfigurationSource().getLocation()
+    return str(location) if location is not None else config.getName()
+
+
+def _is_ours(location: str) -> bool:
+    path = location[len("file:"):] if location.startswith("file:") else location
+    try:
+        return Path(path).resolve() == LOG4J_FILE.resolve()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_sparks_default(location: str) -> bool:
+    # The profiles Spark loads when nothing else configured log4j (org/apache/spark/log4j2-defaults.properties,
+    # its JSON-layout twin), read from inside Spark's jar.
+    return "org/apache/spark/log4j2-" in location
+
+
+def quiet_jvm_logging(jvm, conf: Mapping[str, Any]) -> str:
+    """Make the driver JVM log errors only (:data:`LOG4J_FILE`) unless the user configured its logging;
+    return what the session's log line says about it.
+
+    The user's configuration is whatever log4j loaded other than its own default, Spark's default
+    profile and this package's file — ``-Dlog4j2.configurationFile`` / ``-Dlog4j.configurationFile``
+    (``--driver-java-options``, ``spark.driver.extraJavaOptions``), a ``log4j2.properties`` in
+    ``$SPARK_CONF_DIR`` or elsewhere on the class path — or one of :data:`USER_LOGGING_SETTINGS` in
+    ``conf``; either is left as it is. Read from the running JVM, so spark-submit, a JVM launched here
+    and a cluster's driver are judged alike. Spark's default profile logs every INFO line (Delta's
+    snapshot dumps: thousands per run).
+
+    With cdc_apply's logger at DEBUG (``--log-level DEBUG``), Spark's report of a failed streaming query
+    (:data:`QUERY_FAILURE_LOGGERS`, the Java stack) is kept; otherwise the named error says it in one line.
+    """
+    chosen = _logging_chosen(conf)
+    if chosen:
+        return f"Spark's, as {chosen} sets it"
+    try:
+        return _quiet(jvm)
+    except Exception as exc:  # noqa: BLE001 - a driver logging through something other than log4j 2 core
+        return f"left as it is ({str(exc).strip().splitlines()[0][:200]})"
+
+
+def _quiet(jvm) -> str:
+    location = log4j_source(jvm)
+    if location is not None and not _is_ours(location) and not _is_sparks_default(location):
+        return f"yours ({location})"
+    context = _log4j_context(jvm)
+    if location is None or not _is_ours(location):
+        # spark-submit resets Spark's logging before the application runs; Spark initialises it again at
+        # its next record (the SparkContext's start, after this) and, having loaded its default profile
+        # once, loads it again over whatever is there. Initialised now (silently), it keeps this file.
+        jvm.org.apache.spark.SparkConf(False).initializeLogIfNecessary(False, True)
+        context.setConfigLocation(jvm.java.io.File(str(LOG4J_FILE)).toURI())
+    if logging.getLogger("cdc_apply").isEnabledFor(logging.DEBUG):
+        config = context.getConfiguration()
+        for name in QUERY_FAILURE_LOGGERS:
+            config.getLoggerConfig(name).setLevel(jvm.org.apache.logging.log4j.Level.toLevel("ERROR"))
+        context.updateLoggers()
+        return f"errors, a failed query's stack included (cdc_apply's {LOG4J_FILE.name})"
+    return f"errors only (cdc_apply's {LOG4J_FILE.name})"
+
+
+def running_delta() -> tuple[str, str] | None:
+    """``(version, jar)`` of the Delta a Spark session of this process has loaded, read from its JVM
+    without a Spark job; ``None`` when this process runs no Spark (pyspark not even imported) or its
+    class path has no Delta. ``version`` is the jar manifest's, ``"unknown"`` where it has none."""
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None or context._jvm is None:
+        return None
+    jvm = context._jvm
+    if not _delta_loadable(jvm):
+        return None
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    cls = jvm.java.lang.Class.forName(DELTA_CLASS, False, loader)
+    version = cls.getPackage().getImplementationVersion()
+    source = cls.getProtectionDomain().getCodeSource()
+    jar = str(source.getLocation().getPath()) if source is not None else "the class path"
+    return (str(version) if version else "unknown"), jar
+
+
 # -- the session ------------------------------------------------------------------------------------
 
 def _existing_session():
@@ -277,6 +399,24 @@ def _has_delta(spark) -> bool:
     if "io.delta" in (conf.get("spark.sql.extensions", "") or ""):
         return True
     return bool(conf.get("spark.databricks.clusterUsageTags.clusterId", None))
+
+
+def _setting_text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def ignored_settings(spark, conf: Mapping[str, Any]) -> dict[str, str]:
+    """Of ``conf``, the keys whose values differ from those of the running ``spark``: each key's value in
+    the session (``"unset"`` for none). A key the session already has at the same value is not ignored."""
+    static = spark.sparkContext.getConf()
+    ignored = {}
+    for key in sorted(conf):
+        have = spark.conf.get(key, None)
+        if have is None:
+            have = static.get(key, None)
+        if have != _setting_text(conf[key]):
+            ignored[key] = "unset" if have is None else have
+    return ignored
 
 
 def describe_session(spark) -> str:
@@ -312,9 +452,11 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
                 "the Spark session already running has no Delta Lake; start it with "
                 f"spark.sql.extensions={DELTA_EXTENSION}, spark.sql.catalog.spark_catalog={DELTA_CATALOG} and the "
                 f"Delta jars (--packages {DELTA_ARTIFACT}), or stop it and let spark_session() build one")
-        if conf:
-            log.warning("a Spark session is already running; these settings were not applied to it: %s",
-                        ", ".join(sorted(conf)))
+        ignored = ignored_settings(existing, conf)
+        if ignored:
+            log.warning("a Spark session is already running and is used as it is; these settings differ from "
+                        "its own and were not applied: %s",
+                        ", ".join(f"{key}={conf[key]!s} (the session has {have})" for key, have in ignored.items()))
         log.info("using the Spark session already running: %s", describe_session(existing))
         return existing
     requested = _connect_requested(conf)
@@ -341,9 +483,11 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
         settings = plan_settings(user, conf, launching=True)
         # Python workers must run the interpreter (and virtualenv) of the driver.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        # Our -Dlog4j.configurationFile would win over a log4j2.properties in the user's Spark conf folder.
+        java_options = _JVM_OPTIONS if _logging_chosen({**user, **conf}) or user_log4j_file() else JAVA_OPTIONS
         for key, value in (("spark.pyspark.python", os.environ["PYSPARK_PYTHON"]),
-                           ("spark.driver.extraJavaOptions", JAVA_OPTIONS),
-                           ("spark.executor.extraJavaOptions", JAVA_OPTIONS)):
+                           ("spark.driver.extraJavaOptions", java_options),
+                           ("spark.executor.extraJavaOptions", java_options)):
             if key not in user and key not in conf:
                 settings[key] = value
     merged = {**user, **settings}
@@ -367,6 +511,8 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
         settings["spark.jars"] = _with_jars(merged, search.jars)
         delta_from = f"{search.origin}, added to the running driver"
 
+    # Before the SparkContext starts: its start-up alone logs a few hundred INFO lines.
+    jvm_log = quiet_jvm_logging(jvm, merged)
     builder = SparkSession.builder
     if "spark.app.name" not in user:
         builder = builder.appName(app_name)
@@ -374,7 +520,6 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     require_classic(session)
-    if not attached:
-        session.sparkContext.setLogLevel("ERROR")
-    log.info("Spark session from %s: %s; Delta from %s", origin, describe_session(session), delta_from)
+    log.info("Spark session from %s: %s; Delta from %s; JVM log: %s", origin, describe_session(session), delta_from,
+             jvm_log)
     return session

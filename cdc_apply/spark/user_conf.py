@@ -1,5 +1,6 @@
 """The Spark settings a user already gave outside cdc_apply: ``PYSPARK_SUBMIT_ARGS`` and ``spark-defaults.conf``,
-read as spark-submit reads them (a session cdc_apply builds keeps them: see cdc_apply.spark.session)."""
+read as spark-submit reads them, and a log4j configuration of theirs (a session cdc_apply builds keeps them:
+see cdc_apply.spark.session)."""
 
 from __future__ import annotations
 
@@ -41,18 +42,24 @@ def submit_args_conf(args: str | None) -> dict[str, str]:
     return out
 
 
+def spark_home() -> Path | None:
+    """``$SPARK_HOME``, else pip pyspark's folder (found without importing pyspark); ``None`` without either."""
+    home = os.environ.get("SPARK_HOME")
+    if home:
+        return Path(home)
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent
+
+
 def _spark_conf_dir() -> Path | None:
     if os.environ.get("SPARK_CONF_DIR"):
         return Path(os.environ["SPARK_CONF_DIR"])
-    home = os.environ.get("SPARK_HOME")
-    if not home:
-        import importlib.util
-
-        spec = importlib.util.find_spec("pyspark")
-        if spec is None or spec.origin is None:
-            return None
-        home = str(Path(spec.origin).parent)
-    return Path(home) / "conf"
+    home = spark_home()
+    return home / "conf" if home else None
 
 
 def spark_defaults_conf(conf_dir: Path | None = None) -> dict[str, str]:
@@ -71,3 +78,20 @@ def spark_defaults_conf(conf_dir: Path | None = None) -> dict[str, str]:
         if match and match.group(1).startswith("spark."):
             out[match.group(1)] = match.group(2).strip()
     return out
+
+
+# The names log4j 2 looks for on the class path, where spark-submit puts the Spark conf folder.
+_LOG4J_NAMES = tuple(f"{stem}.{ext}" for stem in ("log4j2-test", "log4j2")
+                     for ext in ("properties", "yaml", "yml", "json", "jsn", "xml"))
+
+
+def user_log4j_file(conf_dir: Path | None = None) -> str | None:
+    """A log4j 2 configuration of the user's that a JVM started by spark-submit would load: the file
+    ``$LOG4J_CONFIGURATION_FILE`` names, or a ``log4j2.properties`` (``.xml``, ...) in the Spark conf
+    folder (``$SPARK_CONF_DIR`` or ``$SPARK_HOME/conf``); ``None`` when there is none."""
+    if os.environ.get("LOG4J_CONFIGURATION_FILE"):
+        return os.environ["LOG4J_CONFIGURATION_FILE"]
+    conf_dir = conf_dir or _spark_conf_dir()
+    if conf_dir is None:
+        return None
+    return next((str(conf_dir / name) for name in _LOG4J_NAMES if (conf_dir / name).is_file()), None)

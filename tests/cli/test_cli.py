@@ -22,14 +22,6 @@ from cdc_apply.log import PRINTED, LineLog, configure_logging
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_version_names_the_package_pyspark_and_the_delta_artifact(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["--version"])
-    assert exit_.value.code == 0
-    assert capsys.readouterr().out.strip() == (
-        f"cdc-apply {cdc_apply.__version__} (pyspark 4.1.1, Delta io.delta:delta-spark_4.1_2.13:4.4.0)")
-
-
 def test_the_package_version_is_the_one_pyproject_declares():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert cdc_apply.__version__ == project["version"]

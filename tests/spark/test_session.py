@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import logging
+import re
+
 import pytest
 from chispa import assert_df_equality
 from delta.tables import DeltaTable
 
 from cdc_apply import SetupError, spark_session
+from cdc_apply.cli import main as cli
 from cdc_apply.spark.session import java_version, local_cores
 
 pytestmark = pytest.mark.spark
@@ -28,6 +32,31 @@ def test_merge_into_a_delta_table_gives_the_expected_rows(spark, tmp_path):
 
 def test_spark_session_returns_the_active_delta_session(spark):
     assert spark_session() is spark
+
+
+def test_settings_given_while_a_session_runs_are_named_in_a_warning_where_they_differ_from_its_own(spark):
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logger = logging.getLogger("cdc_apply.spark")
+    logger.addHandler(handler)
+    try:
+        got = spark_session("job", **{"spark.sql.shuffle.partitions": "7", "spark.sql.session.timeZone": "UTC"})
+    finally:
+        logger.removeHandler(handler)
+    assert got is spark
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert [r.getMessage() for r in records] == [
+        "a Spark session is already running and is used as it is; these settings differ from its own and were not "
+        "applied: spark.sql.shuffle.partitions=7 (the session has 2)"]
+
+
+def test_version_names_the_delta_the_running_session_loaded(spark, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--version"])
+    line = capsys.readouterr().out.strip()
+    assert re.search(r"; Delta io\.delta:delta-spark_4\.1_2\.13:4\.4\.0 pinned, loaded 4\.4\.0 by the running session "
+                     r"\(/\S+/delta-spark_4\.1_2\.13-4\.4\.0\.jar\)\)$", line), line
 
 
 def test_local_session_uses_utc_and_one_task_per_core(spark):
