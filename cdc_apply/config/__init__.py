@@ -8,6 +8,7 @@ are resolved against the folder of the configuration file; URIs
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
 import re
 import tomllib
@@ -211,8 +212,27 @@ _CHOICES = {
 }
 
 
+# Numbers that must be above 0: a zero (or less) would stop the work they size or pace (a lander landing
+# nothing per commit, a timeout that never waits); the rest must not be negative. Floats must be finite.
+_POSITIVE = frozenset({
+    "bronze.max_files_per_trigger", "source.snapshot_batch_bytes", "source.snapshot_check_seconds",
+    "source.connect_timeout", "land.batch_messages", "land.batch_bytes", "land.batch_seconds",
+    "land.keepalive_seconds", "land.backoff_seconds", "land.backoff_max_seconds",
+})
+
+
 def _coerce(key: str, value: Any, annotation: str) -> Any:
-    """Check ``value`` against a dataclass field's annotation text."""
+    """Check ``value`` against a dataclass field's annotation text (and :data:`_POSITIVE`)."""
+    value = _coerce_kind(key, value, annotation)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if key in _POSITIVE and not value > 0:
+            raise ConfigError(f"must be more than 0, got {value}", key=key)
+    if isinstance(value, str) and "\x00" in value or isinstance(value, tuple) and any("\x00" in v for v in value):
+        raise ConfigError("must not contain a NUL character", key=key)
+    return value
+
+
+def _coerce_kind(key: str, value: Any, annotation: str) -> Any:
     kinds = [a.strip() for a in annotation.split("|")]
     if value is None and "None" in kinds:
         return None
@@ -234,6 +254,8 @@ def _coerce(key: str, value: Any, annotation: str) -> Any:
         raise ConfigError(f"expected an integer, got {value!r}", key=key)
     if "float" in kinds:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"expected a finite number of 0 or more, got {value!r}", key=key)
             return float(value)
         raise ConfigError(f"expected a number, got {value!r}", key=key)
     if "str" in kinds:
@@ -355,8 +377,8 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
     pipeline = raw.get("pipeline", None)
     if pipeline is None:
         pipeline = Path(state.path or state.schema or "cdc_apply").name or "cdc_apply"
-    if not isinstance(pipeline, str) or not pipeline:
-        raise ConfigError("expected a non-empty string", key="pipeline")
+    if not isinstance(pipeline, str) or not pipeline or "\x00" in pipeline:
+        raise ConfigError("expected a non-empty string without NUL", key="pipeline")
     return Config(pipeline, bronze, silver, state, apply, tables, source, land, dict(formats), gaussdb, origin_file)
 
 

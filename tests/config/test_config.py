@@ -75,6 +75,16 @@ def test_three_paths_are_enough_and_everything_else_has_a_default(tmp_path):
     ({**MINIMAL, "silver": {"path": "b"}}, "bronze.path"),
     ({**MINIMAL, "state": {"path": "s/_cdc"}}, "silver.path"),
     ({**MINIMAL, "state": {"path": "b/.."}}, "bronze.path"),
+    ({**MINIMAL, "source": {"snapshot_batch_bytes": 0}}, "source.snapshot_batch_bytes"),
+    ({**MINIMAL, "source": {"snapshot_check_seconds": float("inf")}}, "source.snapshot_check_seconds"),
+    ({**MINIMAL, "land": {"batch_seconds": float("nan")}}, "land.batch_seconds"),
+    ({**MINIMAL, "land": {"batch_messages": 0}}, "land.batch_messages"),
+    ({**MINIMAL, "land": {"idle_exit_seconds": -1.0}}, "land.idle_exit_seconds"),
+    ({**MINIMAL, "bronze": {"path": "b", "max_files_per_trigger": 0}}, "bronze.max_files_per_trigger"),
+    ({**MINIMAL, "silver": {"path": "s", "history_suffix": "_hist\x00"}}, "silver.history_suffix"),
+    ({**MINIMAL, "silver": {"path": "s", "metadata_prefix": "_\x00"}}, "silver.metadata_prefix"),
+    ({**MINIMAL, "apply": {"tables": ["public.\x00"]}}, "apply.tables"),
+    ({**MINIMAL, "pipeline": "p\x00"}, "pipeline"),
 ])
 def test_a_bad_setting_is_a_config_error_naming_the_key(raw, key):
     with pytest.raises(ConfigError) as info:
