@@ -42,11 +42,14 @@ def create_bronze_table(spark, path: str) -> None:
     """Create an empty bronze table at ``path`` unless one exists (idempotent)."""
     from delta.tables import DeltaTable
 
+    from cdc_apply.lake.table_create import ensure_table
+    from cdc_apply.lake.tables import TableRef
+
     if DeltaTable.isDeltaTable(spark, path):
         check_bronze_schema(spark.read.format("delta").load(path).schema, path)
         return
-    (DeltaTable.createIfNotExists(spark).location(path).addColumns(bronze_schema())
-     .property("delta.appendOnly", "true").execute())
+    ensure_table(spark, TableRef(path=path), lambda: DeltaTable.createIfNotExists(spark).location(path).addColumns(
+        bronze_schema()).property("delta.appendOnly", "true").execute(), what="bronze")
 
 
 def check_bronze(spark, ref, key: str) -> None:

@@ -41,6 +41,7 @@ from cdc_apply.lake.tables import (
     quote_ident, quote_literal, set_properties, table_properties,
 )
 from cdc_apply.errors import ApplyError, ConfigError, SchemaError, StateError
+from cdc_apply.lake.table_create import ensure_table
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.planning import columns as cc
 
@@ -83,7 +84,7 @@ class HistoryTables:
         """
         work = planned.work
         spec: HistorySpec = planned.history
-        self._check_spec(planned, spec)
+        self.check_spec(planned)
         ref = self.ref(planned)
         app_id = history_app_id(self.config, work.source, work.relation_id)
         self._ensure_table(session, planned, ref)
@@ -201,8 +202,9 @@ class HistoryTables:
         self.ledger.wrote(ref, app_id, version * STEPS_PER_VERSION + SEED_STEP)
 
     # -- the table itself -------------------------------------------------------------------
-    def _check_spec(self, planned, spec: HistorySpec) -> None:
-        work = planned.work
+    def check_spec(self, planned) -> None:
+        """Raise :class:`ConfigError` when the table's history settings cannot apply to it."""
+        work, spec = planned.work, planned.history
         key = f"tables.{work.qualified_name}.track_columns"
         if not spec.track_columns:
             return
@@ -269,9 +271,13 @@ class HistoryTables:
                  PROP_VERSION_SEQ: str(planned.chain[-1].seq)}
         verb = "CREATE OR REPLACE TABLE" if replace_table else "CREATE TABLE IF NOT EXISTS"
         comment = f"cdc_apply history table of {work.source}:{work.qualified_name}"
-        session.sql(f"{verb} {ref.sql} ({column_list(columns)}) USING delta "
-                    f"PARTITIONED BY ({quote_ident(self.columns.is_current)}) COMMENT {quote_literal(comment)} "
-                    f"TBLPROPERTIES ({property_list(props)})")
+        text = (f"{verb} {ref.sql} ({column_list(columns)}) USING delta "
+                f"PARTITIONED BY ({quote_ident(self.columns.is_current)}) COMMENT {quote_literal(comment)} "
+                f"TBLPROPERTIES ({property_list(props)})")
+        if replace_table:
+            session.sql(text)
+        else:
+            ensure_table(session, ref, lambda: session.sql(text))
 
     def _set_shape(self, session, planned, ref: TableRef) -> None:
         work = planned.work

@@ -157,14 +157,20 @@ def property_list(properties: dict[str, str]) -> str:
 
 def create_table(spark, ref: TableRef, columns: Sequence[tuple[str, str]], properties: dict[str, str],
                  comment: str | None = None, replace: bool = False) -> None:
-    """``CREATE TABLE IF NOT EXISTS`` (or ``REPLACE TABLE``) with the given columns, table properties and comment."""
+    """``CREATE TABLE IF NOT EXISTS`` (or ``REPLACE TABLE``) with the given columns, table properties and
+    comment; a creation killed before its first commit is cleared first (:mod:`cdc_apply.lake.table_create`)."""
+    from cdc_apply.lake.table_create import ensure_table
+
     verb = "REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
     text = f"{verb} {ref.sql} ({column_list(columns)}) USING delta"
     if comment:
         text += f" COMMENT {quote_literal(comment)}"
     if properties:
         text += f" TBLPROPERTIES ({property_list(properties)})"
-    spark.sql(text)
+    if replace:
+        spark.sql(text)
+    else:
+        ensure_table(spark, ref, lambda: spark.sql(text))
 
 
 def silver_properties(config: Config) -> dict[str, str]:

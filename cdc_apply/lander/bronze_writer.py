@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from cdc_apply.lake.bronze import BRONZE_DDL, check_bronze_schema, create_bronze_table
+from cdc_apply.lake.table_create import ensure_table
 from cdc_apply.lake.tables import TableRef, newest_snapshot
 from cdc_apply.errors import ConfigError, LandError
 from cdc_apply.lander.bronze_commit import (check_not_written, commit_files, direct_folder, recorded_batch,
@@ -78,8 +79,9 @@ class BronzeWriter:
                 create_bronze_table(self.spark, self.ref.path)
             return
         if not self.ref.exists(self.spark):
-            self.spark.sql(f"CREATE TABLE IF NOT EXISTS {self.ref.sql} ({BRONZE_DDL}) USING delta "
-                           "TBLPROPERTIES ('delta.appendOnly' = 'true')")
+            ensure_table(self.spark, self.ref, lambda: self.spark.sql(
+                f"CREATE TABLE IF NOT EXISTS {self.ref.sql} ({BRONZE_DDL}) USING delta "
+                "TBLPROPERTIES ('delta.appendOnly' = 'true')"), what="bronze")
         try:
             detail = self.spark.sql(f"DESCRIBE DETAIL {self.ref.sql}").collect()[0]
             self._location = detail.location

@@ -1,0 +1,138 @@
+"""Creating a Delta table so that a kill at any moment leaves something the next run can use.
+
+Delta makes a new table's ``_delta_log/`` folder before it writes the first commit into it. A process
+killed between the two leaves a folder that is no table (``DeltaTable.isDeltaTable`` is false, every
+read fails with ``DELTA_TABLE_NOT_FOUND``) and that ``CREATE TABLE IF NOT EXISTS`` then takes for one and
+silently leaves alone: every later run fails. :func:`ensure_table` therefore creates through one path:
+
+1. a location whose ``_delta_log/`` holds a commit is a table: nothing to do;
+2. a ``_delta_log/`` without a commit is what a killed creation leaves: its entries (temporary commit
+   files, checksums, empty staging folders) are removed one by one and the folder itself without
+   recursion, so a commit that another process writes meanwhile is never deleted — the removal then
+   fails, and the location is looked at again;
+3. a location holding files but no ``_delta_log/`` was not written by Delta: it is not ours to empty,
+   and the error names it;
+4. the create runs; a concurrent creator's conflict (two jobs starting together) is retried, and the
+   location must hold a commit afterwards — a create that did nothing is an error, never a skip.
+
+Catalog tables (by name) are left to their catalog: it creates them atomically or not, and their
+locations are not the job's to list.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Callable
+
+from cdc_apply.errors import StateError
+
+_COMMIT = re.compile(r"^\d{20}\.json$|^\d{20}\.checkpoint(\.\d+\.\d+)?\.parquet$|^\d{20}\.checkpoint\.[^/]+\.(json|parquet)$")
+# Errors a creator meets when another process creates the same table at the same moment.
+_RACES = ("ProtocolChangedException", "MetadataChangedException", "ConcurrentAppendException",
+          "FileAlreadyExistsException", "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "CONCURRENT",
+          "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED", "TABLE_OR_VIEW_ALREADY_EXISTS",
+          "DELTA_TABLE_NOT_FOUND", "FileNotFoundException")
+ATTEMPTS = 5
+
+
+def _fs(spark, location: str):
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    return path.getFileSystem(spark._jsc.hadoopConfiguration()), path
+
+
+def has_commit(spark, location: str) -> bool:
+    """Whether ``location/_delta_log`` holds a commit or a checkpoint (a listing, no Spark job)."""
+    fs, path = _fs(spark, location)
+    log = spark._jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
+    try:
+        return any(_COMMIT.match(s.getPath().getName()) for s in fs.listStatus(log))
+    except Exception as exc:  # noqa: BLE001 - a missing folder is the JVM's FileNotFoundException
+        if "FileNotFoundException" in type(exc).__name__ or "FileNotFound" in str(exc)[:300]:
+            return False
+        raise
+
+
+def clear_uncommitted(spark, location: str, what: str) -> bool:
+    """Remove a ``_delta_log/`` that holds no commit (see the module's docstring); True when one was
+    removed. Raises :class:`PathError` for a location with files but no Delta log."""
+    jvm = spark._jvm
+    fs, path = _fs(spark, location)
+    if not fs.exists(path):
+        return False
+    log = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
+    if not fs.exists(log):
+        others = [s.getPath().getName() for s in fs.listStatus(path)]
+        if others:
+            raise StateError("the location holds files but no Delta table: it is not cdc_apply's to empty; "
+                            "move them away or point the setting at another folder", table=what, path=location,
+                            files=", ".join(sorted(others)[:5]))
+        return False
+    for status in fs.listStatus(log):
+        name = status.getPath().getName()
+        if _COMMIT.match(name):
+            return False     # a commit arrived meanwhile: a table after all
+        if status.isDirectory():
+            inner = [s.getPath().getName() for s in fs.listStatus(status.getPath())]
+            if inner:
+                raise StateError("the Delta log holds no commit but its staging folder is not empty: a commit "
+                                 "coordinator may own this table; not removed", table=what, path=location,
+                                 folder=name, files=", ".join(sorted(inner)[:5]))
+        fs.delete(status.getPath(), False)
+    try:
+        return bool(fs.delete(log, False))
+    except Exception:  # noqa: BLE001 - not empty any more: another process committed meanwhile
+        return False
+
+
+def ensure_table(spark, ref, create: Callable[[], None], what: str | None = None) -> bool:
+    """Run ``create`` (an idempotent ``CREATE TABLE IF NOT EXISTS``-like action) until ``ref`` is a Delta
+    table; True when this call created it, False when it was there (or another process made it)."""
+    what = what or str(ref)
+    if ref.path is None:
+        if ref.exists(spark):
+            return False
+        _retry_races(spark, ref, create, what)
+        return True
+    if has_commit(spark, ref.path):
+        return False
+    last = None
+    for attempt in range(ATTEMPTS):
+        clear_uncommitted(spark, ref.path, what)
+        try:
+            create()
+        except Exception as exc:  # noqa: BLE001 - a race with another creator is retried below
+            if not _is_race(exc):
+                raise
+            last = exc
+        if has_commit(spark, ref.path):
+            return last is None
+        time.sleep(0.2 * (attempt + 1))
+    raise StateError("the Delta table could not be created: its location holds no commit after "
+                     f"{ATTEMPTS} attempts" + (f" (last error: {_first_line(last)})" if last else ""),
+                     table=what, path=ref.path)
+
+
+def _retry_races(spark, ref, create: Callable[[], None], what: str) -> None:
+    for attempt in range(ATTEMPTS):
+        try:
+            create()
+            return
+        except Exception as exc:  # noqa: BLE001
+            if not _is_race(exc):
+                raise
+            if ref.exists(spark):
+                return
+            time.sleep(0.2 * (attempt + 1))
+    raise StateError(f"the catalog table could not be created after {ATTEMPTS} attempts", table=what)
+
+
+def _is_race(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__} {str(exc)[:2000]}"
+    return any(marker in text for marker in _RACES)
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc or "").strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
