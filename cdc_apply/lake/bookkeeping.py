@@ -151,6 +151,22 @@ class Bookkeeping:
         version = max((r.apply_version for r in latest), default=0)
         return version, {r.source: SourceState.from_json(r.state) for r in latest}
 
+    def load_written(self, spark) -> dict[tuple[str, int, str], int]:
+        """The Delta version the progress rows last recorded for each table a batch changed, by
+        ``(source, relation id, "silver table" | "history table")``."""
+        from pyspark.sql import functions as F
+
+        rows = (self.ref("progress").read(spark).select("source", F.explode("tables").alias("t"))
+                .groupBy("source", F.col("t.relation_id").alias("relation_id"))
+                .agg(F.max("t.silver_version").alias("silver"), F.max("t.history_version").alias("history"))
+                .collect())
+        out = {}
+        for r in rows:
+            for kind, found in (("silver table", r.silver), ("history table", r.history)):
+                if found is not None:
+                    out[(r.source, int(r.relation_id), kind)] = int(found)
+        return out
+
     def load_history(self, spark, sources: Iterable[str] | None = None,
                      through_version: int | None = None) -> dict[str, SchemaHistory]:
         """Every source's relation versions and types; with ``through_version``, only those recorded by apply

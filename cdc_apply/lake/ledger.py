@@ -10,6 +10,12 @@ table's whole state on every write to read the transactions it recorded — thre
 per batch. Here the newest step is read once per table and process from the table's recent commits
 (``DESCRIBE HISTORY``, which reads commit files, not the table's state) and kept up to date after.
 Tables written before steps were recorded answer from Delta's recorded ``txnVersion`` once.
+
+A step also records the bronze seqs its batch covered per source (``batch_seqs``: after the previous
+batch's applied seq, up to this one's last). A crashed batch re-runs with the same seqs, so a write
+found at the same step with other seqs means the state is not the one the table was written from (a
+state folder lost, or restored from a copy one batch old): skipping would drop the rows between the two
+ends, so it is a :class:`~cdc_apply.errors.StateError` instead.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import json
 import threading
 
+from cdc_apply.errors import StateError
 from cdc_apply.lake.tables import TableRef, recorded_txn_version
 
 STEPS_PER_VERSION = 64
@@ -47,7 +54,14 @@ class SilverLedger:
 
     def __init__(self) -> None:
         self._steps: dict[str, int] = {}
+        self._seqs: dict[str, tuple[int, int] | None] = {}   # the newest step's batch seqs, where recorded
+        self._expected: dict[str, tuple[int, tuple[int, int]]] = {}   # app id -> (apply version, batch seqs)
         self._lock = threading.Lock()
+
+    def expect(self, app_id: str, version: int, seqs: tuple[int, int]) -> None:
+        """The batch about to write for ``app_id``: its apply version and the bronze seqs it covers."""
+        with self._lock:
+            self._expected[app_id] = (version, (int(seqs[0]), int(seqs[1])))
 
     def newest(self, spark, ref: TableRef, app_id: str) -> int:
         """The newest step the table records for ``app_id`` (-1: none)."""
@@ -55,27 +69,52 @@ class SilverLedger:
         with self._lock:
             known = self._steps.get(key)
         if known is None:
-            known = _read_newest(spark, ref, app_id) if ref.exists(spark) else -1
+            known, seqs = _read_newest(spark, ref, app_id) if ref.exists(spark) else (-1, None)
             with self._lock:
-                self._steps[key] = max(known, self._steps.get(key, -1))
+                if known >= self._steps.get(key, -1):
+                    self._steps[key], self._seqs[key] = known, seqs
         return known
 
+    def check_batch(self, spark, ref: TableRef, app_id: str, what: str, **context) -> None:
+        """Raise :class:`StateError` when the table holds a write of the expected batch's apply version made
+        from other bronze seqs: a state that does not match the table (see the module's docstring)."""
+        newest = self.newest(spark, ref, app_id)
+        with self._lock:
+            expected = self._expected.get(app_id)
+            seqs = self._seqs.get(f"{ref}|{app_id}")
+        if expected is None or seqs is None or newest // STEPS_PER_VERSION != expected[0] or seqs == expected[1]:
+            return
+        raise StateError(
+            f"{what} {ref} holds a write of apply version {expected[0]} made from bronze seqs {seqs[0] + 1}..{seqs[1]}, "
+            f"but the state about to apply that version covers seqs {expected[1][0] + 1}..{expected[1][1]}: the state "
+            "was lost or restored from an older copy, and applying now would skip rows. Restore the state folder "
+            "that goes with the tables, or remove the silver (and history) tables together with the state to "
+            "rebuild them from bronze", **context)
+
     def claim(self, spark, ref: TableRef, app_id: str, step: int, metadata: str) -> str | None:
-        """The ``userMetadata`` for a write of ``step`` (``metadata`` plus the app id and step), or
+        """The ``userMetadata`` for a write of ``step`` (``metadata`` plus the app id, step and batch seqs), or
         ``None`` when the table already has it: skip the write."""
         if step <= self.newest(spark, ref, app_id):
             return None
         body = json.loads(metadata)
         body["cdc_apply"].update({"app": app_id, "apply_step": step})
+        with self._lock:
+            expected = self._expected.get(app_id)
+        if expected is not None and expected[0] == step // STEPS_PER_VERSION:
+            body["cdc_apply"]["batch_seqs"] = list(expected[1])
         return json.dumps(body, separators=(",", ":"))
 
     def wrote(self, ref: TableRef, app_id: str, step: int) -> None:
         with self._lock:
             key = f"{ref}|{app_id}"
-            self._steps[key] = max(step, self._steps.get(key, -1))
+            if step >= self._steps.get(key, -1):
+                expected = self._expected.get(app_id)
+                self._steps[key] = step
+                self._seqs[key] = expected[1] if expected and expected[0] == step // STEPS_PER_VERSION else None
 
 
-def _read_newest(spark, ref: TableRef, app_id: str) -> int:
+def _read_newest(spark, ref: TableRef, app_id: str) -> tuple[int, tuple[int, int] | None]:
+    """The newest step the table's commits record for ``app_id`` and that commit's batch seqs."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -84,19 +123,23 @@ def _read_newest(spark, ref: TableRef, app_id: str) -> int:
     for limit in HISTORY_PROBES:
         history = table.history(limit) if limit else table.history()
         rows = history.where(F.col("userMetadata").contains(needle)).select("userMetadata").collect()
-        steps = [_step(r.userMetadata, app_id) for r in rows]
-        steps = [s for s in steps if s is not None]
-        if steps:
-            return max(steps)
+        tags = [_tag(r.userMetadata, app_id) for r in rows]
+        tags = [t for t in tags if t is not None]
+        if tags:
+            return max(tags, key=lambda t: t[0])
         if limit is not None and history.count() < limit:
             break
     recorded = recorded_txn_version(spark, ref, app_id)  # written before steps were recorded
-    return -1 if recorded is None else recorded
+    return (-1 if recorded is None else recorded), None
 
 
-def _step(text: str, app_id: str) -> int | None:
+def _tag(text: str, app_id: str) -> tuple[int, tuple[int, int] | None] | None:
+    """(step, batch seqs or None) of a commit's ``userMetadata`` written for ``app_id``."""
     try:
         tag = json.loads(text)["cdc_apply"]
-        return int(tag["apply_step"]) if tag.get("app") == app_id else None
-    except (ValueError, KeyError, TypeError):
+        if tag.get("app") != app_id:
+            return None
+        seqs = tag.get("batch_seqs")
+        return int(tag["apply_step"]), (int(seqs[0]), int(seqs[1])) if seqs else None
+    except (ValueError, KeyError, TypeError, IndexError):
         return None

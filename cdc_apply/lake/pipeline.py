@@ -77,7 +77,10 @@ class ApplyPipeline:
         self.bronze = bronze_ref(config)
         check_bronze(spark, self.bronze, "bronze.path" if config.bronze.path else "bronze.table")
         self.books = Bookkeeping(config)
-        self.books.create_all(spark)
+        try:
+            self.books.create_all(spark)
+        except Exception as exc:  # another job creating the same tables: the named error, not Delta's
+            raise unwrap_error(exc, config) from None
         self.version, self.states = self.books.load_progress(spark)
         # The versions recorded by the batches progress covers (not those of a batch cut short after its append).
         self.histories: dict[str, SchemaHistory] = self.books.load_history(spark, through_version=self.version)
@@ -293,13 +296,17 @@ class ApplyPipeline:
             raise first_decode_error(decoded)
         truncates = sorted((t for r in counts for t in r.truncates), key=lambda t: (t.source, t.seq))
         report.mark("decode")
-        self.logs.write_schema(plan, version)
         report.transactions = sum(len(b.committed) for b in plan.sources.values())
         report.aborted = sum(len(b.assembly.aborted) for b in plan.sources.values())
         # A change quarantined now may have left silver a row PostgreSQL no longer has.
         self.silver.quarantined_sources |= {r.source for r in counts if r.errors}
         self.silver.quarantined_sources |= {s for s, b in plan.sources.items() if b.assembly.bad_controls}
         works = self.silver.plan_tables(plan, self.histories, counts, truncates)
+        # Nothing is written until the state is known to match every table the batch writes.
+        self.silver.check_tables(works, version, {s: (b.previous.applied_seq, b.last_seq)
+                                                  for s, b in plan.sources.items()},
+                                 lambda: self.books.load_written(self.spark))
+        self.logs.write_schema(plan, version)
         self.silver.loads = {}
         for load in loads:
             self.silver.loads.setdefault((load.source, load.relation_id), []).append(load)

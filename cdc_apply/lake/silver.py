@@ -22,14 +22,15 @@ from cdc_apply.planning.table_plan import TablePlan, TableRules, TableWork, plan
 from cdc_apply.planning.tables import SilverColumn, check_policies, evolve
 from cdc_apply.config import Config
 from cdc_apply.lake.appends import append_new_keys, append_rows
-from cdc_apply.lake.history import HistoryTables
+from cdc_apply.lake.history import HistoryTables, history_app_id
 from cdc_apply.lake.merge import (
     BATCH_SETTINGS, NEW_KEYS_APPEND_MIN, PERSISTENT_DVS, MergeResult, key_range,
     collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
 )
 from cdc_apply.lake.ledger import (
-    MAX_SEGMENTS, STEPS_PER_VERSION, SilverLedger, merge_step, new_keys_step, snapshot_step, truncate_step,
+    MAX_SEGMENTS, SilverLedger, merge_step, new_keys_step, snapshot_step, truncate_step,
 )
+from cdc_apply.lake.state_match import check_tables
 from cdc_apply.lake.snapshot_loads import clear_ranges, drop_cleared, load_snapshots
 from cdc_apply.lake.merge_moves import resolve_moves
 from cdc_apply.lake.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
@@ -37,7 +38,7 @@ from cdc_apply.lake.tables import (
     USER_METADATA, TableRef, apply_schema_ops, create_table, delta_version, files_bytes, set_properties,
     silver_properties, silver_ref, table_properties,
 )
-from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError, StateError
+from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions
 from cdc_apply.planning import columns as cc
@@ -80,7 +81,7 @@ class SilverTables:
         # What this process knows a silver table to look like: table -> (source, relation id, version seq).
         # Saves reading each table's properties and schema every batch.
         self._known: dict[str, tuple[str, int, int]] = {}
-        self._checked: set[str] = set()  # tables whose recorded apply version was checked (_check_not_ahead)
+        self._checked: set[str] = set()  # tables checked against the state (check_tables)
         self.quarantined_sources: set[str] = set()  # sources with a quarantined change (the pipeline keeps it)
         self.ledger = SilverLedger()
         # Tables this process created or emptied and has not written since: a MERGE into them is an append.
@@ -165,8 +166,7 @@ class SilverTables:
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         for key, value in BATCH_SETTINGS.items():  # the MERGE itself plans here
             session.conf.set(key, value)
-        app_id = f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
-        self._check_not_ahead(session, work, app_id, version)
+        app_id = self.app_id(work)
         self._ensure_schema(session, planned)
         stats = TableStats(truncated=work.truncate_after is not None, last_commit_lsn=planned.last_commit_lsn)
         if planned.history is not None:  # before silver's writes: see cdc_apply.lake.history
@@ -223,23 +223,27 @@ class SilverTables:
         stats.delta_version = delta_version(session, work.ref)
         return stats
 
-    def _check_not_ahead(self, session, work: TableWork, app_id: str, version: int) -> None:
-        """Once per table and process: silver must not hold writes of a later apply version than this
-        batch's. It does when the state was lost or restored from an older copy — apply versions then
-        start again below what the table has seen, and every write would be skipped as done while
-        progress moves on."""
-        if str(work.ref) in self._checked:
-            return
-        newest = self.ledger.newest(session, work.ref, app_id)
-        if newest // STEPS_PER_VERSION > version:
-            state = self.config.state.path or self.config.state.schema
-            raise StateError(
-                f"silver table {work.ref} holds writes of apply version {newest // STEPS_PER_VERSION} of pipeline "
-                f"{self.config.pipeline!r}, but the state at {state} is about to apply version {version}: the state "
-                "was lost or restored from an older copy, and applying now would skip writes. Restore the state "
-                "folder, or remove the silver tables together with the state to rebuild them from bronze",
-                table=work.qualified_name, source=work.source)
-        self._checked.add(str(work.ref))
+    def check_tables(self, works, version: int, bounds, written) -> None:
+        """Before the batch's first write: the state must match every table it writes
+        (:mod:`cdc_apply.lake.state_match`); checked once per table and process, as this process's own
+        writes keep the two matching after."""
+        targets = []
+        for work in works:
+            targets.append(("silver table", work.ref, self.app_id(work), work))
+            planned = self._planned[(work.source, work.relation_id)]
+            if planned.history is not None:
+                self.history.check_spec(planned)   # track_columns naming no column: before any table is made
+                targets.append(("history table", self.history.ref(planned),
+                                history_app_id(self.config, work.source, work.relation_id), work))
+        for _, _, app_id, work in targets:
+            self.ledger.expect(app_id, version, bounds[work.source])
+        fresh = [t for t in targets if str(t[1]) not in self._checked]
+        check_tables(self.spark, self.ledger, fresh, version, bounds, written,
+                     self.config.state.path or self.config.state.schema, self.config.apply.parallelism)
+        self._checked.update(str(t[1]) for t in fresh)
+
+    def app_id(self, work: TableWork) -> str:
+        return f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
 
     def _new_keys_are_new(self, work: TableWork) -> bool:
         """Whether a key the batch inserts first cannot be in silver: the key is the relation's own
