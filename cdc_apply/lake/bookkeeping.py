@@ -8,7 +8,8 @@ messages           logical decoding messages ('M'), transactional and not
 quarantine         messages that could not be decoded or applied (on_error = "quarantine")
 progress           per source and apply version: applied-through seq and commit LSN, carried state, lag,
                    and the Delta version of every silver (and history) table the batch changed
-failures           one row per failed batch attempt: the source (NULL: every source), version, error
+failures           one row per failed batch attempt: the source its error names (NULL: none, the batch failed
+                   as a whole), version, error
 =================  ==========================================================
 
 Every table has an ``apply_version`` column, and an append is skipped when the table already holds
@@ -23,12 +24,14 @@ times.)
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.state import SourceState
 from cdc_apply.config import Config
+from cdc_apply.errors import CdcApplyError
 from cdc_apply.lake.tables import TableRef, column_list, create_table, newest_added_max, state_ref
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
@@ -127,7 +130,8 @@ class Bookkeeping:
         return version > self._written[table]
 
     def record_failure(self, spark, sources, version: int, error: str) -> None:
-        """A failed batch attempt, for ``cdc-apply status`` (an attempt may fail many times: no txn guard)."""
+        """A failed batch attempt, for ``cdc-apply status`` (an attempt may fail many times: no txn guard);
+        ``sources``: those its error names (``[None]``: none)."""
         from datetime import datetime, timezone
 
         now = datetime.now(timezone.utc)
@@ -195,6 +199,25 @@ class Bookkeeping:
         for source in sources or ():
             histories.setdefault(source, SchemaHistory())
         return histories
+
+
+# An error rebuilt from its text (a Python worker's failure, the decode's error column: errors.error_from_text)
+# keeps its context only in that text, rendered last: `` [source=<name>, seq=<n>, lsn=...]``. Names are
+# rendered as they are, so the name is everything up to the last ``, seq=<n>``.
+_SOURCE_IN_TEXT = re.compile(r" \[source=(.*), seq=-?\d+(?:, .*)?\]\Z", re.DOTALL)
+
+
+def failed_source(error: BaseException) -> str | None:
+    """The source a failed batch's error names, or None when it names none (the batch failed as a whole:
+    the driver stopped, another job wrote the same tables): a failure is never put on a source it did
+    not name."""
+    if not isinstance(error, CdcApplyError):
+        return None
+    source = error.context.get("source")
+    if source is not None:
+        return str(source)
+    found = _SOURCE_IN_TEXT.search(str(error))
+    return found.group(1) if found else None
 
 
 def relation_row(source: str, version, type_name, apply_version: int, now) -> tuple:

@@ -1,4 +1,5 @@
-"""Bronze's newest seq per source — the lag in each batch's progress — followed through the Delta log.
+"""Bronze's newest seq per source — the lag in each batch's progress — followed through the Delta log;
+and how old the oldest change past the applied point is (:func:`unapplied_ages`).
 
 A query for ``max(seq)`` per source costs a running job up to a dozen small Spark jobs a batch
 (Delta's file filtering, the scan, the aggregate's stages), on the same two cores as the batch it
@@ -15,8 +16,16 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import datetime, timezone
 
+from cdc_apply.errors import CdcApplyError
 from cdc_apply.lake.tables import TableRef, delta_log, delta_version, log_changes
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.decoder import decode_message
+
+# The messages that make a transaction's changes due in silver (Rollback Prepared and Stream Abort make
+# none due), as Spark shows a payload's first byte (``hex``).
+_COMMIT_HEX = tuple(f"{ord(kind.TYPE):02X}" for kind in (m.Commit, m.StreamCommit, m.CommitPrepared))
 
 
 class BronzeTail:
@@ -115,3 +124,63 @@ def _added(action: dict):
 def _read_version(spark, ref: TableRef, version: int):
     reader = spark.read.format("delta").option("versionAsOf", version)
     return reader.load(ref.path) if ref.path else reader.table(ref.name)
+
+
+def unapplied_ages(spark, ref: TableRef, applied: dict[str, int], newest: dict[str, int], now: datetime,
+                   landed_only: frozenset[str] | set[str] = frozenset()) -> dict[str, float]:
+    """Per source of ``applied``: the seconds since its oldest change in bronze that is not yet in silver
+    became due — 0 when bronze holds nothing past the applied seq (caught up), or only transactions not
+    committed yet (an open head, a prepared transaction, aborts).
+
+    A change is due when its transaction commits: the age is ``now`` minus the commit timestamp of the
+    first Commit, Stream Commit or Commit Prepared in ``(applied, newest]`` (the source's clock, as the
+    time since the last applied commit is; a commit stamped after ``now`` counts 0). Sources in
+    ``landed_only`` (formats whose bronze rows are not pgoutput messages: GaussDB) count from when
+    their first row past the applied seq was landed. One query, and only for sources behind: a caught-up
+    source costs nothing, and the query reads bronze's files past the applied seqs only."""
+    behind = {s: (a, newest[s]) for s, a in applied.items() if newest.get(s, a) > a}
+    ages = {s: 0.0 for s in applied}
+    if not behind:
+        return ages
+    for source, due in _first_due(spark, ref, behind, frozenset(landed_only)).items():
+        if due is not None:
+            ages[source] = max((now - due).total_seconds(), 0.0)
+    return ages
+
+
+def _first_due(spark, ref: TableRef, behind: dict[str, tuple[int, int]],
+               landed_only: frozenset[str]) -> dict[str, datetime | None]:
+    from pyspark.sql import functions as F
+
+    df = ref.read(spark)
+    commit = F.hex(F.substring(F.col("payload"), 1, 1)).isin(*_COMMIT_HEX)
+    wanted = None
+    for source, (after, upto) in behind.items():
+        cond = (F.col("source") == source) & (F.col("seq") > after) & (F.col("seq") <= upto)
+        if source not in landed_only:
+            cond = cond & commit
+        wanted = cond if wanted is None else wanted | cond
+    # ``landed_at`` is optional in the bronze contract; the file's own time says when it was landed too.
+    landed = F.col("_metadata.file_modification_time")
+    if "landed_at" in df.columns:
+        landed = F.coalesce(F.col("landed_at"), landed)
+    rows = (df.where(wanted).groupBy("source")
+            .agg(F.min_by(F.struct(F.col("payload"), landed.alias("landed")), F.col("seq")).alias("first"))
+            .collect())
+    return {r.source: _due_at(r.first.payload, r.first.landed, r.source in landed_only) for r in rows}
+
+
+def _due_at(payload, landed: datetime | None, landed_only: bool) -> datetime | None:
+    if not landed_only:
+        try:
+            return m.pg_timestamp_to_datetime(decode_message(bytes(payload)).commit_ts)
+        except CdcApplyError:   # a malformed commit stops its batch; until then, its landing says when it came
+            pass
+    return as_utc(landed)
+
+
+def as_utc(ts: datetime | None) -> datetime | None:
+    """A timestamp Spark collected (naive, in the driver process's local time) as an aware UTC one."""
+    if ts is None:
+        return None
+    return ts.astimezone(timezone.utc)

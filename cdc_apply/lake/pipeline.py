@@ -34,10 +34,10 @@ from cdc_apply.planning.state import SourceState
 from cdc_apply.planning.table_plan import SlotCount
 from cdc_apply.config import Config
 from cdc_apply.lake.batch_logs import BatchLogs, counts_per_transaction, now as _now
-from cdc_apply.lake.bookkeeping import Bookkeeping
+from cdc_apply.lake.bookkeeping import Bookkeeping, failed_source
 from cdc_apply.lake.bronze import check_bronze
 from cdc_apply.lake.bronze_contract import applied_rows, check_late_rows, count_rows
-from cdc_apply.lake.bronze_tail import BronzeTail
+from cdc_apply.lake.bronze_tail import BronzeTail, unapplied_ages
 from cdc_apply.lake.payload_columns import first_change_seqs, is_control, is_directive
 from cdc_apply.lake.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.lake.merge import BATCH_SETTINGS
@@ -46,7 +46,7 @@ from cdc_apply.lake.silver import SilverTables
 from cdc_apply.lake.snapshot_loads import load_counts, without_loads
 from cdc_apply.lake.sources import SourceFormats
 from cdc_apply.lake.tables import bronze_ref
-from cdc_apply.errors import ApplyError, CdcApplyError
+from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.spark.session import session_settings
@@ -125,10 +125,11 @@ class ApplyPipeline:
                 raise
 
     def _record_failure(self, error: Exception) -> None:
-        """Leave the failed attempt where ``cdc-apply status`` finds it; never hide the error itself."""
-        source = error.context.get("source") if isinstance(error, CdcApplyError) else None
+        """Leave the failed attempt where ``cdc-apply status`` finds it, under the source the error names
+        (none: a failure of the whole batch); never hide the error itself."""
         try:
-            self.books.record_failure(self.spark, [source], self.version + 1, str(error).splitlines()[0][:4000])
+            self.books.record_failure(self.spark, [failed_source(error)], self.version + 1,
+                                      str(error).splitlines()[0][:4000])
         except Exception as inner:  # noqa: BLE001 - the batch's own error is the one to raise
             print(f"cdc_apply: could not record the failure ({inner})", file=self.out, flush=True)
 
@@ -361,28 +362,33 @@ class ApplyPipeline:
         version, batch_id = report.apply_version, report.batch_id
         bronze_max = lag_query.result()
         now = _now()
+        # Lag: bronze rows past the applied point (or past what was transcoded), and the age of the oldest
+        # change among them, in bronze as the tail saw it when the batch began.
+        applied = {source: self.formats.of(source).bronze_seq(states[source]) for source in plan.sources}
+        ages = unapplied_ages(self.spark, self.bronze, applied, bronze_max, now,
+                              landed_only={s for s in applied if self.formats.of(s).name != "pgoutput"})
         rows = []
         for source, batch in plan.sources.items():
             state = states[source]
             commit_ts = m.pg_timestamp_to_datetime(state.last_commit_ts) if state.last_commit_ts is not None else None
-            source_format = self.formats.of(source)
-            applied = source_format.bronze_seq(state)   # lag: bronze rows not yet applied (or transcoded)
-            lag_seq = max(bronze_max.get(source, applied) - applied, 0)
-            fresh = source_format.freshness(prepared[source])   # e.g. a heartbeat newer than the last commit
+            lag_seq = max(bronze_max.get(source, applied[source]) - applied[source], 0)
+            fresh = self.formats.of(source).freshness(prepared[source])   # e.g. a heartbeat newer than the last commit
             if fresh is not None:
                 commit_ts = max(commit_ts, fresh) if commit_ts else fresh
-            lag_s = (now - commit_ts).total_seconds() if commit_ts is not None else None
             pending = state.describe_pending()
             carried = pending["open"] + pending["streamed"] + pending["prepared"]
             report.carried += carried
             report.lag_seq = max(report.lag_seq, lag_seq)
-            if lag_s is not None:
-                report.lag_seconds = max(report.lag_seconds or 0.0, lag_s)
+            report.lag_seconds = max(report.lag_seconds or 0.0, ages[source])
+            if commit_ts is not None:
+                since = max((now - commit_ts).total_seconds(), 0.0)
+                report.applied_commit_age_seconds = max(report.applied_commit_age_seconds or 0.0, since)
             tables = [(rid, name, t.delta_version, t.history_version, t.last_commit_lsn)
                       for s, rid, name, t in report.written if s == source]
             rows.append((source, version, batch_id, state.applied_seq, state.last_commit_lsn, commit_ts,
                          state.last_end_lsn, state.to_json(), bronze_max.get(source), int(stats[source].n),
-                         len(batch.committed), carried, state.oldest_needed_seq(), lag_seq, lag_s, now, tables))
+                         len(batch.committed), carried, state.oldest_needed_seq(), lag_seq, ages[source], now,
+                         tables))
         self.books.append(self.spark, "progress", rows, version)
 
     # -- the streaming query --------------------------------------------------------------

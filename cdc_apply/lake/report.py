@@ -20,8 +20,13 @@ class BatchReport:
     aborted: int = 0
     tables: dict[str, TableStats] = field(default_factory=dict)
     quarantined: int = 0
+    # Bronze messages past the applied point, and the age of the oldest change among them not yet in silver
+    # (0 when caught up: see bronze_tail.unapplied_ages); the most behind source's, with several.
     lag_seq: int = 0
     lag_seconds: float | None = None
+    # Seconds since the newest applied commit (or GaussDB heartbeat): grows in a quiet period, so it is
+    # not the lag; the stalest source's, with several. None: no commit applied yet.
+    applied_commit_age_seconds: float | None = None
     seconds: float = 0.0
     # Wall seconds per phase, in order: plan (read bronze, plan on the driver), decode (the decode job
     # and its counts), tables (schema history, then per table evolve, collapse and MERGE, tables in
@@ -45,9 +50,9 @@ class BatchReport:
             parts.append(detail)
         if self.quarantined:
             parts.append(f"{self.quarantined} quarantined")
-        lag = f"lag {self.lag_seq} msgs"
-        if self.lag_seconds is not None:
-            lag += f", {self.lag_seconds:.1f}s behind last commit"
+        lag = f"lag {self.lag_seq} msgs, {self.lag_seconds or 0.0:.1f}s"
+        if self.applied_commit_age_seconds is not None:
+            lag += f" (last applied commit {self.applied_commit_age_seconds:.1f}s ago)"
         parts.append(lag)
         spent = f"{self.seconds:.1f}s"
         if self.phases:

@@ -1,17 +1,26 @@
-"""``cdc-apply status`` measures lag against bronze now and exits with a code a scheduler can alert on;
-a missing or foreign bronze table stops the job before anything is created."""
+"""``cdc-apply status`` measures lag against bronze now — the age of the oldest change not yet in silver,
+not the time since the last applied commit — puts a failure on the source whose message failed, and exits
+with a code a scheduler can alert on; a missing or foreign bronze table stops the job before anything is
+created."""
 
 from __future__ import annotations
 
 import io
 import json
+import random
+import sys
+import time
 from contextlib import redirect_stdout
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
 from cdc_apply.cli.main import main
+from cdc_apply.lake.bookkeeping import failed_source
 from cdc_apply.lake.pipeline import ApplyPipeline
-from cdc_apply.errors import ConfigError
+from cdc_apply.errors import ConfigError, DecodeError, error_from_text
+from cdc_apply.pgoutput.messages import PG_EPOCH
 from cdc_apply.testing.stream import StreamBuilder
 
 pytestmark = pytest.mark.spark
@@ -20,8 +29,9 @@ pytestmark = pytest.mark.spark
 def _status(lake, *args: str) -> tuple[int, list[dict]]:
     path = lake.root / "pipeline.toml"
     on_error = lake.extra.get("apply", {}).get("on_error", "fail")
-    path.write_text(f'[bronze]\npath = "bronze"\n[silver]\npath = "silver"\n[state]\npath = "state"\n'
-                    f'[apply]\non_error = "{on_error}"\n')
+    formats = "".join(f'{s} = "{f}"\n' for s, f in lake.extra.get("bronze", {}).get("formats", {}).items())
+    path.write_text(f'[bronze]\npath = "bronze"\n[bronze.formats]\n{formats}[silver]\npath = "silver"\n'
+                    f'[state]\npath = "state"\n[apply]\non_error = "{on_error}"\n')
     out = io.StringIO()
     with redirect_stdout(out):
         code = main(["status", "--config", str(path), "--json", *args])
@@ -100,3 +110,184 @@ def test_a_bronze_table_without_the_bronze_columns_is_refused_before_anything_is
         ApplyPipeline(lake.spark, lake.config)
     assert info.value.context["key"] == "bronze.path" and "no column 'source'" in str(info.value)
     assert not (lake.root / "state").exists()
+
+
+# -- lag: the age of the oldest change not yet in silver ---------------------------------------------------
+
+def _commit_at(b: StreamBuilder, rel, ident: int, when: datetime) -> None:
+    """A transaction inserting ``ident``, committed at ``when`` (Begin and Commit carry the time)."""
+    first = len(b.messages())
+    with b.transaction() as tx:
+        tx.insert(rel, {"id": ident, "v": "x"})
+    micros = (when - PG_EPOCH) // timedelta(microseconds=1)
+    b.patch(first, commit_ts=micros)
+    b.patch(len(b.messages()) - 1, commit_ts=micros)
+
+
+@pytest.fixture(scope="module")
+def quiet(lake_factory):
+    """A transaction committed six hours ago, applied; then one committed a minute ago landed, not applied."""
+    built = time.monotonic()
+    now = datetime.now(timezone.utc)
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    _commit_at(b, t, 1, now - timedelta(hours=6))
+    lake = lake_factory("quiet")
+    lake.land(b.rows())
+    pipeline, printed = lake.apply()
+    seen = {"batch": (pipeline.reports[-1], printed), "caught_up": _status(lake, "--max-lag-seconds", "1800")}
+    done = len(b.rows())
+    _commit_at(b, t, 2, now - timedelta(minutes=1))
+    lake.land(b.rows()[done:])
+    seen["landed"] = _status(lake, "--max-lag-seconds", "1800")
+    return seen, time.monotonic() - built
+
+
+def test_a_batch_that_catches_up_after_a_quiet_period_reports_no_lag_and_the_last_commit_s_age_apart(quiet):
+    (report, printed), _ = quiet[0]["batch"], quiet[1]
+    assert report.lag_seq == 0 and report.lag_seconds == 0
+    assert report.applied_commit_age_seconds >= 6 * 3600
+    assert "lag 0 msgs, 0.0s (last applied commit " in printed
+
+
+def test_status_caught_up_after_a_quiet_period_shows_no_lag_and_the_quiet_period_as_the_last_commit_s_age(quiet):
+    code, (entry,) = quiet[0]["caught_up"]
+    assert (code, entry["health"], entry["lag_seq"], entry["lag_seconds"]) == (0, "ok", 0, 0)
+    assert entry["applied_commit_age_seconds"] >= 6 * 3600
+
+
+def test_a_change_landed_after_a_quiet_period_lags_by_its_own_age_not_the_quiet_period(quiet):
+    seen, elapsed = quiet
+    code, (entry,) = seen["landed"]
+    assert entry["lag_seq"] == 3   # Begin, Insert, Commit
+    assert 60 <= entry["lag_seconds"] <= 60 + elapsed + 1
+    assert entry["applied_commit_age_seconds"] >= 6 * 3600
+    assert (code, entry["health"]) == (0, "ok")   # under --max-lag-seconds 1800
+
+
+@pytest.fixture(scope="module")
+def behind(lake_factory):
+    """A transaction of six hours ago applied; then transactions committed ten minutes and one minute ago
+    landed by two bronze commits: status before the apply, the apply's two batches (one file each), status after."""
+    built = time.monotonic()
+    now = datetime.now(timezone.utc)
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    _commit_at(b, t, 1, now - timedelta(hours=6))
+    lake = lake_factory("behind")
+    lake.land(b.rows())
+    lake.apply()
+    for ident, age in ((2, timedelta(minutes=10)), (3, timedelta(minutes=1))):
+        done = len(b.rows())
+        _commit_at(b, t, ident, now - age)
+        lake.land(b.rows()[done:])
+    seen = {"before": _status(lake, "--max-lag-seconds", "300")}
+    pipeline, _ = lake.apply()
+    seen["batches"] = pipeline.reports
+    seen["after"] = _status(lake, "--max-lag-seconds", "300")
+    return seen, time.monotonic() - built
+
+
+def test_status_behind_lags_by_the_age_of_the_oldest_unapplied_change_and_alerts_on_it(behind):
+    seen, elapsed = behind
+    code, (entry,) = seen["before"]
+    assert entry["lag_seq"] == 6
+    assert 600 <= entry["lag_seconds"] <= 600 + elapsed + 1   # the ten-minute-old commit, not the newest
+    assert (code, entry["health"]) == (5, "lagging")           # above --max-lag-seconds 300
+
+
+def test_a_batch_that_leaves_bronze_rows_behind_reports_the_age_of_the_oldest_of_them(behind):
+    seen, elapsed = behind
+    first, second = seen["batches"]
+    assert first.lag_seq == 3 and 60 <= first.lag_seconds <= 60 + elapsed + 1   # the minute-old commit
+    assert (second.lag_seq, second.lag_seconds) == (0, 0)
+    code, (entry,) = seen["after"]
+    assert (code, entry["health"], entry["lag_seconds"]) == (0, "ok", 0)
+
+
+def test_a_transaction_whose_commit_has_not_landed_is_not_lag(lake_factory):
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    _commit_at(b, t, 1, datetime.now(timezone.utc) - timedelta(hours=6))
+    lake = lake_factory("open_head")
+    lake.land(b.rows())
+    lake.apply()
+    done = len(b.rows())
+    with b.transaction() as tx:
+        tx.insert(t, {"id": 2, "v": "x"})
+    lake.land(b.rows()[done:-1])   # Begin and Insert: the Commit is still to come
+    code, (entry,) = _status(lake, "--max-lag-seconds", "1800")
+    assert (code, entry["lag_seq"], entry["lag_seconds"]) == (0, 2, 0)
+
+
+def test_a_gaussdb_source_behind_lags_from_when_its_first_unapplied_row_was_landed(lake_factory):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gaussdb"))
+    from gaussdb_workload import build
+
+    payloads = build(seed=5, transactions=6).payloads(random.Random(3))   # committed days ago, by the builder
+    lake = lake_factory("gauss_lag", bronze={"formats": {"gauss": "gaussdb"}},
+                        tables={"public.accounts": {"key": ["id"]}, "shop.orders": {"key": ["region", "no"]}})
+    half = len(payloads) // 2
+    lake.land([("gauss", i, 0, payloads[i]) for i in range(half)])
+    lake.apply()
+    landing = time.monotonic()
+    lake.land([("gauss", i, 0, payloads[i]) for i in range(half, len(payloads))])
+    code, (entry,) = _status(lake, "--max-lag-seconds", "3600")
+    assert entry["lag_seq"] == len(payloads) - half
+    assert 0 < entry["lag_seconds"] <= time.monotonic() - landing + 1
+    assert (code, entry["health"]) == (0, "ok")
+
+
+# -- failures: on the source whose message failed ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_sources(lake_factory):
+    """``shop`` applied; then ``bad`` landed with a malformed message (apply.on_error = fail): the batch fails."""
+    shop, bad = StreamBuilder("shop"), StreamBuilder("bad")
+    for b in (shop, bad):
+        t = b.relation("public", b.source, [("id", "int4", True), ("v", "text", False)])
+        with b.transaction() as tx:
+            tx.insert(t, {"id": 1, "v": "x"})
+    lake = lake_factory("two_sources")
+    lake.land(shop.rows())
+    lake.apply()
+    rows = bad.rows()
+    lake.land([*rows, ("bad", rows[-1][1] + 1, 0x99, b"Zgarbage")])
+    with pytest.raises(DecodeError):
+        lake.apply()
+    return lake, rows[-1][1] + 1
+
+
+def test_a_malformed_message_of_one_source_is_that_source_s_failure_not_the_other_s(two_sources):
+    lake, bad_seq = two_sources
+    code, entries = _status(lake)
+    by_source = {e["source"]: e for e in entries}
+    assert set(by_source) == {"shop", "bad"} and code == 4
+    assert by_source["bad"]["health"] == "failing" and f"seq={bad_seq}" in by_source["bad"]["last_error"]
+    assert by_source["bad"]["applied_seq"] is None and by_source["bad"]["lag_seq"] == bad_seq + 1
+    assert (by_source["shop"]["health"], by_source["shop"]["last_error"]) == ("ok", None)
+
+
+def test_a_failure_that_names_no_source_is_an_entry_of_its_own_not_a_failure_of_a_source(two_sources):
+    lake, _ = two_sources
+
+    def stop(point: str) -> None:
+        if point == "progress":
+            raise RuntimeError("the driver went away")
+
+    lake.extra["apply"] = {"on_error": "quarantine"}   # bad's message is quarantined: the batch gets to progress
+    with pytest.raises(Exception, match="the driver went away"):
+        lake.apply(fault_hook=stop)
+    code, entries = _status(lake)
+    by_source = {e["source"]: e for e in entries}
+    assert set(by_source) == {"shop", None} and code == 4   # bad's own failure is no longer the newest
+    assert by_source[None]["health"] == "failing" and "the driver went away" in by_source[None]["last_error"]
+    assert (by_source["shop"]["health"], by_source["shop"]["last_error"]) == ("ok", None)
+
+
+def test_the_source_of_a_worker_s_error_is_read_back_from_its_text_whatever_the_name():
+    for name in ("bad", "a, seq=1] [source=x", "naïve name"):
+        error = DecodeError("unknown message type 'Z'", source=name, seq=7, lsn="0/99", column="c")
+        assert failed_source(error_from_text(str(error))) == name
+    assert failed_source(error_from_text(str(DecodeError("truncated", seq=7)))) is None
+    assert failed_source(RuntimeError("source=shop, seq=1")) is None
