@@ -59,9 +59,8 @@ from pathlib import Path
 from typing import Callable
 
 from bench.results import merge_results, read_results
+from cdc_apply.testing.processes import CLI, CliProcess, Finished, session_processes
 
-# The command line of the cdc_apply this interpreter imports (the virtualenv's console script).
-CLI = Path(sys.executable).parent / "cdc-apply"
 SOURCE = "faults"
 MIB = 2 ** 20
 
@@ -91,23 +90,6 @@ idle_exit_seconds = 2.0
 
 
 # -- processes ------------------------------------------------------------------------------------------
-
-def _session_processes(sid: int) -> dict[int, tuple[str, int]]:
-    """``{pid: (command name, parent pid)}`` of every live process of session ``sid``."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
-                stat = f.read()
-        except OSError:  # gone meanwhile
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[3]) == sid and fields[0] != "Z":
-            found[int(entry)] = (stat[stat.index("(") + 1:stat.rindex(")")], int(fields[1]))
-    return found
-
 
 def _memory_kb(pid: int) -> tuple[int, int, int]:
     """(VmHWM, VmRSS, Pss) of ``pid`` in kB; zeros when it is gone."""
@@ -154,7 +136,7 @@ class MemorySampler(threading.Thread):
             self.halt.wait(self.every)
 
     def sample(self) -> None:
-        procs = _session_processes(self.sid)
+        procs = session_processes(self.sid)
         total = 0
         for pid, (name, parent) in procs.items():
             if name == "java" and procs.get(parent, ("",))[0] == "java":
@@ -187,28 +169,10 @@ class MemorySampler(threading.Thread):
 
 
 @dataclass
-class RunResult:
-    """One subprocess run of the CLI."""
+class RunResult(Finished):
+    """One subprocess run of the CLI, with the memory its process tree took."""
 
-    name: str
-    returncode: int | None
-    seconds: float
-    killed: str | None = None            # why it was SIGKILLed (None: it ended by itself)
-    killed_after_s: float | None = None
     memory: dict[str, float] = field(default_factory=dict)
-    stdout: str = ""
-    stderr: str = ""
-
-    def error_line(self) -> str | None:
-        """The line a user sees as the error: ``cdc-apply: error: ...`` or a traceback's last line."""
-        lines = [line for line in self.stderr.splitlines() if line.strip()]
-        for line in lines:
-            if line.startswith("cdc-apply: error:"):
-                return line
-        for line in reversed(lines):
-            if re.match(r"^[\w.]+(Error|Exception)\b", line):
-                return line
-        return lines[-1] if lines else None
 
     def cause(self) -> str | None:
         """What Spark logged as the failure's root: the first ``OutOfMemoryError`` or ``No space left``
@@ -238,60 +202,23 @@ class RunResult:
         return out
 
 
-class Cli:
+class Cli(CliProcess):
     """``cdc-apply <command> --config FILE [--once]`` in a process group of its own, memory sampled."""
 
     def __init__(self, name: str, args: list[str], logdir: Path, cwd: Path, env: dict | None = None) -> None:
-        self.name = name
-        self.out_path, self.err_path = logdir / f"{name}.out", logdir / f"{name}.err"
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen([str(CLI), *args], stdout=out, stderr=err, cwd=cwd,
-                                         start_new_session=True, env={**os.environ, **(env or {})})
-        self.started = time.monotonic()
+        super().__init__(name, args, logdir, cwd, env)
         self.memory = MemorySampler(self.proc.pid)
         self.memory.start()
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        """``sig`` to the whole process group: the CLI, Spark's JVM and its Python workers."""
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
+    def before_kill(self) -> None:
+        self.memory.sample()  # the last look before the kill
 
     def wait(self, timeout: float = 900, kill_when: Callable[[], str | None] | None = None,
              poll: float = 0.02) -> RunResult:
-        """Wait for the process; with ``kill_when``, SIGKILL the group as soon as it returns a reason."""
-        killed = killed_at = None
-        deadline = self.started + timeout
-        while self.proc.poll() is None:
-            if kill_when is not None:
-                reason = kill_when()
-                if reason:
-                    self.memory.sample()  # the last look before the kill
-                    self.kill()
-                    killed, killed_at = reason, time.monotonic() - self.started
-                    break
-            if time.monotonic() > deadline:
-                self.kill()
-                killed, killed_at = f"timeout after {timeout:.0f}s", time.monotonic() - self.started
-                break
-            time.sleep(poll)
-        self.proc.wait()
-        self._wait_group_gone()
-        seconds = time.monotonic() - self.started
+        done = super().wait(timeout, kill_when, poll)
         self.memory.halt.set()
         self.memory.join()
-        return RunResult(self.name, self.proc.returncode, seconds, killed, killed_at, self.memory.peaks_mb(),
-                         self.out_path.read_text(errors="replace"), self.err_path.read_text(errors="replace"))
-
-    def _wait_group_gone(self, timeout: float = 60) -> None:
-        """Processes of the group outlive their parent for a moment (the JVM after a kill): wait, so that
-        the next run never meets the old JVM's file handles; a survivor is killed."""
-        deadline = time.monotonic() + timeout
-        while _session_processes(self.proc.pid):
-            if time.monotonic() > deadline:
-                self.kill()
-            time.sleep(0.05)
+        return RunResult(**vars(done), memory=self.memory.peaks_mb())
 
 
 # -- the lake on disk -----------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ read fails with ``DELTA_TABLE_NOT_FOUND``) and that ``CREATE TABLE IF NOT EXISTS
 silently leaves alone: every later run fails. :func:`ensure_table` therefore creates through one path:
 
 1. a location whose ``_delta_log/`` holds a commit is a table: nothing to do;
-2. a ``_delta_log/`` without a commit is what a killed creation leaves: its entries (temporary commit
+2. a ``_delta_log/`` without a commit is what a killed creation leaves — or another process's creation
+   under way, so it is first given :data:`SETTLE_SECONDS` to commit; then its entries (temporary commit
    files, checksums, empty staging folders) are removed one by one and the folder itself without
    recursion, so a commit that another process writes meanwhile is never deleted — the removal then
    fails, and the location is looked at again;
@@ -32,8 +33,11 @@ _COMMIT = re.compile(r"^\d{20}\.json$|^\d{20}\.checkpoint(\.\d+\.\d+)?\.parquet$
 _RACES = ("ProtocolChangedException", "MetadataChangedException", "ConcurrentAppendException",
           "FileAlreadyExistsException", "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "CONCURRENT",
           "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED", "TABLE_OR_VIEW_ALREADY_EXISTS",
-          "DELTA_TABLE_NOT_FOUND", "FileNotFoundException")
+          "DELTA_TABLE_NOT_FOUND", "FileNotFoundException", "DELTA_CANNOT_CREATE_LOG_PATH")
 ATTEMPTS = 5
+# Seconds a log folder without a commit is left to its creator (a commit follows its folder within
+# milliseconds; a restart after a kill takes longer than this to reach its first create).
+SETTLE_SECONDS = 10.0
 
 
 def _fs(spark, location: str):
@@ -54,25 +58,31 @@ def has_commit(spark, location: str) -> bool:
         raise
 
 
-def clear_uncommitted(spark, location: str, what: str) -> bool:
-    """Remove a ``_delta_log/`` that holds no commit (see the module's docstring); True when one was
-    removed. Raises :class:`PathError` for a location with files but no Delta log."""
+def clear_uncommitted(spark, location: str, what: str, min_age: float = 0.0) -> str:
+    """Remove a ``_delta_log/`` that holds no commit (see the module's docstring) and whose newest entry is at
+    least ``min_age`` seconds old: "cleared", "fresh" (younger: maybe another process's creation under
+    way), "table" (a commit is there) or "none" (no log folder). Raises :class:`StateError` for a
+    location with files but no Delta log."""
     jvm = spark._jvm
     fs, path = _fs(spark, location)
     if not fs.exists(path):
-        return False
+        return "none"
     log = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
     if not fs.exists(log):
         others = [s.getPath().getName() for s in fs.listStatus(path)]
         if others:
             raise StateError("the location holds files but no Delta table: it is not cdc_apply's to empty; "
-                            "move them away or point the setting at another folder", table=what, path=location,
-                            files=", ".join(sorted(others)[:5]))
-        return False
-    for status in fs.listStatus(log):
+                             "move them away or point the setting at another folder", table=what, path=location,
+                             files=", ".join(sorted(others)[:5]))
+        return "none"
+    entries = list(fs.listStatus(log))
+    if any(_COMMIT.match(s.getPath().getName()) for s in entries):
+        return "table"
+    newest = max([fs.getFileStatus(log).getModificationTime()] + [s.getModificationTime() for s in entries])
+    if time.time() * 1000 - newest < min_age * 1000:
+        return "fresh"
+    for status in entries:
         name = status.getPath().getName()
-        if _COMMIT.match(name):
-            return False     # a commit arrived meanwhile: a table after all
         if status.isDirectory():
             inner = [s.getPath().getName() for s in fs.listStatus(status.getPath())]
             if inner:
@@ -81,25 +91,34 @@ def clear_uncommitted(spark, location: str, what: str) -> bool:
                                  folder=name, files=", ".join(sorted(inner)[:5]))
         fs.delete(status.getPath(), False)
     try:
-        return bool(fs.delete(log, False))
+        fs.delete(log, False)
     except Exception:  # noqa: BLE001 - not empty any more: another process committed meanwhile
-        return False
+        return "table" if has_commit(spark, location) else "fresh"
+    return "cleared"
 
 
 def ensure_table(spark, ref, create: Callable[[], None], what: str | None = None) -> bool:
     """Run ``create`` (an idempotent ``CREATE TABLE IF NOT EXISTS``-like action) until ``ref`` is a Delta
-    table; True when this call created it, False when it was there (or another process made it)."""
+    table; True when this call created it, False when it was there (or another process made it).
+
+    A log folder without a commit younger than :data:`SETTLE_SECONDS` may be another process's creation
+    under way: it is given that long to commit before it is taken for a killed one's."""
     what = what or str(ref)
     if ref.path is None:
         if ref.exists(spark):
             return False
         _retry_races(spark, ref, create, what)
         return True
-    if has_commit(spark, ref.path):
-        return False
+    settled = time.monotonic() + SETTLE_SECONDS
     last = None
-    for attempt in range(ATTEMPTS):
-        clear_uncommitted(spark, ref.path, what)
+    attempt = 0
+    while not has_commit(spark, ref.path):
+        found = clear_uncommitted(spark, ref.path, what, SETTLE_SECONDS if time.monotonic() < settled else 0.0)
+        if found == "fresh":
+            time.sleep(0.25)
+            continue
+        if found == "table":
+            return False
         try:
             create()
         except Exception as exc:  # noqa: BLE001 - a race with another creator is retried below
@@ -108,10 +127,13 @@ def ensure_table(spark, ref, create: Callable[[], None], what: str | None = None
             last = exc
         if has_commit(spark, ref.path):
             return last is None
-        time.sleep(0.2 * (attempt + 1))
-    raise StateError("the Delta table could not be created: its location holds no commit after "
-                     f"{ATTEMPTS} attempts" + (f" (last error: {_first_line(last)})" if last else ""),
-                     table=what, path=ref.path)
+        attempt += 1
+        if attempt >= ATTEMPTS:
+            raise StateError("the Delta table could not be created: its location holds no commit after "
+                             f"{ATTEMPTS} attempts" + (f" (last error: {_first_line(last)})" if last else ""),
+                             table=what, path=ref.path)
+        time.sleep(0.2 * attempt)
+    return False
 
 
 def _retry_races(spark, ref, create: Callable[[], None], what: str) -> None:

@@ -4,6 +4,9 @@ all is never emptied, and named."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from cdc_apply.errors import StateError
@@ -20,6 +23,10 @@ def _killed_creation(table) -> None:
     log = table / "_delta_log"
     (log / "_staged_commits").mkdir(parents=True)
     (log / ".00000000000000000000.json.5d1c2b0a-tmp").write_text('{"commitInfo":{}}')
+    # A minute old, as after a kill and a restart; a younger one is left a while to its creator.
+    old = time.time() - 60
+    for path in (log / "_staged_commits", log / ".00000000000000000000.json.5d1c2b0a-tmp", log):
+        os.utime(path, (old, old))
 
 
 def test_state_silver_and_history_tables_killed_before_their_first_commit_are_created_by_the_next_run(lake_factory):
@@ -54,3 +61,21 @@ def test_a_folder_of_files_that_is_no_delta_table_is_named_and_left_as_it_is(spa
                      lambda: spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{folder}` (a INT) USING delta"))
     assert "holds files but no Delta table" in str(info.value) and "part-0.parquet" in str(info.value)
     assert sorted(p.name for p in folder.iterdir()) == ["part-0.parquet"]
+
+
+def test_a_log_folder_younger_than_the_settling_time_is_left_to_its_creator_until_it_commits(spark, tmp_path):
+    import threading
+
+    import shutil
+
+    made_elsewhere = tmp_path / "elsewhere"
+    spark.sql(f"CREATE TABLE delta.`{made_elsewhere}` (a INT) USING delta")
+    commit = made_elsewhere / "_delta_log" / "00000000000000000000.json"
+    table = tmp_path / "being_created"
+    (table / "_delta_log").mkdir(parents=True)
+    # The other process: its folder now, its first commit two seconds later.
+    other = threading.Timer(2.0, lambda: shutil.copy(commit, table / "_delta_log" / commit.name))
+    other.start()
+    made = ensure_table(spark, TableRef(path=str(table)), lambda: pytest.fail("the other creator's folder was taken"))
+    other.join()
+    assert made is False and spark.read.format("delta").load(str(table)).columns == ["a"]
