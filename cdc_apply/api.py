@@ -68,7 +68,7 @@ def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | No
 
     A report has ``apply_version``, ``messages``, ``transactions`` (applied), ``carried`` (open, streamed
     or prepared at the batch's end), ``aborted``, ``tables`` (``"ns.name"`` → inserted / updated /
-    deleted / truncated / seconds), ``quarantined``, ``lag_seq``, ``lag_seconds``, ``seconds``, ``phases``
+    deleted / truncated / seconds), ``quarantined``, ``lag_seq``, ``lag_seconds``, ``applied_commit_age_seconds``, ``seconds``, ``phases``
     and ``line()``, the progress line. Each batch's line is logged on ``cdc_apply.apply`` (and written
     to ``out`` when given); while a batch runs longer than ``progress_seconds`` a live line says which
     Spark stages it is in (``None`` or 0: no live lines).
@@ -112,13 +112,16 @@ def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | No
 
 def status(spark: Any, config: ConfigLike, *, quarantine_hours: float = 24.0,
            max_lag_seconds: float | None = None) -> list[dict[str, Any]]:
-    """Where the apply stands, one dict per source (``[]`` before the first batch).
+    """Where the apply stands, one dict per source (``[]`` before the first batch attempt; a failure whose
+    error names no source is an entry of its own with ``source`` None).
 
     Keys: ``source``, ``health`` (``ok``, ``lagging`` — only with ``max_lag_seconds`` —, ``quarantining``:
     messages quarantined within ``quarantine_hours``, ``failing``: the newest apply attempt failed),
     ``apply_version``, ``applied_seq``, ``applied_commit_lsn``, ``applied_commit_ts``, ``pending_open`` /
     ``_streamed`` / ``_prepared``, ``prepared_gids``, ``oldest_needed_seq`` (keep bronze back to here),
-    ``bronze_max_seq``, ``lag_seq`` and ``lag_seconds`` (against bronze now), ``quarantined``,
+    ``bronze_max_seq``, ``lag_seq`` and ``lag_seconds`` (against bronze now: messages past the applied seq,
+    and the age of the oldest change not yet in silver, 0 when caught up), ``applied_commit_age_seconds``
+    (since the last applied commit), ``quarantined``,
     ``quarantined_recently``, ``last_error``, ``updated_at``. :func:`exit_code` turns the list into the
     command's exit code.
     """

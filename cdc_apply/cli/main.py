@@ -179,15 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
     status = command(
         "status", help="show per-source progress, pending transactions and lag",
         description="Per source: applied seq/LSN, pending transactions, lag against bronze now, quarantined "
-                    "messages and the last failure. Exit code: 0 every source ok, 4 a source's last batch "
-                    "failed, 3 messages were quarantined within --quarantine-hours, 5 lag above "
+                    "messages and the last failure. Exit code: 0 every source ok, 4 the last batch failed "
+                    "(on the source whose message failed, or an entry with no source), 3 messages were quarantined within --quarantine-hours, 5 lag above "
                     "--max-lag-seconds (the worst source decides), 2 status itself failed.")
     status.add_argument("--config", required=True, metavar="FILE")
     status.add_argument("--json", action="store_true", help="one JSON object per source")
     status.add_argument("--quarantine-hours", type=float, default=24.0, metavar="H",
                         help="quarantined messages this recent make the exit code 3 (default 24)")
     status.add_argument("--max-lag-seconds", type=float, default=None, metavar="S",
-                        help="exit code 5 when a source's lag is above this (default: never)")
+                        help="exit code 5 when a source's oldest change not yet in silver is older than this "
+                             "(default: never)")
     status.set_defaults(run=_status)
 
     optimize = command("optimize", help="compact silver and history tables (Z-ordered by key) and bronze "
