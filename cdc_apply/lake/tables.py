@@ -155,18 +155,25 @@ def property_list(properties: dict[str, str]) -> str:
     return ", ".join(f"{quote_literal(k)} = {quote_literal(str(v))}" for k, v in properties.items())
 
 
-def create_table(spark, ref: TableRef, columns: Sequence[tuple[str, str]], properties: dict[str, str],
-                 comment: str | None = None, replace: bool = False) -> None:
-    """``CREATE TABLE IF NOT EXISTS`` (or ``REPLACE TABLE``) with the given columns, table properties and
-    comment; a creation killed before its first commit is cleared first (:mod:`cdc_apply.lake.table_create`)."""
-    from cdc_apply.lake.table_create import ensure_table
-
+def create_statement(ref: TableRef, columns: Sequence[tuple[str, str]], properties: dict[str, str],
+                     comment: str | None = None, replace: bool = False) -> str:
+    """The ``CREATE TABLE IF NOT EXISTS`` (or ``REPLACE TABLE``) text for the columns, properties and comment."""
     verb = "REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
     text = f"{verb} {ref.sql} ({column_list(columns)}) USING delta"
     if comment:
         text += f" COMMENT {quote_literal(comment)}"
     if properties:
         text += f" TBLPROPERTIES ({property_list(properties)})"
+    return text
+
+
+def create_table(spark, ref: TableRef, columns: Sequence[tuple[str, str]], properties: dict[str, str],
+                 comment: str | None = None, replace: bool = False) -> None:
+    """Run :func:`create_statement`; a creation killed before its first commit is cleared first
+    (:mod:`cdc_apply.lake.table_create`)."""
+    from cdc_apply.lake.table_create import ensure_table
+
+    text = create_statement(ref, columns, properties, comment, replace)
     if replace:
         spark.sql(text)
     else:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_apply.lake.tables import TableRef, create_table, quote_ident, quote_literal, set_properties
+from cdc_apply.lake.tables import TableRef, create_statement, create_table, quote_ident, quote_literal, set_properties
 
 HOSTILE = ["plain", "it's", "back\\slash", "ends with \\", "\\'", "'; DROP TABLE x; --", "`tick`", 'dq "x"',
            "line\nbreak\ttab\r", "\\u0041 \\n \\%", "ü名前 \U0001f600", "", "nul\x00"]
@@ -48,9 +48,9 @@ def test_table_properties_and_the_comment_are_written_as_literals():
     spark = RecordingSpark()
     ref = TableRef(path="/lake/silver/public/t")
     props = {"cdc_apply.relation": "public.ends with \\", "k'ey": "v'al"}
-    create_table(spark, ref, [("id", "INT")], props, comment="of src:public.ends with \\")
+    created = create_statement(ref, [("id", "INT")], props, comment="of src:public.ends with \\")
     set_properties(spark, ref, props)
-    created, altered = spark.statements
+    altered, = spark.statements
     assert f"COMMENT {quote_literal('of src:public.ends with ' + chr(92))}" in created
     for statement in (created, altered):
         assert (f"{quote_literal('cdc_apply.relation')} = {quote_literal(props['cdc_apply.relation'])}, "
