@@ -61,8 +61,8 @@ def read_as_of(spark, config: Config, lsn: int | str, tables: Sequence[str] | No
 
     ``method``: ``"auto"`` (history when every table keeps a usable one, else time travel to the newest
     batch end), ``"history"`` (an :class:`AsOfError` when a table has none) or ``"time travel"``.
-    ``source`` is needed only when the pipeline applies several sources. Frames have silver's columns:
-    from a history table the current ones, from time travel the table's columns at that version.
+    ``source`` is needed only when the pipeline applies several sources. Frames have the silver columns
+    that existed at the commit they show (:class:`ColumnsAt`), named as silver names them now.
     """
     from pyspark.sql import functions as F
 
@@ -92,7 +92,8 @@ def read_as_of(spark, config: Config, lsn: int | str, tables: Sequence[str] | No
         missing = sorted(set(relations) - set(usable))
         raise AsOfError(f"no history table complete at that LSN for {', '.join(missing)}", lsn=lsn_text(wanted))
     if method != "time travel" and len(usable) == len(relations):
-        frames = {name: _from_history(spark, ref, config, applied) for name, ref in usable.items()}
+        frames = {name: _from_history(spark, ref, config, applied, ColumnsAt(relations[name], config, applied))
+                  for name, ref in usable.items()}
         return AsOf(source, wanted, applied, True, "history", frames)
     # Every table by time travel to the same batch end: one kind of state, each table as it was then.
     end, version = _batch_end(mine, wanted)
@@ -104,7 +105,8 @@ def read_as_of(spark, config: Config, lsn: int | str, tables: Sequence[str] | No
             raise AsOfError("the table has no silver table", table=name, source=source)
         delta_version = _silver_version(spark, mine, rel.relation_id, ref, version, end)
         result.versions[name] = delta_version
-        result.frames[name] = _time_travel(spark, ref, delta_version, name)
+        frame = _time_travel(spark, ref, delta_version, name)
+        result.frames[name] = ColumnsAt(rel, config, end).of_silver(frame)
     return result
 
 
@@ -172,14 +174,62 @@ def _complete_from(spark, ref: TableRef) -> int:
     return int(value) if value is not None else 2 ** 63  # never written: not usable
 
 
-def _from_history(spark, ref: TableRef, config: Config, lsn: int | None):
-    """The history table's versions valid at ``lsn``, one row per copy, with silver's columns."""
+class ColumnsAt:
+    """Which of a table's columns existed at one commit LSN, named as the table names them now.
+
+    A column exists from the relation version that added it: the version in effect at ``lsn`` is the
+    last one that took effect at or before it (a relation version takes effect with the first change
+    made under it, at that transaction's commit LSN; PostgreSQL describes a table only with a change).
+    Columns are told apart by their lineage across versions (:mod:`cdc_apply.planning.schema`), so a
+    column renamed since is the same column under its new name."""
+
+    def __init__(self, rel, config: Config, lsn: int | None) -> None:
+        from cdc_apply.planning.tables import initial_columns, transition
+
+        def same(oid: int, typmod: int) -> str:
+            return "STRING"   # names and lineage only: a type change renames and drops nothing
+
+        self.steps = [initial_columns(rel.versions[0], same)]
+        for old, new in zip(rel.versions, rel.versions[1:]):
+            self.steps.append(transition(self.steps[-1], old, new, same, config.silver.drop_columns, "rewrite")[0])
+        at = 0
+        for index, version in enumerate(rel.versions):
+            if lsn is not None and version.lsn <= lsn:
+                at = index
+        self.lineages = set(rel.versions[at].lineage)
+        self.current = {c.lineage: c.name for c in self.steps[-1]}
+
+    def shown(self, names: list[str]) -> list[tuple[str, str]]:
+        """``(column, name shown)`` of the table's ``names`` (a frame of the table as it was after some
+        relation version) that existed at the LSN, in their order; metadata columns stay."""
+        step = min(reversed(self.steps), key=lambda cols: len(set(names) - {c.name for c in cols}))
+        lineage = {c.name: c.lineage for c in step}
+        kept = [(n, self.current.get(lineage[n], n) if n in lineage else n) for n in names
+                if n not in lineage or lineage[n] in self.lineages]
+        if len({shown for _, shown in kept}) < len(kept):   # a name taken since by another column
+            return [(n, n) for n, _ in kept]
+        return kept
+
+    def of_silver(self, frame):
+        """``frame`` (silver as of a Delta version) with the columns that existed at the LSN, named as now."""
+        from pyspark.sql import functions as F
+
+        return frame.select(*[F.col(_quoted(n)).alias(shown) for n, shown in self.shown(frame.columns)])
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _from_history(spark, ref: TableRef, config: Config, lsn: int | None, at: ColumnsAt):
+    """The history table's versions valid at ``lsn``, one row per copy, with the silver columns that
+    existed at ``lsn``. A column dropped with ``drop_columns = "drop"`` left the history table too."""
     from pyspark.sql import functions as F
 
     h = HistoryColumns(config.silver.metadata_prefix)
     df = ref.read(spark)
     own = {config.silver.metadata_prefix + c for c in HISTORY_COLUMNS}
-    columns = [F.col(f"`{c.replace('`', '``')}`") for c in df.columns if c not in own]
+    columns = [F.col(_quoted(c)).alias(shown) for c, shown in at.shown([c for c in df.columns if c not in own])]
     if lsn is None:
         return df.select(*columns).limit(0)
     valid = (F.col(h.valid_from_lsn) <= lsn) & (F.col(h.valid_to_lsn).isNull() | (F.col(h.valid_to_lsn) > lsn))

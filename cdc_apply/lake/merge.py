@@ -16,7 +16,9 @@ per key in commit order:
   (:mod:`cdc_apply.lake.merge_moves`).
 
 Tables without a key (REPLICA IDENTITY FULL, or no identity) are matched on
-all values, with exact duplicate counts: see :func:`merge_keyless`.
+all values, with exact duplicate counts: see :func:`merge_keyless`. A table
+Delta's MERGE cannot write (a column name holding a backtick while its Change
+Data Feed is on) gets the same rows through :mod:`cdc_apply.lake.replace_rows`.
 """
 
 from __future__ import annotations
@@ -292,6 +294,10 @@ def merge_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None) 
     batch of recent keys reads only the files that hold recent keys."""
     from pyspark.sql import functions as F
 
+    from cdc_apply.lake.replace_rows import needs_replace, replace_keyed
+
+    if needs_replace(spark, work):
+        return replace_keyed(spark, collapsed, work, bounds)
     key_names = [work.columns[i].name for i in work.key_index]
     condition = " AND ".join(f"t.{quote_ident(k)} = s.`{cc.key(p)}`" for p, k in enumerate(key_names))
     if bounds is not None and bounds[0] is not None:
@@ -332,7 +338,10 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    from cdc_apply.lake.replace_rows import Step, needs_replace, replace_keyless, silver_before
+
     n = len(work.columns)
+    step = Step(spark, work.ref) if needs_replace(spark, work) else None
     meta_cols = list(cc.EVENT_META)
     if projected.where((F.col(cc.OP) == "U") & F.col(cc.OLD_KIND).isNull()).limit(1).count():
         raise ApplyError("an update without its old row on a table without a key: cannot tell which row changed; "
@@ -354,7 +363,8 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     if target_empty:
         counted = net.withColumn("_c", F.lit(0).cast("long"))
     else:
-        target = work.ref.read(spark).select(*[F.col(quote_ident(c.name)).alias(cc.final(i))
+        silver = work.ref.read(spark) if step is None else silver_before(spark, work.ref, step)
+        target = silver.select(*[F.col(quote_ident(c.name)).alias(cc.final(i))
                                                for i, c in enumerate(work.columns)])
         cond = null_safe_equal([target[v] for v in values], [F.col(f"_n.{v}") for v in values])
         present = (target.join(F.broadcast(net.select(*values).alias("_n")), cond, "left_semi")
@@ -364,6 +374,8 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
             *[F.col(f"a.{v}") for v in values], "a._d", "a._low", *[F.col(f"a.{c}") for c in meta_cols],
             F.coalesce(F.col("b._c"), F.lit(0)).alias("_c"))
     counted = counted.withColumn("_new", F.greatest(F.col("_c") + F.col("_d"), F.col("_d") - F.col("_low")))
+    if step is not None:
+        return replace_keyless(spark, counted, work, values, step)
     fewer = F.col("_new") < F.col("_c")
     deletes = counted.where(fewer).select(*values, *meta_cols, F.lit("del").alias(cc.KIND))
     copies = F.when(fewer, F.col("_new")).otherwise(F.col("_new") - F.col("_c"))

@@ -122,7 +122,7 @@ def silver_table(df, columns: Iterable[str]) -> pa.Table:
     names = list(columns)
     if not names:
         return _positional([], df.count())
-    table = df.select(*[f"`{n}`" for n in names]).toArrow()
+    table = df.select(*["`" + n.replace("`", "``") + "`" for n in names]).toArrow()
     return _positional([column.combine_chunks() for column in table.columns], table.num_rows)
 
 

@@ -124,7 +124,9 @@ def test_each_batch_wrote_one_history_commit_per_table_though_crashes_made_it_ru
 # -- read_as_of ----------------------------------------------------------------------------------------
 
 def _state(frame, columns):
-    return expected([{c: (None if r[c] is None else str(r[c])) for c in columns} for r in frame.collect()], columns)
+    """The frame's rows as the reference applier names them; a column the table did not have yet reads NULL."""
+    rows = [r.asDict() for r in frame.collect()]
+    return expected([{c: (None if r.get(c) is None else str(r[c])) for c in columns} for r in rows], columns)
 
 
 def _commits(rows):
