@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # in .tmp/pytest, emptied at each run: pytest's shared /tmp/pytest-of-<user> is pruned by other runs.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup demo test test-fast crash bench soak wheel clean-setup
+.PHONY: setup demo test test-fast system bench soak wheel clean-setup
 
 setup: $(VENV)/.installed
 	@$(VPY) -m cdc_apply.spark.jars
@@ -28,16 +28,18 @@ demo: setup
 
 test: setup
 	@mkdir -p .tmp
-	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --basetemp "$(CURDIR)/.tmp/pytest" -m "not crash" $(PYTEST_ARGS)
+	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --basetemp "$(CURDIR)/.tmp/pytest" -m "not system" $(PYTEST_ARGS)
 
-# The crash tests (tests/crash, marker `crash`; make test leaves them to this target): the real land and
-# apply commands SIGKILLed at random moments, first runs included, run again and silver compared with
-# PostgreSQL (~4 minutes a seed on 2 cores), and two of each started together. .ci/run runs both targets.
+# The system tests (marker `system`; make test leaves them to this target): the real command line and
+# other JVMs in subprocesses — the crash tests (tests/crash: land and apply SIGKILLed at random moments,
+# first runs included, run again and silver compared with PostgreSQL, ~4 minutes a seed on 2 cores; two
+# of each command started together), a failed batch's output under the CLI and spark-submit, the wheel
+# in a fresh virtualenv. .ci/run runs both targets.
 KILL_SEEDS ?= 1,2,3,4
-crash: setup
+system: setup
 	@mkdir -p .tmp
 	@CDC_APPLY_KILL_SEEDS=$(KILL_SEEDS) $(VPY) -m pytest -n $(PYTEST_WORKERS) --dist load \
-		--basetemp "$(CURDIR)/.tmp/crash" -m crash tests/crash $(PYTEST_ARGS)
+		--basetemp "$(CURDIR)/.tmp/system" -m system $(PYTEST_ARGS)
 
 # The fast lane: the tests that need no JVM, no PostgreSQL and no wheel build (pure Python; no Delta
 # jars needed). `make test` runs these and the rest.

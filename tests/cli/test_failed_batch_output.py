@@ -19,7 +19,7 @@ import pytest
 from cdc_apply.testing.pytest_plugin import Lake
 from cdc_apply.testing.stream import StreamBuilder
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.system]
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = Path(sys.executable).parent / "cdc-apply"

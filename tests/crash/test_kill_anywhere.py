@@ -8,7 +8,7 @@ process group: the Python driver, Spark's JVM and its Python workers) at a momen
 sometimes twice in a row, then run until it exits 0. A restart that fails is the defect this test is
 for: it prints the seed, the kill times and the failing run's output.
 
-The seeds are ``CDC_APPLY_KILL_SEEDS`` (default ``1``); ``make crash`` (which ``.ci/run`` runs after
+The seeds are ``CDC_APPLY_KILL_SEEDS`` (default ``1``); ``make system`` (which ``.ci/run`` runs after
 ``make test``) runs four.
 """
 
@@ -23,7 +23,7 @@ import pytest
 
 from cdc_apply.testing.processes import CliProcess, Finished
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.crash]
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.system]
 
 SEEDS = [int(s) for s in os.environ.get("CDC_APPLY_KILL_SEEDS", "1").split(",") if s.strip()]
 ROUNDS = int(os.environ.get("CDC_APPLY_KILL_ROUNDS", "3"))

@@ -9,7 +9,7 @@ import pytest
 
 from cdc_apply.testing.processes import CliProcess
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.crash]
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.system]
 
 CONFIG = """pipeline = "races"
 [bronze]

@@ -40,7 +40,7 @@ from cdc_apply.spark.jars import find_delta_jars
 from cdc_apply.testing.pytest_plugin import Lake
 from cdc_apply.testing.stream import StreamBuilder
 
-pytestmark = [pytest.mark.spark, pytest.mark.packaging]
+pytestmark = [pytest.mark.spark, pytest.mark.packaging, pytest.mark.system]
 
 REPO = Path(__file__).resolve().parents[2]
 
