@@ -148,7 +148,7 @@ class ApplyPipeline:
         if not stats:
             return report
         check_late_rows(self.spark, self.bronze, self.config, self.states, stats)
-        lag_query = self._side.submit(self._bronze_max, sorted(stats))
+        lag_query = self._side.submit(self._bronze_lag, {source: int(row.last) for source, row in stats.items()})
         last = {source: int(row.last) for source, row in stats.items()}
         prepared = {source: self.formats.of(source).prepare(self.spark, self.bronze, source,
                                                             self.states.get(source, SourceState()), last[source], version)
@@ -348,25 +348,31 @@ class ApplyPipeline:
             logs.result()
         report.mark("logs")
 
-    def _bronze_max(self, sources: list[str]) -> dict[str, int]:
-        """Bronze's newest seq per source, for the lag. Runs beside the batch (its own thread), and
-        nothing in the batch waits for it until the progress rows; followed through bronze's log
-        (:class:`~cdc_apply.lake.bronze_tail.BronzeTail`) rather than a query a batch."""
+    def _bronze_lag(self, ends: dict[str, int]) -> tuple[dict[str, int], dict[str, float], object]:
+        """Bronze's newest seq per source and the age of the oldest change past the batch's end (``ends``:
+        the newest bronze seq the batch reads per source), for the lag. Runs beside the batch (its own
+        thread), and nothing in the batch waits for it until the progress rows; the newest seq is
+        followed through bronze's log (:class:`~cdc_apply.lake.bronze_tail.BronzeTail`) rather than a
+        query a batch, the ages are one query and only when bronze is ahead of the batch."""
         floors = {}
-        for source in sources:
+        for source in ends:
             state = self.states.get(source)
             floors[source] = 0 if state is None else self.formats.of(source).bronze_seq(state)
-        return self._tail.newest(floors)
+        newest = self._tail.newest(floors)
+        asked = _now()
+        ages = unapplied_ages(self.spark, self.bronze, ends, newest, asked,
+                              landed_only={s for s in ends if self.formats.of(s).name != "pgoutput"})
+        return newest, ages, asked
 
     def _write_progress(self, plan: BatchPlan, states, stats, report: BatchReport, prepared, lag_query) -> None:
         version, batch_id = report.apply_version, report.batch_id
-        bronze_max = lag_query.result()
-        now = _now()
         # Lag: bronze rows past the applied point (or past what was transcoded), and the age of the oldest
         # change among them, in bronze as the tail saw it when the batch began.
+        bronze_max, ages, asked = lag_query.result()
+        now = _now()
+        # A change still waiting has aged by the batch's own time since it was asked for.
+        ages = {s: age + (now - asked).total_seconds() if age > 0 else 0.0 for s, age in ages.items()}
         applied = {source: self.formats.of(source).bronze_seq(states[source]) for source in plan.sources}
-        ages = unapplied_ages(self.spark, self.bronze, applied, bronze_max, now,
-                              landed_only={s for s in applied if self.formats.of(s).name != "pgoutput"})
         rows = []
         for source, batch in plan.sources.items():
             state = states[source]
