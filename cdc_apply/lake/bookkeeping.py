@@ -79,6 +79,9 @@ SCHEMAS: dict[str, list[tuple[str, str]]] = {
         # The Delta version each table the batch changed has after it (time travel to batch ends: as_of.py).
         ("tables", "ARRAY<STRUCT<relation_id: BIGINT, table: STRING, silver_version: BIGINT, "
                    "history_version: BIGINT, last_commit_lsn: BIGINT>>"),
+        # Every table of the source any batch changed, with the Delta versions the last such batch left it
+        # at (JSON {"<relation id>": [silver, history]}): the state check reads it from the newest row alone.
+        ("table_versions", "STRING"),
     ],
     "failures": [
         ("source", "STRING"), ("apply_version", "BIGINT"), ("error", "STRING"), ("failed_at", "TIMESTAMP"),
@@ -93,6 +96,8 @@ class Bookkeeping:
     config: Config
     # table -> the newest apply version it holds (read once, then kept up to date by this process)
     _written: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    # source -> the table versions its newest progress row records (load_progress; None: the row has none)
+    _table_versions: dict[str, dict | None] = field(default_factory=dict, compare=False, repr=False)
 
     def ref(self, table: str) -> TableRef:
         return state_ref(self.config, table)
@@ -145,19 +150,46 @@ class Bookkeeping:
 
     # -- loading ---------------------------------------------------------------
     def load_progress(self, spark) -> tuple[int, dict[str, SourceState]]:
-        """The latest apply version and every source's carried state at it."""
+        """The latest apply version and every source's carried state at it (and, kept for
+        :meth:`load_written`, the table versions its row records)."""
         from pyspark.sql import functions as F
         from pyspark.sql.window import Window
 
         df = self.ref("progress").read(spark)
         latest = (df.withColumn("_r", F.row_number().over(Window.partitionBy("source").orderBy(F.desc("apply_version"))))
-                  .where("_r = 1").select("source", "apply_version", "state").collect())
+                  .where("_r = 1").select("source", "apply_version", "state", "table_versions").collect())
         version = max((r.apply_version for r in latest), default=0)
+        self._table_versions.clear()
+        self._table_versions.update({r.source: None if r.table_versions is None else json.loads(r.table_versions)
+                                     for r in latest})
+        if any(v is None for v in self._table_versions.values()):   # rows from before the column: ask them all
+            for (source, rid, kind), found in self._query_written(spark).items():
+                pair = (self._table_versions.get(source) or {}).get(str(rid), [None, None])
+                pair[0 if kind == "silver table" else 1] = found
+                self._table_versions[source] = {**(self._table_versions.get(source) or {}), str(rid): pair}
         return version, {r.source: SourceState.from_json(r.state) for r in latest}
 
-    def load_written(self, spark) -> dict[tuple[str, int, str], int]:
+    def table_versions(self, source: str) -> dict[str, list]:
+        """``{"<relation id>": [silver version, history version]}`` of every table of the source a batch
+        changed, as the newest progress row records them (to carry into the next row)."""
+        return dict(self._table_versions.get(source) or {})
+
+    def keep_table_versions(self, source: str, versions: dict) -> None:
+        """What the source's progress row just written records (the next batch's row starts from it)."""
+        self._table_versions[source] = versions
+
+    def load_written(self) -> dict[tuple[str, int, str], int]:
         """The Delta version the progress rows last recorded for each table a batch changed, by
-        ``(source, relation id, "silver table" | "history table")``."""
+        ``(source, relation id, "silver table" | "history table")`` (from :meth:`load_progress`'s read)."""
+        out = {}
+        for source, versions in self._table_versions.items():
+            for rid, pair in (versions or {}).items():
+                for kind, found in zip(("silver table", "history table"), pair):
+                    if found is not None:
+                        out[(source, int(rid), kind)] = int(found)
+        return out
+
+    def _query_written(self, spark) -> dict[tuple[str, int, str], int]:
         from pyspark.sql import functions as F
 
         rows = (self.ref("progress").read(spark).select("source", F.explode("tables").alias("t"))

@@ -19,6 +19,7 @@ start — changes nothing twice.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -306,7 +307,7 @@ class ApplyPipeline:
         # Nothing is written until the state is known to match every table the batch writes.
         self.silver.check_tables(works, version, {s: (b.previous.applied_seq, b.last_seq)
                                                   for s, b in plan.sources.items()},
-                                 lambda: self.books.load_written(self.spark))
+                                 self.books.load_written)
         self.logs.write_schema(plan, version)
         self.silver.loads = {}
         for load in loads:
@@ -391,11 +392,18 @@ class ApplyPipeline:
                 report.applied_commit_age_seconds = max(report.applied_commit_age_seconds or 0.0, since)
             tables = [(rid, name, t.delta_version, t.history_version, t.last_commit_lsn)
                       for s, rid, name, t in report.written if s == source]
+            versions = self.books.table_versions(source)
+            for rid, _, silver_version, history_version, _ in tables:
+                old = versions.get(str(rid), [None, None])
+                versions[str(rid)] = [silver_version if silver_version is not None else old[0],
+                                      history_version if history_version is not None else old[1]]
             rows.append((source, version, batch_id, state.applied_seq, state.last_commit_lsn, commit_ts,
                          state.last_end_lsn, state.to_json(), bronze_max.get(source), int(stats[source].n),
                          len(batch.committed), carried, state.oldest_needed_seq(), lag_seq, ages[source], now,
-                         tables))
+                         tables, json.dumps(versions, separators=(",", ":"))))
         self.books.append(self.spark, "progress", rows, version)
+        for row in rows:   # the next batch carries them on
+            self.books.keep_table_versions(row[0], json.loads(row[-1]))
 
     # -- the streaming query --------------------------------------------------------------
     def run(self, once: bool = False, await_termination: bool = True):
