@@ -122,17 +122,17 @@ def test_a_crash_between_the_replacing_write_and_the_delete_leaves_each_commit_w
     assert set(replaced) <= set(steps)      # each first commit's step was recorded by its delete
 
 
-def test_a_backtick_column_of_a_table_without_deletion_vectors_stops_the_batch_naming_the_remedy(
-        postgres, spark, tmp_path):
-    from cdc_apply.errors import ApplyError
+def test_a_backtick_column_of_a_table_without_deletion_vectors_stops_the_batch_naming_the_remedy(spark, tmp_path):
+    from types import SimpleNamespace
 
-    lake = PgLake(postgres, spark, tmp_path, "backticks_no_dv",
-                  ['CREATE TABLE "n`dv" ("id`" int PRIMARY KEY, "v`" text)', """INSERT INTO "n`dv" VALUES (1, 'a')"""],
-                  {"silver": {"deletion_vectors": False}})
-    try:
-        lake.land_and_apply()
-        lake.run("""UPDATE "n`dv" SET "v`" = 'b'""")
-        with pytest.raises(ApplyError, match="only with deletion vectors"):
-            lake.land_and_apply()
-    finally:
-        lake.close()
+    from cdc_apply.errors import ApplyError
+    from cdc_apply.lake.tables import TableRef
+
+    ref = TableRef(path=str(tmp_path / "n`dv"))
+    spark.sql(f"CREATE TABLE {ref.sql} (`id``` INT, `v``` STRING) USING delta TBLPROPERTIES ("
+              "'delta.enableChangeDataFeed' = 'true', 'delta.enableDeletionVectors' = 'false', "
+              "'delta.columnMapping.mode' = 'name')")
+    work = SimpleNamespace(ref=ref, columns=[SimpleNamespace(name="id`"), SimpleNamespace(name="v`")], meta=[],
+                           qualified_name="public.n`dv", source="src")
+    with pytest.raises(ApplyError, match="only with deletion vectors"):
+        replace_rows.needs_replace(spark, work)
