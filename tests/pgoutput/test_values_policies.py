@@ -16,13 +16,14 @@ INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 @pytest.fixture(params=["column", "scalar"], autouse=True)
 def conversion_path(request, monkeypatch):
     """Run every test through the column-at-a-time paths and through the one-value paths."""
-    from cdc_apply.pgoutput import values, values_arrays
+    from cdc_apply.pgoutput import values
+    from cdc_apply.pgoutput.values import arrays
 
     limit = 0 if request.param == "column" else 10**9
     for table in (values._SCALAR_TEXT, values._SCALAR_BINARY):
         for kind, (parse, _) in list(table.items()):
             monkeypatch.setitem(table, kind, (parse, limit))
-    monkeypatch.setattr(values_arrays, "SMALL_BATCH", limit)
+    monkeypatch.setattr(arrays, "SMALL_BATCH", limit)
     return request.param
 
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
-from cdc_apply.pgoutput.values_array_text import parse_array_text
-from cdc_apply.pgoutput.values_datetime import days_from_civil
+from cdc_apply.pgoutput.values.array_text import parse_array_text
+from cdc_apply.pgoutput.values.dates import days_from_civil
 
 SETTINGS = settings(print_blob=True, deadline=None, max_examples=200,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -26,13 +26,14 @@ ARRAY_SPACE = " \t\n\r\v\f"
 @pytest.fixture(params=["column", "scalar"], autouse=True)
 def conversion_path(request, monkeypatch):
     """Run every test through the column-at-a-time paths and through the one-value paths."""
-    from cdc_apply.pgoutput import values, values_arrays
+    from cdc_apply.pgoutput import values
+    from cdc_apply.pgoutput.values import arrays
 
     limit = 0 if request.param == "column" else 10**9
     for table in (values._SCALAR_TEXT, values._SCALAR_BINARY):
         for kind, (parse, _) in list(table.items()):
             monkeypatch.setitem(table, kind, (parse, limit))
-    monkeypatch.setattr(values_arrays, "SMALL_BATCH", limit)
+    monkeypatch.setattr(arrays, "SMALL_BATCH", limit)
     return request.param
 
 

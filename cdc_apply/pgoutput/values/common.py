@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from cdc_apply.errors import DecodeError
 
-from .types import ColumnType
+from ..types import ColumnType
 
 _EXCERPT = 40
 # Up to this many arrays, parsing them in Python beats the fixed cost of the numpy paths.

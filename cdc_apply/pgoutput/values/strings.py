@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .types import ColumnType
-from .values_common import (Malformed, by_rows, check_regex, fail, first_bad_row, fixed_width, hex_rows,
+from ..types import ColumnType
+from .common import (Malformed, by_rows, check_regex, fail, first_bad_row, fixed_width, hex_rows,
                             offsets_and_data, per_value, strings_from_rows, utf8, valid_mask,
                             validity_of)
 

@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pyarrow as pa
 
-from .values_common import Malformed, offsets_and_data, valid_mask
+from .common import Malformed, offsets_and_data, valid_mask
 
 MULTI_DIMENSIONAL = "multi-dimensional arrays are not supported (only one-dimensional arrays are)"
 _BOUNDS = re.compile(r"\s*\[(-?\d+):(-?\d+)\]")

@@ -1,6 +1,6 @@
 """One-dimensional arrays -> list<element type>.
 
-Text (array_out) is read by :mod:`.values_array_text`. Binary (array_send): int32 ndim, int32 has-null flag, uint32 element OID, ndim x (int32
+Text (array_out) is read by :mod:`.array_text`. Binary (array_send): int32 ndim, int32 has-null flag, uint32 element OID, ndim x (int32
 length, int32 lower bound), then each element as int32 length (-1 = NULL) and its send form.
 Multi-dimensional values are rejected. Elements are converted a column at a time by the
 element type's converter, so an int4[] column costs one int4 conversion of all its elements.
@@ -15,9 +15,9 @@ import pyarrow as pa
 
 from cdc_apply.errors import DecodeError
 
-from .types import ColumnType
-from .values_array_text import MULTI_DIMENSIONAL, parse_array_text, split_array_texts
-from .values_common import SMALL_BATCH, Malformed, fail, offsets_and_data, raw_values, valid_mask
+from ..types import ColumnType
+from .array_text import MULTI_DIMENSIONAL, parse_array_text, split_array_texts
+from .common import SMALL_BATCH, Malformed, fail, offsets_and_data, raw_values, valid_mask
 
 _INT32 = struct.Struct(">i")
 _HEADER = struct.Struct(">iiI")
@@ -65,7 +65,7 @@ def parse_array_binary(raw: bytes, element_oid: int | None) -> list[bytes | None
 
 def array_text(ct: ColumnType, values: pa.Array) -> pa.Array:
     """array_out -> list<element>; elements converted by the element type's text converter."""
-    from .values import convert_text
+    from . import convert_text
 
     if len(values) <= SMALL_BATCH:
         counts, flat = np.zeros(len(values) + 1, dtype=np.int64), []
@@ -95,7 +95,7 @@ def array_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
     across all rows (a numpy step per element position), so short arrays cost no Python per
     row; rows with many elements are walked in Python.
     """
-    from .values import convert_binary
+    from . import convert_binary
 
     element = ct.element
     element_oid = None if element.kind == "user" else element.type_oid

@@ -7,6 +7,10 @@ SQL NULL or unchanged TOAST) and converts it here into ``column_type.arrow_type`
 row sent as text and as binary converts to equal values (see docs/TYPES.md for the few
 documented exceptions). A malformed value raises :class:`~cdc_apply.errors.DecodeError`
 naming the type, the row within the array and an excerpt of its bytes.
+
+One module per family of types, each with its ``TEXT``/``BINARY`` converters by kind:
+:mod:`.numbers`, :mod:`.numeric`, :mod:`.strings`, :mod:`.dates`, :mod:`.interval`,
+:mod:`.arrays` (array_out's text in :mod:`.array_text`); :mod:`.common` holds what they share.
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ import pyarrow as pa
 
 from cdc_apply.errors import DecodeError
 
-from . import values_datetime, values_interval, values_numbers, values_numeric, values_strings
-from .types import ColumnType
-from .values_arrays import array_binary, array_text
-from .values_common import ScalarParser, as_binary, one_by_one
+from . import dates, interval, numbers, numeric, strings
+from ..types import ColumnType
+from .arrays import array_binary, array_text
+from .common import ScalarParser, as_binary, one_by_one
 
 Converter = Callable[[ColumnType, pa.Array], pa.Array]
 
@@ -31,7 +35,7 @@ _BINARY: dict[str, Converter] = {"array": array_binary}
 # value beats the fixed cost (Arrow calls, regex compiles) of the column-at-a-time path.
 _SCALAR_TEXT: dict[str, tuple[ScalarParser, int]] = {}
 _SCALAR_BINARY: dict[str, tuple[ScalarParser, int]] = {}
-for _module in (values_numbers, values_numeric, values_strings, values_datetime, values_interval):
+for _module in (numbers, numeric, strings, dates, interval):
     _TEXT.update(_module.TEXT)
     _BINARY.update(_module.BINARY)
     _SCALAR_TEXT.update(getattr(_module, "SCALAR_TEXT", {}))

@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .types import INTERVAL_ARROW, ColumnType
-from .values_common import Malformed, big_endian, fixed_width, per_value, valid_mask
-from .values_datetime import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+from ..types import INTERVAL_ARROW, ColumnType
+from .common import Malformed, big_endian, fixed_width, per_value, valid_mask
+from .dates import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 _US = {"hour": 3_600_000_000, "min": 60_000_000, "sec": 1_000_000}
 _MONTHS = {"year": 12, "mon": 1}

@@ -1,5 +1,5 @@
 """Numbers: bool, int2/4/8, oid-like, float4/8, money, xid8 — text and binary forms (numeric
-lives in :mod:`.values_numeric`).
+lives in :mod:`.numeric`).
 
 Text forms are what the types' output functions print (boolout 't'/'f', int4out, float8out
 with 'NaN'/'Infinity'/'-Infinity' and exponents like '1e+30', cash_out); binary forms are
@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .types import ColumnType
-from .values_common import (Malformed, big_endian, cast_or_fail, check_regex, decimal_from_int64, fail, first_bad_row,
+from ..types import ColumnType
+from .common import (Malformed, big_endian, cast_or_fail, check_regex, decimal_from_int64, fail, first_bad_row,
                             fixed_width, utf8, valid_mask, with_nulls_of)
 
 # cash_out under any locale with two fraction digits: symbols, sign or parentheses, digit

@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .types import ColumnType
-from .values_common import (Malformed, big_endian, check_regex, fail, fixed_width,
+from ..types import ColumnType
+from .common import (Malformed, big_endian, check_regex, fail, fixed_width,
                             per_value, strings_from_rows, utf8, valid_mask, with_nulls_of)
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
