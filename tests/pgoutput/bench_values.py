@@ -18,24 +18,9 @@ import pyarrow as pa
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
 
+from value_vectors import numeric_send  # noqa: E402  (the script's folder, tests/pgoutput, is on sys.path)
+
 EPOCH_SHIFT_US = 946_684_800_000_000
-
-
-def _numeric_send(value: Decimal, dscale: int) -> bytes:
-    sign = 0x4000 if value < 0 else 0
-    pad = (-dscale) % 4
-    digits_text = str(int(abs(value).scaleb(dscale)) * 10**pad)
-    frac_groups = (dscale + pad) // 4
-    groups = max(-(-len(digits_text) // 4), frac_groups + 1)
-    digits_text = digits_text.rjust(groups * 4, "0")
-    digits = [int(digits_text[i: i + 4]) for i in range(0, len(digits_text), 4)]
-    weight = len(digits) - frac_groups - 1
-    while digits and digits[0] == 0:
-        digits.pop(0)
-        weight -= 1
-    while digits and digits[-1] == 0:
-        digits.pop()
-    return struct.pack(f">hhHH{len(digits)}H", len(digits), weight if digits else 0, sign, dscale, *digits)
 
 
 def _timestamp_text(micros: int, zone: bool) -> str:
@@ -91,10 +76,10 @@ def cases(rows: int, rng: random.Random) -> dict[str, tuple[int, int, list[bytes
         "int8": (20, -1, [str(i).encode() for i in big], [struct.pack(">q", i) for i in big]),
         "float8": (701, -1, [repr(f).encode() for f in floats], [struct.pack(">d", f) for f in floats]),
         "numeric(12,2)": (1700, (12 << 16 | 2) + 4, [str(d).encode() for d in dec],
-                          [_numeric_send(d, 2) for d in dec]),
+                          [numeric_send(d, 2) for d in dec]),
         "numeric(36,6)": (1700, (36 << 16 | 6) + 4, [str(d).encode() for d in wide],
-                          [_numeric_send(d, 6) for d in wide]),
-        "numeric": (1700, -1, [str(d).encode() for d in dec], [_numeric_send(d, 2) for d in dec]),
+                          [numeric_send(d, 6) for d in wide]),
+        "numeric": (1700, -1, [str(d).encode() for d in dec], [numeric_send(d, 2) for d in dec]),
         "text": (25, -1, [w.encode() for w in words], [w.encode() for w in words]),
         "bytea": (17, -1, [b"\\x" + b.hex().encode() for b in blobs], blobs),
         "date": (1082, -1, [_timestamp_text(d * 86_400_000_000, False)[:10].encode() for d in days],

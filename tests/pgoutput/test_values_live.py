@@ -4,7 +4,6 @@ pgoutput stream's text and binary tuples convert to equal values."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import struct
 from pathlib import Path
 
@@ -13,6 +12,8 @@ import pytest
 
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
+
+from value_vectors import load_groups  # noqa: E402  (tests/pgoutput is on sys.path)
 
 pytestmark = pytest.mark.postgres
 
@@ -26,10 +27,9 @@ LIVE_CASES = ["int4", "float8", "numeric_10_2", "money", "bytea", "inet", "date"
 
 
 def _stored_group(name: str) -> dict:
-    for path in sorted((HERE / "data").glob("values_*.json")):
-        for group in json.loads(path.read_text(encoding="utf-8"))["groups"]:
-            if group["name"] == name:
-                return group
+    for group in load_groups():
+        if group["name"] == name:
+            return group
     raise KeyError(name)
 
 

@@ -2,51 +2,22 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_apply.errors import DecodeError
-from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
 
-DATA = Path(__file__).parent / "data"
+from value_vectors import column_type_of, load_groups  # noqa: E402  (tests/pgoutput is on sys.path)
+
+pytestmark = pytest.mark.usefixtures("conversion_path")
 SETTINGS = settings(print_blob=True, deadline=None, max_examples=25,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
-
-
-def _groups() -> list[dict]:
-    groups = []
-    for path in sorted(DATA.glob("values_*.json")):
-        groups.extend(json.loads(path.read_text(encoding="utf-8"))["groups"])
-    return groups
-
-
-GROUPS = _groups()
-
-
-@pytest.fixture(params=["column", "scalar"], autouse=True)
-def conversion_path(request, monkeypatch):
-    """Run every test through the column-at-a-time paths and through the one-value paths."""
-    from cdc_apply.pgoutput import values
-    from cdc_apply.pgoutput.values import arrays
-
-    limit = 0 if request.param == "column" else 10**9
-    for table in (values._SCALAR_TEXT, values._SCALAR_BINARY):
-        for kind, (parse, _) in list(table.items()):
-            monkeypatch.setitem(table, kind, (parse, limit))
-    monkeypatch.setattr(arrays, "SMALL_BATCH", limit)
-    return request.param
-
-
-def _column_type(group: dict):
-    user_types = {group["type_oid"]: tuple(group["user_type"])} if group["user_type"] else None
-    return resolve_column_type(group["type_oid"], group["type_modifier"], user_types, TypeOptions(**group["options"]))
+GROUPS = load_groups()
 
 
 def _seeds(group: dict) -> list[bytes]:
@@ -84,7 +55,7 @@ def _accepts_or_decode_error(convert, column, raw: list[bytes | None]) -> None:
 
 @pytest.mark.parametrize("group", GROUPS, ids=lambda g: g["name"])
 def test_mutated_and_random_bytes_give_a_value_or_a_decode_error(group):
-    column = _column_type(group)
+    column = column_type_of(group)
     seeds = _seeds(group)
 
     @SETTINGS

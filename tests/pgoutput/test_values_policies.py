@@ -10,21 +10,8 @@ import pytest
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_binary_value, convert_text, convert_text_value
 
+pytestmark = pytest.mark.usefixtures("conversion_path")
 INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
-
-
-@pytest.fixture(params=["column", "scalar"], autouse=True)
-def conversion_path(request, monkeypatch):
-    """Run every test through the column-at-a-time paths and through the one-value paths."""
-    from cdc_apply.pgoutput import values
-    from cdc_apply.pgoutput.values import arrays
-
-    limit = 0 if request.param == "column" else 10**9
-    for table in (values._SCALAR_TEXT, values._SCALAR_BINARY):
-        for kind, (parse, _) in list(table.items()):
-            monkeypatch.setitem(table, kind, (parse, limit))
-    monkeypatch.setattr(arrays, "SMALL_BATCH", limit)
-    return request.param
 
 
 def text(oid: int, *raw: bytes | None, typmod: int = -1, user_types=None) -> list:

@@ -16,25 +16,14 @@ from cdc_apply.pgoutput.values import convert_binary, convert_text
 from cdc_apply.pgoutput.values.array_text import parse_array_text
 from cdc_apply.pgoutput.values.dates import days_from_civil
 
+from value_vectors import numeric_send  # noqa: E402  (tests/pgoutput is on sys.path)
+
+pytestmark = pytest.mark.usefixtures("conversion_path")
 SETTINGS = settings(print_blob=True, deadline=None, max_examples=200,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 EPOCH_SHIFT_US = 946_684_800_000_000
 ARRAY_SPACE = " \t\n\r\v\f"
-
-
-@pytest.fixture(params=["column", "scalar"], autouse=True)
-def conversion_path(request, monkeypatch):
-    """Run every test through the column-at-a-time paths and through the one-value paths."""
-    from cdc_apply.pgoutput import values
-    from cdc_apply.pgoutput.values import arrays
-
-    limit = 0 if request.param == "column" else 10**9
-    for table in (values._SCALAR_TEXT, values._SCALAR_BINARY):
-        for kind, (parse, _) in list(table.items()):
-            monkeypatch.setitem(table, kind, (parse, limit))
-    monkeypatch.setattr(arrays, "SMALL_BATCH", limit)
-    return request.param
 
 
 def numeric_typmod(precision: int, scale: int) -> int:
@@ -140,28 +129,6 @@ def test_float4_binary_and_text_give_the_same_bits(numbers):
 
 
 # -- numeric -------------------------------------------------------------------------------------
-def numeric_send(value: Decimal, dscale: int) -> bytes:
-    """numeric_send of a finite Decimal at display scale ``dscale`` (base-10000 digits, stripped)."""
-    sign = 0x4000 if value < 0 else 0
-    scaled = int(abs(value).scaleb(dscale))  # exact: the value has at most dscale fraction digits
-    # align so the decimal point falls between base-10000 digits
-    pad = (-dscale) % 4
-    digits_text = str(scaled * 10**pad)
-    frac_groups = (dscale + pad) // 4
-    total_groups = max(math.ceil(len(digits_text) / 4), frac_groups + 1)
-    digits_text = digits_text.rjust(total_groups * 4, "0")
-    digits = [int(digits_text[i: i + 4]) for i in range(0, len(digits_text), 4)]
-    weight = len(digits) - frac_groups - 1
-    while digits and digits[0] == 0:
-        digits.pop(0)
-        weight -= 1
-    while digits and digits[-1] == 0:
-        digits.pop()
-    if not digits:
-        weight, sign = 0, 0
-    return struct.pack(f">hhHH{len(digits)}H", len(digits), weight, sign, dscale, *digits)
-
-
 @SETTINGS
 @given(st.data())
 def test_numeric_binary_and_text_agree_for_every_precision_and_scale(data):

@@ -7,52 +7,23 @@ may arrive from a text-format stream or a binary-format stream.
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from decimal import Decimal
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from cdc_apply.errors import DecodeError
-from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_column_type
+from cdc_apply.pgoutput.types import ColumnType
 from cdc_apply.pgoutput.values import convert_binary, convert_binary_value, convert_text, convert_text_value
 
-DATA = Path(__file__).parent / "data"
+from value_vectors import column_type_of, load_groups  # noqa: E402  (tests/pgoutput is on sys.path)
+
+pytestmark = pytest.mark.usefixtures("conversion_path")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-def load_groups() -> list[dict]:
-    groups = []
-    for path in sorted(DATA.glob("values_*.json")):
-        groups.extend(json.loads(path.read_text(encoding="utf-8"))["groups"])
-    return groups
-
-
 GROUPS = load_groups()
-
-
-@pytest.fixture(params=["column", "scalar"], autouse=True)
-def conversion_path(request, monkeypatch):
-    """Run every test through the column-at-a-time paths and through the one-value paths."""
-    from cdc_apply.pgoutput import values
-    from cdc_apply.pgoutput.values import arrays
-
-    limit = 0 if request.param == "column" else 10**9
-    for table in (values._SCALAR_TEXT, values._SCALAR_BINARY):
-        for kind, (parse, _) in list(table.items()):
-            monkeypatch.setitem(table, kind, (parse, limit))
-    monkeypatch.setattr(arrays, "SMALL_BATCH", limit)
-    return request.param
-
-
-def column_type_of(group: dict) -> ColumnType:
-    user_types = {group["type_oid"]: tuple(group["user_type"])} if group["user_type"] else None
-    return resolve_column_type(group["type_oid"], group["type_modifier"], user_types,
-                               TypeOptions(**group["options"]))
 
 
 # -- the oracle, as Arrow-comparable Python values ----------------------------------------------
