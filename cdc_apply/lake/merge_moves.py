@@ -24,7 +24,7 @@ BROADCAST_MOVES = 200_000
 def resolve_moves(events, work: TableWork, target):
     """Fill a move-in's unchanged TOAST columns from the old key's row just before the move.
 
-    One sequential pass over the table's key events (:mod:`cdc_apply.planning.moves`) says where each
+    One sequential pass over the table's key events (:mod:`cdc_apply.decode.moves`) says where each
     gap's value comes from — a row of the batch, or silver's row of the key the chain of moves
     started from — and one join with silver fetches the latter. A move whose gaps read silver rows
     of different keys (possible only across relation versions) is resolved round by round instead.
@@ -33,7 +33,7 @@ def resolve_moves(events, work: TableWork, target):
 
     from pyspark.sql import functions as F
 
-    from cdc_apply.planning.moves import resolve_move_batches
+    from cdc_apply.decode.moves import resolve_move_batches
 
     n, nk = len(work.columns), len(work.key_index)
     # Read several times below (which columns have gaps, the chains of moves, the fill): from a

@@ -22,6 +22,7 @@ from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from cdc_apply.planning import columns as cc
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from cdc_apply.planning.moves import resolve_move_sources
+from cdc_apply.decode.moves import resolve_move_sources
 
 
 def _events(*rows):
