@@ -9,31 +9,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Iterable, Iterator, TextIO
+from typing import Iterable, TextIO
 
 from cdc_apply.errors import CdcApplyError, DecodeError
-from cdc_apply.pgoutput import StreamDecoder, format_lsn, parse_lsn, render_message
-
-
-def read_hex_lines(lines: Iterable[str]) -> Iterator[tuple[int, int | None, bytes | DecodeError]]:
-    """``(seq, lsn, payload)`` per line; seq is the 0-based line number.
-
-    A line is the payload in hex, or ``X/Y<TAB>xid<TAB>hex`` as written by the
-    golden capture script (then the LSN is taken from it). Blank lines and lines
-    starting with ``#`` are skipped but still counted.
-    """
-    for seq, line in enumerate(lines):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        lsn = None
-        fields = text.split("\t")
-        try:
-            if len(fields) == 3:
-                lsn = parse_lsn(fields[0])
-            yield seq, lsn, bytes.fromhex(fields[-1])
-        except ValueError as exc:
-            yield seq, lsn, DecodeError(f"line is not hex: {exc}", line=seq + 1)
+from cdc_apply.pgoutput import StreamDecoder, format_lsn, render_message
+from cdc_apply.pgoutput.hex_lines import read_hex_lines
 
 
 def inspect_stream(rows: Iterable[tuple[int, int | None, bytes | DecodeError]], out: TextIO,

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Iterable, Iterator, TextIO
+from typing import Any, Iterable, TextIO
 
 from cdc_apply.errors import CdcApplyError, DecodeError
 from cdc_apply.gaussdb.decoder import decode_gaussdb_payload
 from cdc_apply.gaussdb.records import RECORD_NAMES, Begin, Commit, Delete, GTuple, Heartbeat, Insert, Record, Update
 from cdc_apply.gaussdb.timestamps import heartbeat_micros, parse_timestamp
-from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
+from cdc_apply.pgoutput.hex_lines import read_hex_lines
+from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.pgoutput.render import render_timestamp
 
 
@@ -61,27 +62,6 @@ def render_record(record: Record) -> dict[str, Any]:
     return out
 
 
-def read_hex_payloads(lines: Iterable[str]) -> Iterator[tuple[int, int | None, bytes | DecodeError]]:
-    """``(seq, lsn, payload)`` per line, as :func:`cdc_apply.cli.inspect.read_hex_lines` reads them.
-
-    A line is the payload in hex, or ``X/Y<TAB>anything<TAB>hex``; blank lines
-    and lines starting with ``#`` are skipped but counted (seq is the 0-based
-    line number).
-    """
-    for seq, line in enumerate(lines):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        fields = text.split("\t")
-        lsn = None
-        try:
-            if len(fields) == 3:
-                lsn = parse_lsn(fields[0])
-            yield seq, lsn, bytes.fromhex(fields[-1])
-        except ValueError as exc:
-            yield seq, lsn, DecodeError(f"line is not hex: {exc}", line=seq + 1)
-
-
 def inspect_gaussdb_stream(rows: Iterable[tuple[int, int | None, bytes | DecodeError]], out: TextIO,
                            source: str | None = None) -> int:
     """One JSON object per record (``index`` within its payload); a payload that fails prints one
@@ -107,4 +87,4 @@ def inspect_gaussdb_stream(rows: Iterable[tuple[int, int | None, bytes | DecodeE
 def inspect_gaussdb_hex(path: str, out: TextIO = sys.stdout) -> int:
     """``cdc-apply inspect --format gaussdb --hex PATH`` (``-`` for stdin): returns the failure count."""
     with open(path, encoding="utf-8") if path != "-" else sys.stdin as handle:
-        return inspect_gaussdb_stream(read_hex_payloads(handle), out)
+        return inspect_gaussdb_stream(read_hex_lines(handle), out)
