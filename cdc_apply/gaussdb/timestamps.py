@@ -18,41 +18,19 @@ from __future__ import annotations
 
 import re
 
+from cdc_apply.pgoutput.gregorian import civil_from_days, days_from_civil
+from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS
+
 INFINITY = 2**63 - 1  # PostgreSQL's DT_NOEND
 NEG_INFINITY = -(2**63)  # DT_NOBEGIN
-UNIX_TO_PG_MICROS = 946_684_800_000_000  # 1970-01-01 .. 2000-01-01
 _DAY_MICROS = 86_400_000_000
+_PG_EPOCH_DAYS = days_from_civil(2000, 1, 1)
 
 _ISO = re.compile(
     r"(\d{4,})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?"
     r"(?:([+-])(\d\d)(?::(\d\d)(?::(\d\d))?)?)?( BC)?"
 )
 HEARTBEAT_UNITS = ("s", "ms", "us", "auto")
-
-
-def _days_from_civil(y: int, m: int, d: int) -> int:
-    """Days since 1970-01-01 of a proleptic Gregorian date (astronomical year numbering)."""
-    y -= m <= 2
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468
-
-
-def _civil_from_days(z: int) -> tuple[int, int, int]:
-    z += 719468
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    d = doy - (153 * mp + 2) // 5 + 1
-    m = mp + (3 if mp < 10 else -9)
-    return yoe + era * 400 + (m <= 2), m, d
-
-
-_PG_EPOCH_DAYS = _days_from_civil(2000, 1, 1)
 
 
 def _days_in_month(y: int, m: int) -> int:
@@ -89,7 +67,7 @@ def parse_timestamp(text: str) -> int:
         if oh_ > 23 or om_ > 59 or os_ > 59:
             raise ValueError(f"no such UTC offset: {text!r}")
         offset = (oh_ * 3600 + om_ * 60 + os_) * (1 if sign == "+" else -1)
-    days = _days_from_civil(year, month, day) - _PG_EPOCH_DAYS
+    days = days_from_civil(year, month, day) - _PG_EPOCH_DAYS
     seconds = ((days * 24 + hh) * 60 + mi) * 60 + ss - offset
     micros = int((frac or "").ljust(6, "0")) if frac else 0
     return seconds * 1_000_000 + micros
@@ -103,7 +81,7 @@ def format_timestamp(micros: int, utc_offset_seconds: int = 0) -> str:
         return "-infinity"
     local = micros + utc_offset_seconds * 1_000_000
     days, rest = divmod(local, _DAY_MICROS)
-    year, month, day = _civil_from_days(days + _PG_EPOCH_DAYS)
+    year, month, day = civil_from_days(days + _PG_EPOCH_DAYS)
     secs, frac = divmod(rest, 1_000_000)
     hh, rem = divmod(secs, 3600)
     mi, ss = divmod(rem, 60)
@@ -135,4 +113,4 @@ def heartbeat_micros(raw: int, unit: str = "auto") -> int:
         size = abs(raw)
         unit = "s" if size < 10**11 else "ms" if size < 10**14 else "us"
     scale = {"s": 1_000_000, "ms": 1_000, "us": 1}[unit]
-    return raw * scale - UNIX_TO_PG_MICROS
+    return raw * scale - PG_EPOCH_UNIX_MICROS

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cdc_apply.pgoutput.gregorian import civil_from_days, days_from_civil
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
 from cdc_apply.pgoutput.values.array_text import parse_array_text
-from cdc_apply.pgoutput.values.dates import days_from_civil
 
 from value_vectors import numeric_send  # noqa: E402  (tests/pgoutput is on sys.path)
 
@@ -149,18 +149,6 @@ def test_numeric_binary_and_text_agree_for_every_precision_and_scale(data):
 
 
 # -- timestamps ----------------------------------------------------------------------------------
-def civil_from_days(days: int) -> tuple[int, int, int]:
-    days += 719468
-    era = days // 146097
-    doe = days - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = mp + 3 if mp < 10 else mp - 9
-    return yoe + era * 400 + (month <= 2), month, day
-
-
 def render_timestamp(micros: int, offset_seconds: int | None) -> str:
     """timestamp_out / timestamptz_out (DateStyle ISO) of microseconds since 1970 (UTC)."""
     local = micros + (offset_seconds or 0) * 1_000_000
