@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 
 from ..types import ColumnType
 from .common import (Malformed, by_rows, check_regex, fail, first_bad_row, fixed_width, hex_rows,
-                            offsets_and_data, per_value, strings_from_rows, utf8, valid_mask,
-                            validity_of)
+                     offsets_and_data, per_value, strings_from_rows, utf8, valid_mask,
+                     validity_of)
 
 PGSQL_AF_INET, PGSQL_AF_INET6 = 2, 3
 _TEXT_SHAPES = {
