@@ -19,6 +19,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from cdc_apply.pgoutput.messages import parse_lsn
+
 WORK = Path(__file__).resolve().parent / "work"
 CAPTURE = WORK / "decode_capture.arrow"
 # Bump when the workload changes: a cached capture of another version is rebuilt.
@@ -83,12 +85,8 @@ def _capture(path: Path) -> None:
         server.destroy()
         shutil.rmtree(datadir.parent, ignore_errors=True)
 
-    def lsn(text: str) -> int:
-        high, _, low = text.partition("/")
-        return (int(high, 16) << 32) | int(low, 16)
-
     table = pa.table({
-        "lsn": pa.array([lsn(r[0]) for r in rows], pa.int64()),
+        "lsn": pa.array([parse_lsn(r[0]) for r in rows], pa.int64()),
         "xid": pa.array([int(r[1]) for r in rows], pa.int64()),
         "payload": pa.array([bytes(r[2]) for r in rows], pa.binary()),
     })

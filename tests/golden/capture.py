@@ -26,9 +26,10 @@ if __package__ in (None, ""):  # run as a script: make `golden` importable
     __package__ = "golden"  # noqa: A001 - lets the relative imports below resolve
     import golden  # noqa: F401
 
+from cdc_apply.pgoutput.messages import format_lsn
+
 from .harness import (CONFIGS, PUBLICATION, SESSION_SETTINGS, CaptureConfig, Scenario, Workload,
                       connect, create_slot, drop_slot, read_slot)
-from .loader import format_lsn
 from .scenarios import SCENARIOS
 from .snapshot import dumps, table_state, value_oracle
 from .walsender import SlotReader, frame_xids, wait_for_senders

@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from cdc_apply.pgoutput.messages import parse_lsn
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
@@ -34,21 +36,6 @@ class Message(NamedTuple):
 
 
 Capture = list[Message]
-
-
-def parse_lsn(text: str) -> int:
-    """``"16/B374D848"`` -> ``0x16B374D848``."""
-    high, sep, low = text.strip().partition("/")
-    if not sep or not high or not low:
-        raise ValueError(f"not an LSN: {text!r}")
-    return (int(high, 16) << 32) | int(low, 16)
-
-
-def format_lsn(value: int) -> str:
-    """``0x16B374D848`` -> ``"16/B374D848"`` (PostgreSQL's own form: upper case, no padding)."""
-    if not 0 <= value < 1 << 64:
-        raise ValueError(f"LSN out of range: {value}")
-    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
 
 
 def _root(data_dir: Path | str | None) -> Path:

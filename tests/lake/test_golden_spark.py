@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from cdc_apply.pgoutput import decode_message
+from cdc_apply.pgoutput import decode_message, parse_lsn
 from cdc_apply.testing.compare import silver_rows
-from golden.loader import load_capture, load_expected, parse_lsn
+from golden.loader import load_capture, load_expected
 from golden.oracle import canonical, column_types, options_for, skipped_columns, typed_expected
 
 pytestmark = pytest.mark.spark

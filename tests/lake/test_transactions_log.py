@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 import cdc_apply.lake.batch_logs as batch_logs
-from cdc_apply.pgoutput import decode_message
-from golden.loader import load_capture, load_expected, parse_lsn
+from cdc_apply.pgoutput import decode_message, parse_lsn
+from golden.loader import load_capture, load_expected
 
 pytestmark = pytest.mark.spark
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from cdc_apply.errors import DecodeError
-from cdc_apply.pgoutput import decode_message
+from cdc_apply.pgoutput import decode_message, parse_lsn
 from cdc_apply.testing.reference import ReferenceApplier
-from golden.loader import list_configs, list_scenarios, load_capture, load_expected, parse_lsn
+from golden.loader import list_configs, list_scenarios, load_capture, load_expected
 from golden.oracle import (canonical, column_types, convert_one, options_for, recast_one, skipped_columns,
                            typed_expected)
 

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..messages import format_lsn
 from ..types import ColumnType
 from .common import (Malformed, by_rows, check_regex, fail, first_bad_row, fixed_width, hex_rows,
                      offsets_and_data, per_value, strings_from_rows, utf8, valid_mask,
@@ -153,7 +154,7 @@ def pg_lsn_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
     """pg_lsn_send: uint64, printed '%X/%X' as pg_lsn_out does."""
     def lsn(raw: bytes) -> str:
         (value,) = struct.unpack(">Q", raw)
-        return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+        return format_lsn(value)
 
     return per_value(ct, values, lsn, lambda items: pa.array(items, pa.string()))
 
