@@ -92,6 +92,18 @@ def read_tuple(r: Reader) -> GTuple:
     return tuple(columns)
 
 
+def _xid_and_timestamp(r: Reader) -> tuple[int | None, str | None]:
+    """The optional 'X' Uint64 xid, then the optional 'T' timestamp, that Begin and Commit both carry."""
+    xid = commit_ts = None
+    if _peek(r) == "X":
+        r.pos += 1
+        xid = r.u64()
+    if _peek(r) == "T":
+        r.pos += 1
+        commit_ts = _timestamp(r)
+    return xid, commit_ts
+
+
 def _begin(r: Reader, lsn: int) -> Begin:
     """Begin: Uint64 CSN, Uint64 first_lsn, optional 'X' xid, 'T' timestamp, then 'O' origin id and 'N' user name.
 
@@ -101,13 +113,8 @@ def _begin(r: Reader, lsn: int) -> Begin:
     """
     csn = r.u64()
     first_lsn = r.u64()
-    xid = commit_ts = user = origin_id = None
-    if _peek(r) == "X":
-        r.pos += 1
-        xid = r.u64()
-    if _peek(r) == "T":
-        r.pos += 1
-        commit_ts = _timestamp(r)
+    xid, commit_ts = _xid_and_timestamp(r)
+    user = origin_id = None
     for _ in range(2):
         tag = _peek(r)
         if tag == "O" and origin_id is None:
@@ -124,13 +131,7 @@ def _begin(r: Reader, lsn: int) -> Begin:
 
 def _commit(r: Reader, lsn: int) -> Commit:
     """Commit: optional 'X' Uint64 xid, optional 'T' timestamp."""
-    xid = commit_ts = None
-    if _peek(r) == "X":
-        r.pos += 1
-        xid = r.u64()
-    if _peek(r) == "T":
-        r.pos += 1
-        commit_ts = _timestamp(r)
+    xid, commit_ts = _xid_and_timestamp(r)
     if r.remaining():
         raise r.fail(f"unexpected byte {_peek(r)!r} after the Commit fields (optional parts are 'X', then 'T')")
     return Commit(lsn, xid, commit_ts)
