@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from cdc_apply.config import Config
+from cdc_apply.config.choices import Retype
 from cdc_apply.lake.bookkeeping import Bookkeeping
 from cdc_apply.lake.history import PROP_COMPLETE_FROM
 from cdc_apply.lake.history_versions import HISTORY_COLUMNS, HistoryColumns
@@ -191,7 +192,7 @@ class ColumnsAt:
 
         self.steps = [initial_columns(rel.versions[0], same)]
         for old, new in zip(rel.versions, rel.versions[1:]):
-            self.steps.append(transition(self.steps[-1], old, new, same, config.silver.drop_columns, "rewrite")[0])
+            self.steps.append(transition(self.steps[-1], old, new, same, config.silver.drop_columns, Retype.REWRITE)[0])
         at = 0
         for index, version in enumerate(rel.versions):
             if lsn is not None and version.lsn <= lsn:

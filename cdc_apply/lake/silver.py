@@ -19,7 +19,7 @@ from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.planning.snapshot_loads import SnapshotLoad
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.table_plan import TablePlan, TableRules, TableWork, plan_table, touch_relations
-from cdc_apply.planning.tables import SilverColumn, check_policies, evolve
+from cdc_apply.planning.tables import SilverColumn, evolve
 from cdc_apply.config import Config
 from cdc_apply.lake.appends import append_new_keys, append_rows
 from cdc_apply.lake.history import HistoryTables, history_app_id
@@ -74,7 +74,6 @@ class SilverTables:
     def __init__(self, spark, config: Config) -> None:
         self.spark = spark
         self.config = config
-        check_policies(config.silver.drop_columns, config.silver.retype)
         self.type_options = TypeOptions(numeric=config.apply.numeric)
         self._names: dict[tuple[str, int], str] = {}
         self._planned: dict[tuple[str, int], TablePlan] = {}

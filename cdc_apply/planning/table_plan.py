@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
 from cdc_apply.config import HistorySpec
+from cdc_apply.config.choices import DropColumns, Retype
 from cdc_apply.errors import SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange, snapshot_range
@@ -172,8 +173,8 @@ class TableRules:
     """What the configuration says about one table, as its plan needs it."""
 
     configured_key: tuple[str, ...] | None
-    drop_columns: str
-    retype: str
+    drop_columns: DropColumns
+    retype: Retype
     meta: tuple[tuple[str, str], ...]   # (silver column, decoded column) of the metadata columns
     type_options: TypeOptions
     history: HistorySpec | None = None
