@@ -18,6 +18,7 @@ from cdc_apply.planning.decode_plan import QUARANTINE, SKIP, DecodePlan, Slot, S
 from cdc_apply.planning.schema import RelationVersion, SchemaHistory
 from cdc_apply.planning.state import SeqRange, SourceState
 from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, parse_snapshot_directive
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
 # (source, ranges, subxids) -> {subxid: seq of its first change within the ranges}
@@ -70,7 +71,6 @@ def _subtract(ranges: Iterable[SeqRange], holes: Sequence[SeqRange]) -> list[Seq
     return out
 
 
-SNAPSHOT_PREFIX = "cdc_apply.snapshot"
 DEFAULTS_PREFIX = "cdc_apply.column_defaults"
 
 
@@ -126,11 +126,11 @@ def snapshot_skips(committed: Sequence[DecidedTxn], resets: tuple[tuple[int, int
                 del active[relation_id]
         for prefix, content in txn.directives:
             if prefix == SNAPSHOT_PREFIX:
-                snapshot = json.loads(content)
+                snapshot = parse_snapshot_directive(content)
                 # A key-range chunk lands before every transaction committed at or past its LSN and
                 # after every one below it (the lander holds the stream for it): nothing to skip.
-                if snapshot.get("range") is None:
-                    active[int(snapshot["relation_id"])] = int(snapshot["lsn"])
+                if snapshot.key_range is None:
+                    active[snapshot.relation_id] = snapshot.lsn
     return {r: frozenset(t) for r, t in skips.items()}, tuple(sorted(active.items()))
 
 
