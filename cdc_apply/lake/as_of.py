@@ -259,16 +259,12 @@ def _silver_version(spark, progress, relation_id: int, ref: TableRef, version: i
                 .where(F.col("t.relation_id") == relation_id).agg(F.max("t.silver_version")).first()[0])
     if recorded is not None:
         return int(recorded)
-    import json
-
+    from cdc_apply.lake.commit_tag import decode_tag
     from cdc_apply.lake.lsn import lsn_value as value
 
     best = None
     for row in ref.delta_table(spark).history().select("version", "userMetadata").collect():
-        try:
-            tag = (json.loads(row.userMetadata or "null") or {}).get("cdc_apply") or {}
-        except (ValueError, AttributeError):
-            continue
+        tag = decode_tag(row.userMetadata) or {}
         if "last_commit_lsn" in tag and value(tag["last_commit_lsn"]) <= end:
             best = max(best or -1, int(row.version))
     return best

@@ -10,7 +10,6 @@ PostgreSQL.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,18 +27,17 @@ from cdc_apply.lake.merge import (
     collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
 )
 from cdc_apply.lake.ledger import (
-    MAX_SEGMENTS, SilverLedger, merge_step, new_keys_step, snapshot_step, truncate_step,
+    MAX_SEGMENTS, SilverLedger, batch_tag, merge_step, new_keys_step, snapshot_step, truncate_step,
 )
 from cdc_apply.lake.state_match import check_tables
 from cdc_apply.lake.snapshot_loads import clear_ranges, drop_cleared, load_snapshots
 from cdc_apply.lake.merge_moves import resolve_moves
 from cdc_apply.lake.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.lake.tables import (
-    USER_METADATA, TableRef, apply_schema_ops, create_table, delta_version, files_bytes, set_properties,
+    TableRef, apply_schema_ops, create_table, delta_version, files_bytes, set_properties,
     silver_properties, silver_ref, table_properties,
 )
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
-from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions
 from cdc_apply.planning import columns as cc
 
@@ -47,15 +45,6 @@ PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
 PROP_RELATION_ID = "cdc_apply.relation_id"
 PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
-
-
-def commit_metadata(source: str, relation: str, last_commit_lsn: int) -> str:
-    """What each silver data commit says in ``userMetadata`` (``DESCRIBE HISTORY``): the source, the
-    relation and the commit LSN of the last transaction it applies, as PostgreSQL writes it (``X/Y``)
-    and as the BIGINT silver's and the bookkeeping's LSN columns hold."""
-    return json.dumps({"cdc_apply": {"source": source, "relation": relation,
-                                     "last_commit_lsn": m.format_lsn(last_commit_lsn),
-                                     "last_commit_lsn_bigint": last_commit_lsn}}, separators=(",", ":"))
 
 
 @dataclass
@@ -174,20 +163,11 @@ class SilverTables:
                                                        None if silver_newest < 0 else silver_newest,
                                                        planned.previous_lsn, self._new_keys_are_new(work))
             self.fault(f"history:{work.qualified_name}")
-        base = commit_metadata(work.source, work.qualified_name, planned.last_commit_lsn)
+        tag = batch_tag(work.source, work.qualified_name, planned.last_commit_lsn)
 
         def write(step: int, action):
             """Run ``action(metadata)`` as the write of ``step`` unless the table has it (a re-run)."""
-            metadata = self.ledger.claim(session, work.ref, app_id, step, base)
-            if metadata is None:
-                return None
-            session.conf.set(USER_METADATA, metadata)
-            try:
-                result = action(metadata)
-            finally:
-                session.conf.unset(USER_METADATA)
-            self.ledger.wrote(work.ref, app_id, step)
-            return result
+            return self.ledger.write(session, work.ref, app_id, step, tag, action)
 
         if work.truncate_after is not None:
             if write(truncate_step(version), lambda _: work.ref.delta_table(session).delete()) is not None:
