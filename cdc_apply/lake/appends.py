@@ -64,8 +64,8 @@ def append_rows(spark, projected, work: TableWork, metadata: str, inserts: int |
     values = [F.col(cc.value(i)).alias(c.name) for i, c in enumerate(work.columns)]
     meta = [F.col(src).alias(col) for col, src in work.meta]
     rows = projected.where(F.col(cc.OP) == "I").select(*values, *meta)
-    # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
-    # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
+    # The decoded batch's partitions each hold rows of every table: an initial load of ten tables would
+    # otherwise leave each with dozens of small files for every MERGE to visit.
     if inserts is not None:
         rows = rows.coalesce(append_files(inserts, len(work.columns)))
     work.ref.append(_key_sorted(rows, work), None, 0, metadata)

@@ -158,9 +158,9 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
     skips, resets = snapshot_skips(committed, state.snapshot_resets)
     assembly = replace(assembly, state=replace(assembly.state, snapshot_resets=resets))
 
-    # One bronze lookup for every transaction with subtransaction aborts (one per transaction made
-    # the soak's batches, with dozens of such transactions, spend 20-30 s planning): a subxid's
-    # changes lie only in its own transaction's stream blocks, so the union of ranges answers each.
+    # One bronze lookup for every transaction with subtransaction aborts, not one each (a batch can hold
+    # dozens; docs/ARCHITECTURE.md, step 3): a subxid's changes lie only in its own transaction's stream
+    # blocks, so the union of ranges answers each.
     aborting = [txn for txn in committed if txn.sub_aborts]
     first_changes = first_change_seq(source, merge_ranges(r for t in aborting for r in t.ranges),
                                      sorted({sub for t in aborting for sub, _ in t.sub_aborts})) if aborting else {}
