@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.results import merge_results, read_results
+from cdc_apply.lake.commit_tag import decode_tag
 from cdc_apply.testing.processes import CLI, CliProcess, Finished, session_processes
 
 SOURCE = "faults"
@@ -243,13 +244,7 @@ def commit_info(table: Path, version: int) -> dict:
         action = json.loads(line)
         if "commitInfo" in action:
             info = action["commitInfo"]
-            meta = info.get("userMetadata")
-            tag = {}
-            if meta:
-                try:
-                    tag = json.loads(meta).get("cdc_apply", {})
-                except ValueError:
-                    tag = {"userMetadata": meta}
+            tag = decode_tag(info.get("userMetadata")) or {}
             out = {"operation": info.get("operation")}
             if "apply_step" in tag:
                 out["apply_step"] = tag["apply_step"]

@@ -14,6 +14,7 @@ import json
 import sys
 
 from cdc_apply.config import load_config
+from cdc_apply.config.choices import Snapshot
 from cdc_apply.errors import ConfigError, LandError
 
 
@@ -34,7 +35,7 @@ def run_snapshot(config_path: str, tables: list[str], ddl_events_sql: bool = Fal
     lsn = _emit(config, tables)
     print(f"[snapshot {source.name}] requested a snapshot of {', '.join(tables)} at lsn {lsn}: the lander copies "
           f"{'them' if len(tables) > 1 else 'it'} when it reads that position (at once if it is running)")
-    if source.snapshot == "never":
+    if source.snapshot == Snapshot.NEVER:
         print(f"[snapshot {source.name}] note: source.snapshot is \"never\", so the lander will not serve it",
               file=sys.stderr)
     return 0

@@ -8,14 +8,17 @@ are resolved against the folder of the configuration file; URIs
 from __future__ import annotations
 
 import fnmatch
-import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from cdc_apply.config.choices import (
+    CommitPosition, DropColumns, HeartbeatUnit, OnError, Retype, Snapshot, Streaming, choose_fields,
+)
+from cdc_apply.config.values import read_section
 from cdc_apply.errors import ConfigError
 
 
@@ -38,8 +41,11 @@ class GaussdbConfig:
 
     exclude_users: tuple[str, ...] = ()  # drop transactions of these users (Begin's user name)
     include_user: bool = False           # add the _cdc_user metadata column
-    commit_position: str = "lsn"         # "lsn" (the Commit record's LSN) or "csn"
-    heartbeat_unit: str = "auto"         # heartbeat timestamp unit: "s", "ms", "us" or "auto"
+    commit_position: CommitPosition = CommitPosition.LSN
+    heartbeat_unit: HeartbeatUnit = HeartbeatUnit.AUTO
+
+    def __post_init__(self) -> None:
+        choose_fields(self, "gaussdb", commit_position=CommitPosition, heartbeat_unit=HeartbeatUnit)
 
 
 @dataclass(frozen=True)
@@ -50,8 +56,8 @@ class SilverConfig:
     metadata_prefix: str = "_cdc_"
     include_xid: bool = False
     include_origin: bool = False
-    drop_columns: str = "drop"           # "drop" or "keep"
-    retype: str = "rewrite"              # "rewrite" or "fail"
+    drop_columns: DropColumns = DropColumns.DROP
+    retype: Retype = Retype.REWRITE
     # On: a MERGE marks the rows it deletes or updates instead of copying the rest of their files, so its
     # cost follows the batch, not the table (docs/BENCHMARKS.md). Readers need Delta's deletionVectors feature.
     deletion_vectors: bool = True
@@ -69,6 +75,9 @@ class SilverConfig:
     # History tables live beside silver's: <silver.path><suffix>/<ns>/<rel>, or the template's table + suffix.
     history_suffix: str = "_history"
 
+    def __post_init__(self) -> None:
+        choose_fields(self, "silver", drop_columns=DropColumns, retype=Retype)
+
 
 @dataclass(frozen=True)
 class StateConfig:
@@ -84,9 +93,12 @@ class ApplyConfig:
     exclude_tables: tuple[str, ...] = ()
     skip_empty_transactions: bool = True
     origin: str = "any"                  # "any" or "none" (only changes without an Origin)
-    on_error: str = "fail"               # "fail" or "quarantine"
+    on_error: OnError = OnError.FAIL
     numeric: str = "decimal"             # "decimal" or "string"
     parallelism: int = 4                 # silver tables merged at once
+
+    def __post_init__(self) -> None:
+        choose_fields(self, "apply", on_error=OnError)
 
 
 @dataclass(frozen=True)
@@ -115,17 +127,16 @@ class SourceConfig:
     proto_version: int = 4
     binary: bool = False
     messages: bool = True
-    streaming: str = "parallel"          # "off", "on" or "parallel"
+    streaming: Streaming = Streaming.PARALLEL
     two_phase: bool = True
     origin: str = "any"
     create_slot: bool = False
     create_publication: bool = False
     publication_tables: tuple[str, ...] = ()  # empty: FOR ALL TABLES
     connect_timeout: float = 10.0        # seconds libpq waits for the server before "unreachable"
-    # Existing rows into bronze (docs/SNAPSHOTS.md): "initial" copies every published table when the lander
-    # creates the slot, "when_needed" also tables added to the publication later, "never" none. Requests
-    # (cdc-apply snapshot, the DDL event trigger) are served in every mode but "never".
-    snapshot: str = "initial"
+    # Existing rows into bronze (docs/SNAPSHOTS.md). Requests (cdc-apply snapshot, the DDL event trigger)
+    # are served in every mode but "never".
+    snapshot: Snapshot = Snapshot.INITIAL
     snapshot_workers: int = 4            # connections copying at once
     snapshot_check_seconds: float = 30.0  # when_needed: how often the publications are compared with bronze
     snapshot_batch_bytes: int = 1024 * 1024 * 1024  # copied rows per bronze commit (and one at the end of a round)
@@ -133,6 +144,9 @@ class SourceConfig:
     # point of its own (docs/SNAPSHOTS.md); 0 copies every table whole.
     snapshot_chunk_rows: int = 500_000
     ddl_events: bool = False             # install the event trigger that reports ADD COLUMN defaults and rewrites
+
+    def __post_init__(self) -> None:
+        choose_fields(self, "source", streaming=Streaming, snapshot=Snapshot)
 
 
 @dataclass(frozen=True)
@@ -198,90 +212,6 @@ def _join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *parts])
 
 
-_CHOICES = {
-    "silver.drop_columns": ("drop", "keep"),
-    "silver.retype": ("rewrite", "fail"),
-    "apply.origin": ("any", "none"),
-    "apply.on_error": ("fail", "quarantine"),
-    "apply.numeric": ("decimal", "string"),
-    "source.streaming": ("off", "on", "parallel"),
-    "source.origin": ("any", "none"),
-    "source.snapshot": ("initial", "when_needed", "never"),
-    "gaussdb.commit_position": ("lsn", "csn"),
-    "gaussdb.heartbeat_unit": ("s", "ms", "us", "auto"),
-}
-
-
-# Numbers that must be above 0: a zero (or less) would stop the work they size or pace (a lander landing
-# nothing per commit, a timeout that never waits); the rest must not be negative. Floats must be finite.
-_POSITIVE = frozenset({
-    "bronze.max_files_per_trigger", "source.snapshot_batch_bytes", "source.snapshot_check_seconds",
-    "source.connect_timeout", "land.batch_messages", "land.batch_bytes", "land.batch_seconds",
-    "land.keepalive_seconds", "land.backoff_seconds", "land.backoff_max_seconds",
-})
-
-
-def _coerce(key: str, value: Any, annotation: str) -> Any:
-    """Check ``value`` against a dataclass field's annotation text (and :data:`_POSITIVE`)."""
-    value = _coerce_kind(key, value, annotation)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if key in _POSITIVE and not value > 0:
-            raise ConfigError(f"must be more than 0, got {value}", key=key)
-    if isinstance(value, str) and "\x00" in value or isinstance(value, tuple) and any("\x00" in v for v in value):
-        raise ConfigError("must not contain a NUL character", key=key)
-    return value
-
-
-def _coerce_kind(key: str, value: Any, annotation: str) -> Any:
-    kinds = [a.strip() for a in annotation.split("|")]
-    if value is None and "None" in kinds:
-        return None
-    if "tuple[str, ...]" in kinds:
-        if isinstance(value, str):
-            return tuple(v.strip() for v in value.split(",") if v.strip())
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise ConfigError("expected a list of strings (or one comma-separated string)", key=key)
-    if "bool" in kinds:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"expected true or false, got {value!r}", key=key)
-    if "int" in kinds:
-        if isinstance(value, int) and not isinstance(value, bool):
-            if value < 0:
-                raise ConfigError(f"must not be negative, got {value}", key=key)
-            return value
-        raise ConfigError(f"expected an integer, got {value!r}", key=key)
-    if "float" in kinds:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value) or value < 0:
-                raise ConfigError(f"expected a finite number of 0 or more, got {value!r}", key=key)
-            return float(value)
-        raise ConfigError(f"expected a number, got {value!r}", key=key)
-    if "str" in kinds:
-        if isinstance(value, str):
-            choices = _CHOICES.get(key)
-            if choices and value not in choices:
-                raise ConfigError(f"must be one of {', '.join(choices)}; got {value!r}", key=key)
-            return value
-        raise ConfigError(f"expected a string, got {value!r}", key=key)
-    raise ConfigError(f"unsupported value {value!r}", key=key)
-
-
-def _section(cls, raw: Any, prefix: str):
-    if raw is None:
-        return cls()
-    if not isinstance(raw, Mapping):
-        raise ConfigError("expected a table", key=prefix)
-    known = {f.name: f for f in fields(cls)}
-    values = {}
-    for name, value in raw.items():
-        if name not in known:
-            raise ConfigError(f"unknown key (known: {', '.join(sorted(known))})", key=f"{prefix}.{name}")
-        values[name] = _coerce(f"{prefix}.{name}", value, str(known[name].type))
-    return cls(**values)
-
-
 # What Spark's processingTime trigger parses: a number and a unit, optionally after "interval".
 _INTERVAL = re.compile(r"^\s*(interval\s+)?\d+(\.\d+)?\s*(microseconds?|milliseconds?|ms|seconds?|s|minutes?|"
                        r"min|hours?|h|days?|d|weeks?)\s*$", re.IGNORECASE)
@@ -319,9 +249,9 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
     formats = bronze_raw.pop("formats", {})
     if not isinstance(formats, Mapping) or any(v not in ("pgoutput", "gaussdb") for v in formats.values()):
         raise ConfigError('expected a table of source = "pgoutput" | "gaussdb"', key="bronze.formats")
-    bronze = _section(BronzeConfig, bronze_raw, "bronze")
-    silver = _section(SilverConfig, raw.get("silver"), "silver")
-    state = _section(StateConfig, raw.get("state"), "state")
+    bronze = read_section(BronzeConfig, bronze_raw, "bronze")
+    silver = read_section(SilverConfig, raw.get("silver"), "silver")
+    state = read_section(StateConfig, raw.get("state"), "state")
     if (bronze.path is None) == (bronze.table is None):
         raise ConfigError("set exactly one of bronze.path and bronze.table", key="bronze.path")
     if (silver.path is None) == (silver.table_template is None):
@@ -348,7 +278,7 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
     _check_separate({"bronze.path": bronze.path, "silver.path": silver.path, "state.path": state.path,
                      "state.checkpoint": state.checkpoint,
                      "silver.history_suffix": silver.path.rstrip("/") + silver.history_suffix if silver.path else None})
-    apply = _section(ApplyConfig, raw.get("apply"), "apply")
+    apply = read_section(ApplyConfig, raw.get("apply"), "apply")
     if apply.parallelism < 1:
         raise ConfigError("must be at least 1", key="apply.parallelism")
     if not _INTERVAL.match(apply.trigger_interval):
@@ -357,13 +287,13 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
     tables_raw = raw.get("tables") or {}
     if not isinstance(tables_raw, Mapping):
         raise ConfigError("expected a table of tables", key="tables")
-    tables = {name: _section(TableConfig, value, f"tables.{name}") for name, value in tables_raw.items()}
+    tables = {name: read_section(TableConfig, value, f"tables.{name}") for name, value in tables_raw.items()}
     for name, table in tables.items():
         keeps = table.history if table.history is not None else any(_match(p, name) for p in silver.history)
         if table.track_columns and not keeps:
             raise ConfigError("track_columns needs history (it says which changes open a version)",
                               key=f"tables.{name}.track_columns")
-    source = _section(SourceConfig, raw.get("source"), "source")
+    source = read_section(SourceConfig, raw.get("source"), "source")
     if source.proto_version not in (1, 2, 3, 4):
         raise ConfigError("must be 1, 2, 3 or 4", key="source.proto_version")
     if source.snapshot_workers < 1:
@@ -372,8 +302,8 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         raise ConfigError("must be more than 0", key="source.snapshot_check_seconds")
     if source.snapshot_chunk_rows < 0:
         raise ConfigError("must be 0 (whole tables) or more", key="source.snapshot_chunk_rows")
-    land = _section(LandConfig, raw.get("land"), "land")
-    gaussdb = _section(GaussdbConfig, raw.get("gaussdb"), "gaussdb")
+    land = read_section(LandConfig, raw.get("land"), "land")
+    gaussdb = read_section(GaussdbConfig, raw.get("gaussdb"), "gaussdb")
     pipeline = raw.get("pipeline", None)
     if pipeline is None:
         pipeline = Path(state.path or state.schema or "cdc_apply").name or "cdc_apply"

@@ -9,8 +9,7 @@ statistics bound key ranges tightly for the MERGEs that follow.
 
 from __future__ import annotations
 
-import json
-
+from cdc_apply.lake.commit_tag import decode_tag, encode_tag
 from cdc_apply.lake.merge import MergeResult
 from cdc_apply.lake.tables import quote_ident
 from cdc_apply.planning import columns as cc
@@ -31,10 +30,8 @@ def append_new_keys(spark, collapsed, work: TableWork, metadata: str) -> int:
     meta = [F.col(src).alias(col) for col, src in work.meta]
     count = rows.count()
     if count:
-        tagged = json.loads(metadata)
-        tagged["cdc_apply"]["part"] = "new keys"
         out = rows.select(*values, *meta).coalesce(append_files(count, len(work.columns)))
-        work.ref.append(_key_sorted(out, work), None, 0, json.dumps(tagged, separators=(",", ":")))
+        work.ref.append(_key_sorted(out, work), None, 0, encode_tag({**decode_tag(metadata), "part": "new keys"}))
     return count
 
 
@@ -67,8 +64,8 @@ def append_rows(spark, projected, work: TableWork, metadata: str, inserts: int |
     values = [F.col(cc.value(i)).alias(c.name) for i, c in enumerate(work.columns)]
     meta = [F.col(src).alias(col) for col, src in work.meta]
     rows = projected.where(F.col(cc.OP) == "I").select(*values, *meta)
-    # The decoded batch has a partition per ~25,000 messages of every table: an initial load of
-    # ten tables would otherwise leave each with dozens of small files for every MERGE to visit.
+    # The decoded batch's partitions each hold rows of every table: an initial load of ten tables would
+    # otherwise leave each with dozens of small files for every MERGE to visit.
     if inserts is not None:
         rows = rows.coalesce(append_files(inserts, len(work.columns)))
     work.ref.append(_key_sorted(rows, work), None, 0, metadata)

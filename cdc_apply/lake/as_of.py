@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from cdc_apply.config import Config
+from cdc_apply.config.choices import Retype
 from cdc_apply.lake.bookkeeping import Bookkeeping
 from cdc_apply.lake.history import PROP_COMPLETE_FROM
 from cdc_apply.lake.history_versions import HISTORY_COLUMNS, HistoryColumns
@@ -191,7 +192,7 @@ class ColumnsAt:
 
         self.steps = [initial_columns(rel.versions[0], same)]
         for old, new in zip(rel.versions, rel.versions[1:]):
-            self.steps.append(transition(self.steps[-1], old, new, same, config.silver.drop_columns, "rewrite")[0])
+            self.steps.append(transition(self.steps[-1], old, new, same, config.silver.drop_columns, Retype.REWRITE)[0])
         at = 0
         for index, version in enumerate(rel.versions):
             if lsn is not None and version.lsn <= lsn:
@@ -258,16 +259,12 @@ def _silver_version(spark, progress, relation_id: int, ref: TableRef, version: i
                 .where(F.col("t.relation_id") == relation_id).agg(F.max("t.silver_version")).first()[0])
     if recorded is not None:
         return int(recorded)
-    import json
-
+    from cdc_apply.lake.commit_tag import decode_tag
     from cdc_apply.lake.lsn import lsn_value as value
 
     best = None
     for row in ref.delta_table(spark).history().select("version", "userMetadata").collect():
-        try:
-            tag = (json.loads(row.userMetadata or "null") or {}).get("cdc_apply") or {}
-        except (ValueError, AttributeError):
-            continue
+        tag = decode_tag(row.userMetadata) or {}
         if "last_commit_lsn" in tag and value(tag["last_commit_lsn"]) <= end:
             best = max(best or -1, int(row.version))
     return best

@@ -23,7 +23,6 @@ records (0: complete from the table's first change).
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 from cdc_apply.config import Config, HistorySpec
@@ -31,18 +30,17 @@ from cdc_apply.planning.tables import evolve
 from cdc_apply.lake.history_versions import (
     HistoryColumns, Truncates, keyed_versions, keyless_versions, merge_versions, open_versions_of,
 )
-from cdc_apply.lake.ledger import STEPS_PER_VERSION, SilverLedger
+from cdc_apply.lake.ledger import STEPS_PER_VERSION, SilverLedger, batch_tag
 from cdc_apply.lake.appends import append_files
 from cdc_apply.lake.merge import key_events, project
 from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.lake.merge_moves import resolve_moves
 from cdc_apply.lake.tables import (
-    USER_METADATA, TableRef, apply_schema_ops, column_list, delta_version, history_ref, property_list,
+    TableRef, apply_schema_ops, column_list, delta_version, history_ref, property_list,
     quote_ident, quote_literal, set_properties, table_properties,
 )
 from cdc_apply.errors import ApplyError, ConfigError, SchemaError, StateError
 from cdc_apply.lake.table_create import ensure_table
-from cdc_apply.pgoutput import messages as m
 from cdc_apply.planning import columns as cc
 
 PROP_HISTORY_OF = "cdc_apply.history_of"
@@ -106,24 +104,17 @@ class HistoryTables:
             raise ApplyError(f"a key-range snapshot chunk of {work.qualified_name}, whose history is kept without "
                              "a key: set source.snapshot_chunk_rows = 0 for this source so that tables are copied "
                              "whole", table=work.qualified_name, source=work.source)
-        base = json.dumps({"cdc_apply": {
-            "source": work.source, "relation": work.qualified_name, "history": True,
-            "last_commit_lsn": m.format_lsn(planned.last_commit_lsn),
-            "last_commit_lsn_bigint": planned.last_commit_lsn}}, separators=(",", ":"))
+        tag = batch_tag(work.source, work.qualified_name, planned.last_commit_lsn, history=True)
+        inserts_only = new_keys_are_new and planned.ops <= {"I"} and not truncates.points
         for index, segment in enumerate(planned.segments):
-            step = version * STEPS_PER_VERSION + FIRST_STEP + index
-            metadata = self.ledger.claim(session, ref, app_id, step, base)
-            if metadata is None:
-                continue  # written by a run that crashed before silver's writes or progress
-            if new_keys_are_new and planned.ops <= {"I"} and not truncates.points and segment.key is not None:
-                self._append_inserts(session, decoded, segment, planned.inserts, ref, metadata)
-            else:
-                session.conf.set(USER_METADATA, metadata)
-                try:
+            def write(metadata: str, segment: TableWork = segment) -> None:
+                if inserts_only and segment.key is not None:
+                    self._append_inserts(session, decoded, segment, planned.inserts, ref, metadata)
+                else:   # one MERGE: its userMetadata is the session's
                     self._write_segment(session, decoded, planned, segment, ref, truncates, spec)
-                finally:
-                    session.conf.unset(USER_METADATA)
-            self.ledger.wrote(ref, app_id, step)
+
+            # Skipped when written by a run that crashed before silver's writes or progress.
+            self.ledger.write(session, ref, app_id, version * STEPS_PER_VERSION + FIRST_STEP + index, tag, write)
         self._set_shape(session, planned, ref)
         return delta_version(session, ref)
 
@@ -193,13 +184,10 @@ class HistoryTables:
                            F.col(quote_ident(p + "commit_ts")).alias(h.valid_from_ts),
                            F.lit(None).cast("timestamp").alias(h.valid_to_ts), F.lit("seed").alias(h.operation),
                            F.lit(None).cast("string").alias(h.closed_by), F.lit(True).alias(h.is_current))
-        metadata = self.ledger.claim(session, ref, app_id, version * STEPS_PER_VERSION + SEED_STEP, json.dumps(
-            {"cdc_apply": {"source": work.source, "relation": work.qualified_name, "history": True,
-                           "part": "seed from silver"}}, separators=(",", ":")))
-        if metadata is None:
-            return  # seeded by a run that crashed before the batch's versions
-        ref.append(rows, None, 0, metadata)
-        self.ledger.wrote(ref, app_id, version * STEPS_PER_VERSION + SEED_STEP)
+        # Skipped when seeded by a run that crashed before the batch's versions.
+        tag = {"source": work.source, "relation": work.qualified_name, "history": True, "part": "seed from silver"}
+        self.ledger.write(session, ref, app_id, version * STEPS_PER_VERSION + SEED_STEP, tag,
+                          lambda metadata: ref.append(rows, None, 0, metadata))
 
     # -- the table itself -------------------------------------------------------------------
     def check_spec(self, planned) -> None:

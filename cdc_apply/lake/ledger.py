@@ -20,11 +20,13 @@ ends, so it is a :class:`~cdc_apply.errors.StateError` instead.
 
 from __future__ import annotations
 
-import json
 import threading
+from typing import Any, Callable, Mapping, TypeVar
 
 from cdc_apply.errors import StateError
-from cdc_apply.lake.tables import TableRef, recorded_txn_version
+from cdc_apply.lake.commit_tag import app_marker, decode_tag, encode_tag
+from cdc_apply.lake.tables import USER_METADATA, TableRef, recorded_txn_version
+from cdc_apply.pgoutput.messages import format_lsn
 
 STEPS_PER_VERSION = 64
 HISTORY_PROBES = (32, 512, None)  # commits read back when looking for the newest step (None: all)
@@ -47,6 +49,19 @@ def new_keys_step(version: int, segment: int) -> int:
 
 
 MAX_SEGMENTS = (STEPS_PER_VERSION - 3) // 2
+T = TypeVar("T")
+
+
+def batch_tag(source: str, relation: str, last_commit_lsn: int, history: bool = False) -> dict[str, Any]:
+    """What a batch's data commit of a silver (or ``history``) table says besides its step
+    (:mod:`cdc_apply.lake.commit_tag`): the source, the relation and the commit LSN of the last
+    transaction it applies, as PostgreSQL writes it (``X/Y``) and as the BIGINT silver's and the
+    bookkeeping's LSN columns hold."""
+    tag: dict[str, Any] = {"source": source, "relation": relation}
+    if history:
+        tag["history"] = True
+    tag.update(last_commit_lsn=format_lsn(last_commit_lsn), last_commit_lsn_bigint=last_commit_lsn)
+    return tag
 
 
 class SilverLedger:
@@ -91,18 +106,33 @@ class SilverLedger:
             "that goes with the tables, or remove the silver (and history) tables together with the state to "
             "rebuild them from bronze", **context)
 
-    def claim(self, spark, ref: TableRef, app_id: str, step: int, metadata: str) -> str | None:
-        """The ``userMetadata`` for a write of ``step`` (``metadata`` plus the app id, step and batch seqs), or
+    def write(self, session, ref: TableRef, app_id: str, step: int, tag: Mapping[str, Any],
+              action: Callable[[str], T]) -> T | None:
+        """Run ``action(metadata)`` as the write of ``step`` unless the table has it (a re-run): ``None``
+        then. ``metadata``, the ``userMetadata`` of its commits (``tag`` plus the app id, step and batch
+        seqs), is set on ``session`` while it runs; a writer that takes its own option gets it too."""
+        metadata = self._claim(session, ref, app_id, step, tag)
+        if metadata is None:
+            return None
+        session.conf.set(USER_METADATA, metadata)
+        try:
+            result = action(metadata)
+        finally:
+            session.conf.unset(USER_METADATA)
+        self.wrote(ref, app_id, step)
+        return result
+
+    def _claim(self, spark, ref: TableRef, app_id: str, step: int, tag: Mapping[str, Any]) -> str | None:
+        """The ``userMetadata`` for a write of ``step`` (``tag`` plus the app id, step and batch seqs), or
         ``None`` when the table already has it: skip the write."""
         if step <= self.newest(spark, ref, app_id):
             return None
-        body = json.loads(metadata)
-        body["cdc_apply"].update({"app": app_id, "apply_step": step})
+        body = {**tag, "app": app_id, "apply_step": step}
         with self._lock:
             expected = self._expected.get(app_id)
         if expected is not None and expected[0] == step // STEPS_PER_VERSION:
-            body["cdc_apply"]["batch_seqs"] = list(expected[1])
-        return json.dumps(body, separators=(",", ":"))
+            body["batch_seqs"] = list(expected[1])
+        return encode_tag(body)
 
     def wrote(self, ref: TableRef, app_id: str, step: int) -> None:
         with self._lock:
@@ -119,7 +149,7 @@ def _read_newest(spark, ref: TableRef, app_id: str) -> tuple[int, tuple[int, int
     from pyspark.sql import functions as F
 
     table = DeltaTable.forPath(spark, ref.path) if ref.path else DeltaTable.forName(spark, ref.name)
-    needle = '"app":' + json.dumps(app_id)
+    needle = app_marker(app_id)
     for limit in HISTORY_PROBES:
         history = table.history(limit) if limit else table.history()
         rows = history.where(F.col("userMetadata").contains(needle)).select("userMetadata").collect()
@@ -135,10 +165,10 @@ def _read_newest(spark, ref: TableRef, app_id: str) -> tuple[int, tuple[int, int
 
 def _tag(text: str, app_id: str) -> tuple[int, tuple[int, int] | None] | None:
     """(step, batch seqs or None) of a commit's ``userMetadata`` written for ``app_id``."""
+    tag = decode_tag(text)
+    if tag is None or tag.get("app") != app_id:
+        return None
     try:
-        tag = json.loads(text)["cdc_apply"]
-        if tag.get("app") != app_id:
-            return None
         seqs = tag.get("batch_seqs")
         return int(tag["apply_step"]), (int(seqs[0]), int(seqs[1])) if seqs else None
     except (ValueError, KeyError, TypeError, IndexError):

@@ -33,22 +33,17 @@ from cdc_apply.errors import ApplyError
 from cdc_apply.planning import columns as cc
 
 # The collapse's output is materialised (localCheckpoint) as row blocks, one per partition; a block
-# evicted to disk is read back whole. With the default 4 partitions the soak's ~300-column table
-# (95,000 changes a batch) ran the driver out of heap reading one back in its MERGE.
+# evicted to disk is read back whole, so a wide table's batch needs more partitions than the default.
 CELLS_PER_PARTITION = 2_000_000
 
 # Spark settings for the sessions that build and run the MERGEs: the job's session while a batch runs
 # (restored after; the sources are built from the decoded rows, which belong to it) and each table's.
-# A wide table's source has a few expressions per column, and Catalyst's constraint propagation grows
-# much faster than that: optimizing one of a 150-column table took ~80 s with it, 3-6 s without
-# (bench/wide.py).
-#
-# Whole-stage code generation up to 400 nested fields (Spark's default stops at 100): Delta's queries
-# over its log (its actions have 138) otherwise run without it, and every task of them generates its
-# projections' Java source again before the compiled-class cache is consulted. In 1,000-change
-# batches over ten tables, generating and compiling code was 40 % of the JVM's CPU samples; with
-# this and the larger class cache (spark.session.LOCAL_DEFAULTS) those batches take ~15 % less.
-# Rows wider than 400 fields (a ~100-column table's MERGE source) stay on Spark's default path.
+# Constraint propagation off: a wide table's source has a few expressions per column, and Catalyst's
+# constraint propagation grows much faster than that. Whole-stage code generation up to 400 nested
+# fields (Spark's default stops at 100): Delta's queries over its log (its actions have 138) otherwise
+# run without it, and every task of them generates its projections' Java source again. Rows wider than
+# 400 fields (a ~100-column table's MERGE source) stay on Spark's default path. Their evidence:
+# docs/BENCHMARKS.md, "The settings the job ships".
 BATCH_SETTINGS = {"spark.sql.constraintPropagation.enabled": "false", "spark.sql.codegen.maxFields": "400"}
 
 # Off: a MERGE rewrites the files it touches instead of marking rows in deletion vectors (see writes_deletion_vectors).
@@ -57,9 +52,8 @@ PERSISTENT_DVS = "spark.databricks.delta.merge.deletionVectors.persistent"
 # table's rows costs more than the choice can save.
 REWRITE_MIN_CHANGES = 10_000
 # A batch's new keys are appended in a commit of their own only from this many Inserts of the table on:
-# that commit costs Spark jobs and a Delta commit (~1 s here), more than a few thousand rows cost in the
-# MERGE's join (bench.small_batch, 1,000 changes over ten tables: 17.6 s with one MERGE per table,
-# 20.0 s with a MERGE and an append each). An insert-only batch of new keys is one append whatever its size.
+# that commit costs Spark jobs and a Delta commit, more than a few thousand rows cost in the MERGE's join
+# (docs/BENCHMARKS.md). An insert-only batch of new keys is one append whatever its size.
 NEW_KEYS_APPEND_MIN = 10_000
 
 
@@ -76,8 +70,8 @@ def project(decoded, work: TableWork):
     """The table's change rows: silver-column values ``n_i``/``o_i``, ``x_i`` the change carries column i,
     ``p_i`` column i exists in the change's relation version (``p_i and not x_i``: unchanged TOAST).
 
-    Built as SQL text, one expression per output column: the same projection through the Column API
-    took ~100 Py4J calls per column (~0.07 s for a three-column table, more beside other threads)."""
+    Built as SQL text, one expression per output column: through the Column API the same projection
+    takes ~100 Py4J calls per column, every table, every batch."""
     from pyspark.sql import functions as F
 
     where = _slot_in_sql(s.slot for s in work.slots)
@@ -236,7 +230,7 @@ def collapse(events, work: TableWork, has_toast: bool, partitions: int | None = 
     out = [F.col(cc.key(p)) for p in range(nk)] + [F.col(c) for c in cc.EVENT_META]
     out.append(F.when(F.col(cc.KIND) == "D", F.lit("delete")).otherwise(F.lit("upsert")).alias("_action"))
     # The key's first event in the batch inserted it (or moved it in): under a unique key it cannot be
-    # in silver yet (see SilverTables._fast_path), so its row can be appended without a join.
+    # in silver yet (see SilverTables._new_keys_are_new), so its row can be appended without a join.
     out.append(F.col("_first").isin("I", "M").alias("_new"))
     for i in range(n):
         out += [F.col(f"r_{i}.v").alias(cc.final(i)), F.col(f"r_{i}").isNotNull().alias(cc.sets(i))]
@@ -259,12 +253,11 @@ def writes_deletion_vectors(changes: int, table_rows, rewrite_share: float, tabl
 
     Deletion vectors make a MERGE's cost follow the batch, not the table: it writes the changed rows
     and marks their old copies, where a rewrite also copies every untouched row of each file it
-    touches. But building the vectors is a pass of its own (7–12 small Spark jobs): a table whose files
+    touches. But building the vectors is a pass of its own (several small Spark jobs): a table whose files
     total less than ``rewrite_table_bytes`` costs less to rewrite, even whole, than that pass. A batch
     that changes ``rewrite_share`` of the table's rows or more touches nearly every file either way;
-    then the rewrite is the cheaper MERGE too (one pass fewer over source and target: at a 1M-change
-    batch, tables of 100,000 rows, -12 % table time). Rewritten files leave readers no vectors to
-    apply. ``table_bytes`` (None or a callable: None when unknown) is called only with a
+    then the rewrite is the cheaper MERGE too (one pass fewer over source and target). Rewritten files
+    leave readers no vectors to apply. ``table_bytes`` (None or a callable: None when unknown) is called only with a
     ``rewrite_table_bytes``; ``table_rows`` only for batches of ``REWRITE_MIN_CHANGES`` or more.
     """
     if rewrite_table_bytes and table_bytes is not None:

@@ -34,11 +34,14 @@ from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads
 from cdc_apply.planning.state import SourceState
 from cdc_apply.planning.table_plan import SlotCount
 from cdc_apply.config import Config
+from cdc_apply.config.choices import OnError
+from cdc_apply.lake.batch_context import BatchContext, Landed
 from cdc_apply.lake.batch_logs import BatchLogs, counts_per_transaction, now as _now
 from cdc_apply.lake.bookkeeping import Bookkeeping, failed_source
 from cdc_apply.lake.bronze import check_bronze
 from cdc_apply.lake.bronze_contract import applied_rows, check_late_rows, count_rows
 from cdc_apply.lake.bronze_tail import BronzeTail, unapplied_ages
+from cdc_apply.lake.progress_rows import progress_rows
 from cdc_apply.lake.payload_columns import first_change_seqs, is_control, is_directive
 from cdc_apply.lake.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.lake.merge import BATCH_SETTINGS
@@ -48,23 +51,21 @@ from cdc_apply.lake.snapshot_loads import load_counts, without_loads
 from cdc_apply.lake.sources import SourceFormats
 from cdc_apply.lake.tables import bronze_ref
 from cdc_apply.errors import ApplyError
-from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.spark.session import session_settings
 
-# Values (messages x decoded columns) per decode partition. Each decode task pays a fixed hand-off to a
-# Python worker (~0.15 s here): a 1M-change batch of a 3-column table in 48 partitions of 25,000
-# messages decoded in ~8 s, in 8 partitions in ~3 s (bench.large_batch). But a cached block evicted
-# to disk is read back whole: the soak's 450k-message batches, rows as wide as a 300-column table (~625 decoded columns),
-# ran the driver out of heap in two partitions and ran in partitions of 25,000 messages (~15M values).
+# Values (messages x decoded columns) per decode partition: few tasks, as each pays a fixed hand-off to a
+# Python worker, yet cached blocks small enough that one evicted to disk can be read back whole
+# (docs/BENCHMARKS.md, "The settings the job ships").
 DECODE_VALUES_PER_PARTITION = 8_000_000
-# A batch whose bronze payloads come to at most this many bytes is small: it writes its logs beside its
-# tables (_apply) and is read from bronze once, kept in memory for the batch: the bronze contract's
-# count, the control scan and the decode then read the copy. Each read of bronze otherwise costs a Delta file-skipping job over bronze's log and a scan
-# of its files: a running job's batches of ~10,000 messages at 1,000 rows/s (bench.sustained) planned
-# in a median 1.7 s instead of 2.1 s. A 1M-message batch (~60 MB) planned 1.9 s slower with the copy
-# (building it costs more than the two reads it saves), hence a budget for small batches only.
+# A batch whose bronze payloads come to at most this many bytes is small: it is read from bronze once and
+# kept in memory for the batch (each read otherwise pays a Delta file-skipping job and a scan; for a large
+# batch the copy costs more than the reads it saves), and writes its logs beside its tables (_apply).
 FRESH_CACHE_BYTES = 16 << 20
+# The decode turns every bad message into an error row whatever apply.on_error says (plan_batch's
+# ``quarantine``): under "fail" the batch then stops on the first of them (first_decode_error), the lowest
+# seq, not on whichever task failed first.
+DECODE_ERRORS_AS_ROWS = True
 
 
 class ApplyPipeline:
@@ -87,8 +88,12 @@ class ApplyPipeline:
         self.histories: dict[str, SchemaHistory] = self.books.load_history(spark, through_version=self.version)
         self.type_options = TypeOptions(numeric=config.apply.numeric)
         self.silver = SilverTables(spark, config)
-        self.silver.quarantined_sources = {r.source for r in self.books.ref("quarantine").read(spark)
-                                           .select("source").distinct().collect()}
+        # Read once: the policy decides how planning treats a bad control message, whether a batch stops
+        # at its first error row, and whether snapshots load on their own (their load has no error rows).
+        self.quarantines = config.apply.on_error == OnError.QUARANTINE
+        # Sources with a change ever quarantined (a new key's row might then be in silver already).
+        self.quarantined_sources = {r.source for r in self.books.ref("quarantine").read(spark)
+                                    .select("source").distinct().collect()}
         self.logs = BatchLogs(spark, config, self.books, self.silver.names_of, self._type_name)
         self.formats = SourceFormats(config)
         self.formats.create_tables(spark)
@@ -98,8 +103,6 @@ class ApplyPipeline:
         # Tests inject crashes here: called with "table:<ns.name>", "history:<ns.name>" (after a table's
         # history write, before its silver writes), "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
-        self.silver.fault = self._fault
-        self.silver.messages = self._messages
         self.reports: list[BatchReport] = []
 
     def _messages(self):
@@ -149,8 +152,8 @@ class ApplyPipeline:
         if not stats:
             return report
         check_late_rows(self.spark, self.bronze, self.config, self.states, stats)
-        lag_query = self._side.submit(self._bronze_lag, {source: int(row.last) for source, row in stats.items()})
         last = {source: int(row.last) for source, row in stats.items()}
+        lag_query = self._side.submit(self._bronze_lag, last)
         prepared = {source: self.formats.of(source).prepare(self.spark, self.bronze, source,
                                                             self.states.get(source, SourceState()), last[source], version)
                     for source in stats}
@@ -168,69 +171,71 @@ class ApplyPipeline:
         if small:
             fresh = fresh.persist()
         try:
-            return self._process_fresh(fresh, stats, report, last, prepared, lag_query, started, small)
+            return self._process_fresh(fresh, Landed(stats, last, prepared, small, lag_query, started), report)
         finally:
             fresh.unpersist()   # a no-op for a batch read from bronze each time
 
-    def _process_fresh(self, fresh, stats, report: BatchReport, last, prepared, lag_query, started: float,
-                       small: bool) -> BatchReport:
+    def _process_fresh(self, fresh, landed: Landed, report: BatchReport) -> BatchReport:
         version = report.apply_version
-        report.messages = sum(int(row.n) for row in stats.values())
+        report.messages = sum(int(row.n) for row in landed.stats.values())
         # The bronze contract's count (a shuffle of every row's seq) runs beside the control scan and
         # the planning, which are mostly the driver's Python; nothing is written before it is answered.
         counting = self._side.submit(count_rows, fresh)
         try:
-            plan = self._plan(fresh, stats, last, prepared)
+            plan = self._plan(fresh, landed)
         except BaseException:
             counting.result()   # a (source, seq) landed twice is the cause to name, not what it broke
             raise
-        landed = counting.result()
-        states = {s: replace(b.state, applied_rows=applied_rows(self.spark, self.bronze, s, b.previous) + landed.get(s, 0))
-                  if self.formats.of(s).counts_bronze_rows else replace(b.state, format_state=prepared[s].format_state)
+        counted = counting.result()
+        states = {s: replace(b.state, applied_rows=applied_rows(self.spark, self.bronze, s, b.previous) + counted.get(s, 0))
+                  if self.formats.of(s).counts_bronze_rows
+                  else replace(b.state, format_state=landed.prepared[s].format_state)
                   for s, b in plan.sources.items()}
         loads = self._snapshot_loads(plan)
         decoded = self._decode(fresh, plan, report.messages, loads)
         report.mark("plan")
         try:
-            self._apply(plan, decoded, version, report, loads, logs_beside=small and not loads)
+            self._apply(plan, decoded, version, report, loads, logs_beside=landed.small and not loads)
         finally:
             if decoded is not None:
                 decoded.unpersist()
         self._fault("progress")
-        self._write_progress(plan, states, stats, report, prepared, lag_query)
+        rows = progress_rows(plan, states, landed, report, self.formats, self.books)
+        self.books.append(self.spark, "progress", rows, version)
+        for row in rows:   # the next batch carries them on
+            self.books.keep_table_versions(row[0], json.loads(row[-1]))
         report.mark("progress")
         self.version = version
         self.states = {**self.states, **states}
-        report.seconds = time.monotonic() - started
+        report.seconds = time.monotonic() - landed.started
         self.reports.append(report)
         print(report.line(), file=self.out, flush=True)
         return report
 
-    def _plan(self, fresh, stats, last: dict[str, int], prepared) -> BatchPlan:
+    def _plan(self, fresh, landed: Landed) -> BatchPlan:
         """Collect the batch's control messages and plan it (``cdc_apply.planning.plan``)."""
-        controls: dict[str, list] = {s: [] for s in stats}
+        controls: dict[str, list] = {s: [] for s in landed.stats}
         # Through Arrow: a batch of 100,000 transactions has 200,000 Begin and Commit rows, and a Spark Row
         # per message took seconds to build.
         control_rows = fresh.where(is_control() | is_directive()).select("source", "seq", "lsn", "payload").toArrow()
         for source, seq, lsn, payload in zip(*(control_rows.column(k).to_pylist() for k in range(4))):
             controls[source].append((seq, lsn, payload))
         inputs = {}
-        for source in stats:
+        for source in landed.stats:
             self.histories.setdefault(source, SchemaHistory())
             rows = sorted(controls[source])
-            inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows, last[source])
-        # The decode turns every bad message into an error row, whatever the policy: under "fail" the
-        # batch then stops on the first of them (first_decode_error), not on whichever task failed first.
+            inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows,
+                              landed.last[source])
         return plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
-                          quarantine=True, table_selected=self.config.table_selected,
-                          txn_users={s: p.users for s, p in prepared.items() if p.users},
-                          quarantine_controls=self.config.apply.on_error == "quarantine")
+                          quarantine=DECODE_ERRORS_AS_ROWS, table_selected=self.config.table_selected,
+                          txn_users={s: p.users for s, p in landed.prepared.items() if p.users},
+                          quarantine_controls=self.quarantines)
 
     def _snapshot_loads(self, plan: BatchPlan) -> tuple[SnapshotLoad, ...]:
         """The batch's snapshots whose rows go straight into silver (cdc_apply.planning.snapshot_loads):
         not under the quarantine policy (their load decodes without error rows) nor for tables that keep
         a history table (its versions come from the decoded change rows)."""
-        if self.config.apply.on_error != "fail":
+        if self.quarantines:
             return ()
 
         def wanted(source: str, relation_id: int) -> bool:
@@ -294,57 +299,55 @@ class ApplyPipeline:
                      F.collect_list(truncate).alias("truncates")).collect())]
         except Exception as exc:  # surface the decoder's own error, not a JVM stack trace
             raise unwrap_error(exc) from None
-        if self.config.apply.on_error == "fail" and any(r.errors for r in counts):
+        if not self.quarantines and any(r.errors for r in counts):
             raise first_decode_error(decoded)
         truncates = sorted((t for r in counts for t in r.truncates), key=lambda t: (t.source, t.seq))
         report.mark("decode")
         report.transactions = sum(len(b.committed) for b in plan.sources.values())
         report.aborted = sum(len(b.assembly.aborted) for b in plan.sources.values())
         # A change quarantined now may have left silver a row PostgreSQL no longer has.
-        self.silver.quarantined_sources |= {r.source for r in counts if r.errors}
-        self.silver.quarantined_sources |= {s for s, b in plan.sources.items() if b.assembly.bad_controls}
-        works = self.silver.plan_tables(plan, self.histories, counts, truncates)
+        self.quarantined_sources |= {r.source for r in counts if r.errors}
+        self.quarantined_sources |= {s for s, b in plan.sources.items() if b.assembly.bad_controls}
+        batch = BatchContext(version, plan, decoded, BatchContext.group_loads(loads), self._messages, self._fault,
+                             frozenset(self.quarantined_sources))
+        tables = self.silver.plan_tables(plan, self.histories, counts, truncates)
         # Nothing is written until the state is known to match every table the batch writes.
-        self.silver.check_tables(works, version, {s: (b.previous.applied_seq, b.last_seq)
-                                                  for s, b in plan.sources.items()},
-                                 self.books.load_written)
+        self.silver.check_tables(batch, tables, self.books.load_written)
         self.logs.write_schema(plan, version)
-        self.silver.loads = {}
-        for load in loads:
-            self.silver.loads.setdefault((load.source, load.relation_id), []).append(load)
-        self.silver.loaded = {}
         quarantined = sum(r.n for r in counts if r.errors)
         report.quarantined = int(quarantined) + sum(len(b.assembly.bad_controls) for b in plan.sources.values())
 
-        def run(work):
-            self._fault(f"table:{work.qualified_name}")
+        def run(planned):
+            batch.fault(f"table:{planned.work.qualified_name}")
             began = time.monotonic()
-            stats = self.silver.apply_table(decoded, work, version)
+            stats = self.silver.apply_table(batch, planned)
             stats.seconds = time.monotonic() - began
-            return work, stats
+            return planned.work, stats
 
-        def write_logs():
-            self._fault("logs")
-            self.logs.write_logs(plan, decoded, counts, truncates, version,
-                                 load_counts(loads, self.silver.loaded, self._messages))
+        def write_logs(loaded: dict[tuple[str, int], int]):
+            """``loaded``: (source, txn) -> rows a table's one snapshot load wrote (TableStats.loaded)."""
+            batch.fault("logs")
+            self.logs.write_logs(plan, decoded, counts, truncates, version, load_counts(loads, loaded, self._messages))
 
         # The logs need nothing the tables write but a snapshot load's row counts; each write is guarded by
         # the apply version, so their order does not matter. Beside the tables they fill a small batch's
-        # idle cores (~11,000 messages: ~4.0 s against ~4.4 s) but slowed a large one (1M: 48.6 against 46.5 s).
-        logs = self._side.submit(write_logs) if logs_beside else None
+        # idle cores; a large batch keeps both cores busy without them (docs/ARCHITECTURE.md, step 6).
+        logs = self._side.submit(write_logs, {}) if logs_beside else None   # beside: no loads to count
+        loaded: dict[tuple[str, int], int] = {}
         try:
             with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:
                 several = len(plan.sources) > 1
-                for work, stats in pool.map(run, works):
+                for work, stats in pool.map(run, tables):
                     report.tables[f"{work.source}:{work.qualified_name}" if several else work.qualified_name] = stats
                     report.written.append((work.source, work.relation_id, work.qualified_name, stats))
+                    loaded.update({(work.source, txn): rows for txn, rows in stats.loaded.items()})
         except BaseException:
             if logs is not None:
                 wait([logs])   # nothing of the batch goes on writing after it failed; the tables' error is raised
             raise
         report.mark("tables")
         if logs is None:
-            write_logs()
+            write_logs(loaded)
         else:
             logs.result()
         report.mark("logs")
@@ -364,46 +367,6 @@ class ApplyPipeline:
         ages = unapplied_ages(self.spark, self.bronze, ends, newest, asked,
                               landed_only={s for s in ends if self.formats.of(s).name != "pgoutput"})
         return newest, ages, asked
-
-    def _write_progress(self, plan: BatchPlan, states, stats, report: BatchReport, prepared, lag_query) -> None:
-        version, batch_id = report.apply_version, report.batch_id
-        # Lag: bronze rows past the applied point (or past what was transcoded), and the age of the oldest
-        # change among them, in bronze as the tail saw it when the batch began.
-        bronze_max, ages, asked = lag_query.result()
-        now = _now()
-        # A change still waiting has aged by the batch's own time since it was asked for.
-        ages = {s: age + (now - asked).total_seconds() if age > 0 else 0.0 for s, age in ages.items()}
-        applied = {source: self.formats.of(source).bronze_seq(states[source]) for source in plan.sources}
-        rows = []
-        for source, batch in plan.sources.items():
-            state = states[source]
-            commit_ts = m.pg_timestamp_to_datetime(state.last_commit_ts) if state.last_commit_ts is not None else None
-            lag_seq = max(bronze_max.get(source, applied[source]) - applied[source], 0)
-            fresh = self.formats.of(source).freshness(prepared[source])   # e.g. a heartbeat newer than the last commit
-            if fresh is not None:
-                commit_ts = max(commit_ts, fresh) if commit_ts else fresh
-            pending = state.describe_pending()
-            carried = pending["open"] + pending["streamed"] + pending["prepared"]
-            report.carried += carried
-            report.lag_seq = max(report.lag_seq, lag_seq)
-            report.lag_seconds = max(report.lag_seconds or 0.0, ages[source])
-            if commit_ts is not None:
-                since = max((now - commit_ts).total_seconds(), 0.0)
-                report.applied_commit_age_seconds = max(report.applied_commit_age_seconds or 0.0, since)
-            tables = [(rid, name, t.delta_version, t.history_version, t.last_commit_lsn)
-                      for s, rid, name, t in report.written if s == source]
-            versions = self.books.table_versions(source)
-            for rid, _, silver_version, history_version, _ in tables:
-                old = versions.get(str(rid), [None, None])
-                versions[str(rid)] = [silver_version if silver_version is not None else old[0],
-                                      history_version if history_version is not None else old[1]]
-            rows.append((source, version, batch_id, state.applied_seq, state.last_commit_lsn, commit_ts,
-                         state.last_end_lsn, state.to_json(), bronze_max.get(source), int(stats[source].n),
-                         len(batch.committed), carried, state.oldest_needed_seq(), lag_seq, ages[source], now,
-                         tables, json.dumps(versions, separators=(",", ":"))))
-        self.books.append(self.spark, "progress", rows, version)
-        for row in rows:   # the next batch carries them on
-            self.books.keep_table_versions(row[0], json.loads(row[-1]))
 
     # -- the streaming query --------------------------------------------------------------
     def run(self, once: bool = False, await_termination: bool = True):

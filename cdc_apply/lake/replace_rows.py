@@ -20,10 +20,10 @@ an updated row as a delete and an insert of one commit, where a MERGE shows its 
 
 from __future__ import annotations
 
-import json
 from functools import reduce
 
 from cdc_apply.errors import ApplyError
+from cdc_apply.lake.commit_tag import decode_tag, encode_tag
 from cdc_apply.lake.tables import USER_METADATA, TableRef, quote_ident, table_properties
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
@@ -56,15 +56,14 @@ class Step:
     def __init__(self, spark, ref: TableRef) -> None:
         text = spark.conf.get(USER_METADATA, None)
         self.metadata = text
-        self.tag = json.loads(text).get("cdc_apply") if text else None
+        self.tag = decode_tag(text)
         self.step = None if self.tag is None else self.tag.get("apply_step")
         self.first_version = self._first_commit(spark, ref) if self.step is not None else None
 
     def _first_commit(self, spark, ref: TableRef) -> int | None:
         for row in ref.delta_table(spark).history(HISTORY_PROBE).select("version", "userMetadata").collect():
-            try:
-                tag = json.loads(row.userMetadata or "null")["cdc_apply"]
-            except (ValueError, KeyError, TypeError):
+            tag = decode_tag(row.userMetadata)
+            if tag is None:
                 continue
             if tag.get("app") == self.tag.get("app") and tag.get("replaces_for_step") == self.step:
                 return int(row.version)
@@ -76,7 +75,7 @@ class Step:
             return self.metadata
         tag = {k: v for k, v in self.tag.items() if k != "apply_step"}
         tag.update({"replaces_for_step": self.step, "part": "rows replaced"})
-        return json.dumps({"cdc_apply": tag}, separators=(",", ":"))
+        return encode_tag(tag)
 
 
 def silver_before(spark, ref: TableRef, step: Step):

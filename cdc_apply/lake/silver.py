@@ -10,36 +10,33 @@ PostgreSQL.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
 
 from cdc_apply.planning.decode_plan import pool_columns
 from cdc_apply.planning.plan import BatchPlan
-from cdc_apply.planning.snapshot_loads import SnapshotLoad
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.table_plan import TablePlan, TableRules, TableWork, plan_table, touch_relations
-from cdc_apply.planning.tables import SilverColumn, check_policies, evolve
+from cdc_apply.planning.tables import SilverColumn, evolve
 from cdc_apply.config import Config
 from cdc_apply.lake.appends import append_new_keys, append_rows
+from cdc_apply.lake.batch_context import BatchContext
 from cdc_apply.lake.history import HistoryTables, history_app_id
 from cdc_apply.lake.merge import (
     BATCH_SETTINGS, NEW_KEYS_APPEND_MIN, PERSISTENT_DVS, MergeResult, key_range,
     collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
 )
 from cdc_apply.lake.ledger import (
-    MAX_SEGMENTS, SilverLedger, merge_step, new_keys_step, snapshot_step, truncate_step,
+    MAX_SEGMENTS, SilverLedger, batch_tag, merge_step, new_keys_step, snapshot_step, truncate_step,
 )
 from cdc_apply.lake.state_match import check_tables
 from cdc_apply.lake.snapshot_loads import clear_ranges, drop_cleared, load_snapshots
 from cdc_apply.lake.merge_moves import resolve_moves
 from cdc_apply.lake.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.lake.tables import (
-    USER_METADATA, TableRef, apply_schema_ops, create_table, delta_version, files_bytes, set_properties,
+    TableRef, apply_schema_ops, create_table, delta_version, files_bytes, set_properties,
     silver_properties, silver_ref, table_properties,
 )
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
-from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions
 from cdc_apply.planning import columns as cc
 
@@ -47,15 +44,6 @@ PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
 PROP_RELATION_ID = "cdc_apply.relation_id"
 PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
-
-
-def commit_metadata(source: str, relation: str, last_commit_lsn: int) -> str:
-    """What each silver data commit says in ``userMetadata`` (``DESCRIBE HISTORY``): the source, the
-    relation and the commit LSN of the last transaction it applies, as PostgreSQL writes it (``X/Y``)
-    and as the BIGINT silver's and the bookkeeping's LSN columns hold."""
-    return json.dumps({"cdc_apply": {"source": source, "relation": relation,
-                                     "last_commit_lsn": m.format_lsn(last_commit_lsn),
-                                     "last_commit_lsn_bigint": last_commit_lsn}}, separators=(",", ":"))
 
 
 @dataclass
@@ -68,32 +56,31 @@ class TableStats:
     delta_version: int | None = None    # the silver table's Delta version after the batch
     history_version: int | None = None  # the history table's, when it keeps one
     last_commit_lsn: int | None = None  # of the batch's last change (or truncate) of the table
+    # Rows the table's snapshot load wrote, by the snapshot's transaction index, when it had one load: the
+    # transactions log counts them from here instead of from bronze.
+    loaded: dict[int, int] = field(default_factory=dict, repr=False)
 
 
 class SilverTables:
+    """The silver tables of one apply job: plans each batch's tables and applies them, one call per table
+    (in threads). Keeps only what this process knows of the tables across batches; the batch itself
+    comes in a :class:`~cdc_apply.lake.batch_context.BatchContext`."""
+
     def __init__(self, spark, config: Config) -> None:
         self.spark = spark
         self.config = config
-        check_policies(config.silver.drop_columns, config.silver.retype)
         self.type_options = TypeOptions(numeric=config.apply.numeric)
-        self._names: dict[tuple[str, int], str] = {}
-        self._planned: dict[tuple[str, int], TablePlan] = {}
+        self._names: dict[tuple[str, int], str] = {}   # (source, relation id) -> its newest qualified name
         # What this process knows a silver table to look like: table -> (source, relation id, version seq).
         # Saves reading each table's properties and schema every batch.
         self._known: dict[str, tuple[str, int, int]] = {}
         self._checked: set[str] = set()  # tables checked against the state (check_tables)
-        self.quarantined_sources: set[str] = set()  # sources with a quarantined change (the pipeline keeps it)
         self.ledger = SilverLedger()
         # Tables this process created or emptied and has not written since: a MERGE into them is an append.
         self._empty: set[str] = set()
         self.history = HistoryTables(config, self.metadata(), self.ledger)
-        self.fault: Callable[[str], None] = lambda point: None  # tests inject crashes (ApplyPipeline's hook)
         # The properties this process last set on each table (set again only when they change).
         self._properties: dict[str, dict[str, str]] = {}
-        # The batch's snapshot loads by (source, relation id), and bronze's messages they read (the pipeline sets both).
-        self.loads: dict[tuple[str, int], list[SnapshotLoad]] = {}
-        self.messages: Callable[[], object] = lambda: None
-        self.loaded: dict[tuple[str, int], int] = {}   # (source, txn) -> rows a table's only load wrote
 
     def names_of(self, source: str, relation_ids) -> list[str]:
         return [self._names[(source, rid)] for rid in relation_ids if (source, rid) in self._names]
@@ -111,8 +98,9 @@ class SilverTables:
         return tuple(meta)
 
     # -- planning (driver) -----------------------------------------------------------
-    def plan_tables(self, plan: BatchPlan, histories: dict[str, SchemaHistory], counts, truncates) -> list[TableWork]:
-        works = []
+    def plan_tables(self, plan: BatchPlan, histories: dict[str, SchemaHistory], counts, truncates) -> list[TablePlan]:
+        """The batch's part of each silver table it touches (``counts``, ``truncates``: the decode's)."""
+        tables = []
         pool = pool_columns(plan.decode)
         meta = tuple((c, d) for c, d, _ in self.metadata())
         for (source, rid), touch in sorted(touch_relations(plan, counts, truncates).items()):
@@ -129,16 +117,16 @@ class SilverTables:
                                self.config.history_for(latest.qualified_name))
             planned = plan_table(source, history, latest, histories[source], plan, touch, pool,
                                  silver_ref(self.config, first.namespace, first.name, source), rules)
-            self._planned[(source, rid)] = planned
-            works.append(planned.work)
-        return works
+            tables.append(planned)
+        return tables
 
     # -- applying (one thread per table) -------------------------------------------------
-    def apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
+    def apply_table(self, batch: BatchContext, planned: TablePlan) -> TableStats:
         """The batch's changes to one silver table: schema, truncate, MERGE(s), properties. A Spark
         failure becomes an :class:`ApplyError` naming the table (usually one changed outside cdc_apply)."""
+        work = planned.work
         try:
-            return self._apply_table(decoded, work, version)
+            return self._apply_table(batch, planned)
         except CdcApplyError:
             raise
         except Exception as exc:  # noqa: BLE001 - a JVM error: name the table, keep the cause
@@ -159,8 +147,8 @@ class SilverTables:
                              "restore it or remove it and rebuild it from bronze",
                              table=work.qualified_name, source=work.source) from exc
 
-    def _apply_table(self, decoded, work: TableWork, version: int) -> TableStats:
-        planned = self._planned[(work.source, work.relation_id)]
+    def _apply_table(self, batch: BatchContext, planned: TablePlan) -> TableStats:
+        work, version = planned.work, batch.version
         session = self.spark.newSession()
         # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
@@ -171,44 +159,34 @@ class SilverTables:
         stats = TableStats(truncated=work.truncate_after is not None, last_commit_lsn=planned.last_commit_lsn)
         if planned.history is not None:  # before silver's writes: see cdc_apply.lake.history
             silver_newest = self.ledger.newest(session, work.ref, app_id)
-            stats.history_version = self.history.apply(session, decoded, planned, version,
+            stats.history_version = self.history.apply(session, batch.decoded, planned, version,
                                                        None if silver_newest < 0 else silver_newest,
-                                                       planned.previous_lsn, self._new_keys_are_new(work))
-            self.fault(f"history:{work.qualified_name}")
-        base = commit_metadata(work.source, work.qualified_name, planned.last_commit_lsn)
+                                                       planned.previous_lsn, self._new_keys_are_new(batch, work))
+            batch.fault(f"history:{work.qualified_name}")
+        tag = batch_tag(work.source, work.qualified_name, planned.last_commit_lsn)
 
         def write(step: int, action):
             """Run ``action(metadata)`` as the write of ``step`` unless the table has it (a re-run)."""
-            metadata = self.ledger.claim(session, work.ref, app_id, step, base)
-            if metadata is None:
-                return None
-            session.conf.set(USER_METADATA, metadata)
-            try:
-                result = action(metadata)
-            finally:
-                session.conf.unset(USER_METADATA)
-            self.ledger.wrote(work.ref, app_id, step)
-            return result
+            return self.ledger.write(session, work.ref, app_id, step, tag, action)
 
         if work.truncate_after is not None:
             if write(truncate_step(version), lambda _: work.ref.delta_table(session).delete()) is not None:
                 self._empty.add(str(work.ref))
         elif work.clears and str(work.ref) not in self._empty:   # key-range chunks: only their ranges are emptied
             write(truncate_step(version), lambda _: clear_ranges(session, work))
-        loads = [load for load in self.loads.get((work.source, work.relation_id), ())
-                 if load.in_force(work.truncate_after)]
+        loads = [load for load in batch.loads_of(work) if load.in_force(work.truncate_after)]
         if loads:
             # The snapshots' rows go in right after their Truncate (or ranges) emptied the table.
             loaded = write(snapshot_step(version), lambda meta: load_snapshots(
-                session, self.messages(), loads, work.clears, planned.segments, meta))
+                session, batch.messages(), loads, work.clears, planned.segments, meta))
             if loaded is not None:
                 stats.inserted += loaded
                 if len(loads) == 1:
-                    self.loaded[(work.source, loads[0].txn)] = loaded
+                    stats.loaded[loads[0].txn] = loaded
             self._empty.discard(str(work.ref))
         if planned.has_rows:
             for segment_index, segment in enumerate(planned.segments):
-                result = self._merge(session, decoded, segment, planned, version, segment_index, write)
+                result = self._merge(session, batch, segment, planned, segment_index, write)
                 self._empty.discard(str(work.ref))
                 stats.inserted += result.inserted
                 stats.updated += result.updated
@@ -223,14 +201,15 @@ class SilverTables:
         stats.delta_version = delta_version(session, work.ref)
         return stats
 
-    def check_tables(self, works, version: int, bounds, written) -> None:
+    def check_tables(self, batch: BatchContext, tables: list[TablePlan], written) -> None:
         """Before the batch's first write: the state must match every table it writes
         (:mod:`cdc_apply.lake.state_match`); checked once per table and process, as this process's own
         writes keep the two matching after."""
+        version, bounds = batch.version, batch.bounds
         targets = []
-        for work in works:
+        for planned in tables:
+            work = planned.work
             targets.append(("silver table", work.ref, self.app_id(work), work))
-            planned = self._planned[(work.source, work.relation_id)]
             if planned.history is not None:
                 self.history.check_spec(planned)   # track_columns naming no column: before any table is made
                 targets.append(("history table", self.history.ref(planned),
@@ -245,19 +224,20 @@ class SilverTables:
     def app_id(self, work: TableWork) -> str:
         return f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
 
-    def _new_keys_are_new(self, work: TableWork) -> bool:
+    def _new_keys_are_new(self, batch: BatchContext, work: TableWork) -> bool:
         """Whether a key the batch inserts first cannot be in silver: the key is the relation's own
         replica identity (unique in PostgreSQL; a configured key need not be), and no change of the
         source was ever quarantined (silver might then hold a row PostgreSQL deleted). It also takes
         silver to be written by cdc_apply alone."""
-        return not self.config.key_for(work.qualified_name) and work.source not in self.quarantined_sources
+        return not self.config.key_for(work.qualified_name) and work.source not in batch.quarantined_sources
 
-    def _merge(self, session, decoded, work: TableWork, planned: TablePlan, version: int, segment: int,
+    def _merge(self, session, batch: BatchContext, work: TableWork, planned: TablePlan, segment: int,
                write) -> MergeResult:
         """One identity segment's writes, each through ``write(step, action)`` (skipped when done)."""
-        projected = project(decoded, work)
+        projected = project(batch.decoded, work)
         empty = str(work.ref) in self._empty
         insert_only = planned.ops <= {"I"}
+        version = batch.version
         step = merge_step(version, segment)
         done = MergeResult(0)
         if work.key is None:
@@ -269,7 +249,7 @@ class SilverTables:
                 return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
             self._choose_deletion_vectors(session, work, planned)
             return write(step, lambda _: merge_keyless(session, projected, work, target_empty=empty)) or done
-        new_keys = segment < MAX_SEGMENTS and self._new_keys_are_new(work)
+        new_keys = segment < MAX_SEGMENTS and self._new_keys_are_new(batch, work)
         if insert_only and (empty or new_keys) and not work.clears:  # every key is new: one append, no join
             return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
         events = drop_cleared(key_events(projected, work), work)

@@ -17,6 +17,7 @@ from cdc_apply.planning.schema_net import net_schema_ops
 from cdc_apply.planning.tables import SchemaOp
 from cdc_apply.config import Config
 from cdc_apply.errors import PathError
+from cdc_apply.lake.commit_tag import decode_tag, encode_tag
 
 
 def quote_ident(name: str) -> str:
@@ -232,8 +233,7 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str |
         if step < done or (step == done and run[0].kind != "retype"):
             continue
         if chain is not None:
-            spark.conf.set(USER_METADATA, json.dumps({"cdc_apply": {"schema_chain": chain, "step": step}},
-                                                     separators=(",", ":")))
+            spark.conf.set(USER_METADATA, encode_tag({"schema_chain": chain, "step": step}))
         try:
             if run[0].kind == "fill":
                 _fill(spark, ref, run, values, fill_where)
@@ -258,12 +258,8 @@ def _steps_done(spark, ref: TableRef, chain: str, steps: int) -> int:
     # A step commits at most four times (a column rebuilt for a retype); a MERGE, a truncate and a
     # property commit may follow the last one.
     for row in spark.sql(f"DESCRIBE HISTORY {ref.sql} LIMIT {4 * steps + 8}").select("userMetadata").collect():
-        try:
-            tag = json.loads(row.userMetadata or "null")
-        except ValueError:
-            continue
-        tag = tag.get("cdc_apply") if isinstance(tag, dict) else None
-        if isinstance(tag, dict) and tag.get("schema_chain") == chain:
+        tag = decode_tag(row.userMetadata)
+        if tag is not None and tag.get("schema_chain") == chain:
             done = max(done, int(tag.get("step", -1)))
     return done
 

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from cdc_apply.config import SourceConfig
+from cdc_apply.config.choices import Streaming
 from cdc_apply.errors import ConfigError
 
 # The walsender formats text-mode values with its session's settings. These are the ones the
@@ -48,14 +49,12 @@ def replication_options(source: SourceConfig) -> dict[str, str]:
     proto = source.proto_version
     if proto not in (1, 2, 3, 4):
         raise ConfigError(f"must be 1, 2, 3 or 4, got {proto!r}", key="source.proto_version")
-    if source.streaming == "on" and proto < 2:
+    if source.streaming == Streaming.ON and proto < 2:
         raise ConfigError(f"streaming = 'on' needs proto_version 2 or higher (proto_version is {proto})",
                           key="source.streaming")
-    if source.streaming == "parallel" and proto < 4:
+    if source.streaming == Streaming.PARALLEL and proto < 4:
         raise ConfigError(f"streaming = 'parallel' needs proto_version 4 (proto_version is {proto}); "
                           "use 'on' or 'off', or raise proto_version", key="source.streaming")
-    if source.streaming not in ("off", "on", "parallel"):
-        raise ConfigError(f"must be one of off, on, parallel; got {source.streaming!r}", key="source.streaming")
     if source.two_phase and proto < 3:
         raise ConfigError(f"two_phase needs proto_version 3 or higher (proto_version is {proto})",
                           key="source.two_phase")
@@ -76,8 +75,8 @@ def replication_options(source: SourceConfig) -> dict[str, str]:
         "binary": "true" if source.binary else "false",
         "origin": source.origin,
     }
-    if source.streaming != "off":
-        options["streaming"] = source.streaming
+    if source.streaming != Streaming.OFF:
+        options["streaming"] = str(source.streaming)
     if source.two_phase:
         options["two_phase"] = "on"
     return options

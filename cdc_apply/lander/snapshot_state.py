@@ -20,7 +20,7 @@ import json
 import struct
 from dataclasses import dataclass, field, replace
 
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange, parse_snapshot_directive
 
 REQUEST_PREFIX = "cdc_apply.snapshot_request"
 ALL_TABLES = "*"
@@ -152,10 +152,9 @@ class SnapshotTracker:
         if parsed is None or parsed[1] != SNAPSHOT_PREFIX:
             return
         try:
-            body = json.loads(parsed[2])
-            serves = tuple(e if isinstance(e, str) else int(e) for e in body.get("serves", ()))
-            self.open = (int(body["relation_id"]), serves)
-            self.open_range = KeyRange.from_json(body["range"]) if body.get("range") is not None else None
+            snapshot = parse_snapshot_directive(parsed[2])
+            self.open = (snapshot.relation_id, snapshot.serves or ())
+            self.open_range = snapshot.key_range
         except (ValueError, TypeError, KeyError):
             self.open, self.open_range = None, None
 

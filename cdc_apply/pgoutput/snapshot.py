@@ -49,25 +49,51 @@ class KeyRange:
                    None if rows is None else int(rows))
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotDirective:
+    """What a ``cdc_apply.snapshot`` message says: which relation, consistent with which LSN, in how many
+    chunks, which key range (``None``: the whole table) and which snapshot requests it serves (a lander's
+    own snapshots; ``None``: not said)."""
+
+    relation_id: int
+    lsn: int
+    namespace: str | None = None
+    name: str | None = None
+    chunks: int | None = None
+    key_range: KeyRange | None = None
+    serves: tuple[str | int, ...] | None = None
+
+    def content(self) -> bytes:
+        """The message's content: JSON, keys sorted (the LSN also as PostgreSQL prints it)."""
+        body = {"relation_id": self.relation_id, "namespace": self.namespace, "name": self.name,
+                "lsn": self.lsn, "lsn_text": m.format_lsn(self.lsn)}
+        if self.chunks is not None:
+            body["chunks"] = self.chunks
+        if self.key_range is not None:
+            body["range"] = self.key_range.as_json()
+        if self.serves is not None:
+            body["serves"] = list(self.serves)
+        return json.dumps(body, sort_keys=True).encode()
+
+
+def parse_snapshot_directive(content: bytes | str) -> SnapshotDirective:
+    """The :class:`SnapshotDirective` a ``cdc_apply.snapshot`` message's content holds; ``ValueError``,
+    ``KeyError`` or ``TypeError`` when it holds none (not JSON, no relation or LSN)."""
+    body = json.loads(content)
+    chunks, key_range, serves = body.get("chunks"), body.get("range"), body.get("serves")
+    return SnapshotDirective(
+        int(body["relation_id"]), int(body["lsn"]), body.get("namespace"), body.get("name"),
+        None if chunks is None else int(chunks), None if key_range is None else KeyRange.from_json(key_range),
+        None if serves is None else tuple(e if isinstance(e, str) else int(e) for e in serves))
+
+
 def snapshot_marker(relation: m.Relation, lsn: int, chunks: int | None = None,
                     key_range: KeyRange | None = None, serves: list | None = None) -> m.Message:
     """The message that opens a snapshot: which relation, consistent with which LSN (and which key range;
     ``serves``: the snapshot requests it serves, for a lander's own snapshots)."""
-    content = {"relation_id": relation.relation_id, "namespace": relation.namespace, "name": relation.name,
-               "lsn": lsn, "lsn_text": m.format_lsn(lsn)}
-    if chunks is not None:
-        content["chunks"] = chunks
-    if key_range is not None:
-        content["range"] = key_range.as_json()
-    if serves is not None:
-        content["serves"] = list(serves)
-    return m.Message(SNAPSHOT_XID, True, lsn, SNAPSHOT_PREFIX, json.dumps(content, sort_keys=True).encode())
-
-
-def snapshot_range(content: bytes | str) -> KeyRange | None:
-    """The key range a snapshot message names (``None``: the whole table)."""
-    body = json.loads(content)
-    return KeyRange.from_json(body["range"]) if body.get("range") is not None else None
+    directive = SnapshotDirective(relation.relation_id, lsn, relation.namespace, relation.name, chunks, key_range,
+                                  None if serves is None else tuple(serves))
+    return m.Message(SNAPSHOT_XID, True, lsn, SNAPSHOT_PREFIX, directive.content())
 
 
 def snapshot_head(relation: m.Relation, lsn: int, chunks: int | None = None,

@@ -18,6 +18,7 @@ from cdc_apply.planning.decode_plan import QUARANTINE, SKIP, DecodePlan, Slot, S
 from cdc_apply.planning.schema import RelationVersion, SchemaHistory
 from cdc_apply.planning.state import SeqRange, SourceState
 from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, parse_snapshot_directive
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
 # (source, ranges, subxids) -> {subxid: seq of its first change within the ranges}
@@ -70,7 +71,6 @@ def _subtract(ranges: Iterable[SeqRange], holes: Sequence[SeqRange]) -> list[Seq
     return out
 
 
-SNAPSHOT_PREFIX = "cdc_apply.snapshot"
 DEFAULTS_PREFIX = "cdc_apply.column_defaults"
 
 
@@ -126,11 +126,11 @@ def snapshot_skips(committed: Sequence[DecidedTxn], resets: tuple[tuple[int, int
                 del active[relation_id]
         for prefix, content in txn.directives:
             if prefix == SNAPSHOT_PREFIX:
-                snapshot = json.loads(content)
+                snapshot = parse_snapshot_directive(content)
                 # A key-range chunk lands before every transaction committed at or past its LSN and
                 # after every one below it (the lander holds the stream for it): nothing to skip.
-                if snapshot.get("range") is None:
-                    active[int(snapshot["relation_id"])] = int(snapshot["lsn"])
+                if snapshot.key_range is None:
+                    active[snapshot.relation_id] = snapshot.lsn
     return {r: frozenset(t) for r, t in skips.items()}, tuple(sorted(active.items()))
 
 
@@ -158,9 +158,9 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
     skips, resets = snapshot_skips(committed, state.snapshot_resets)
     assembly = replace(assembly, state=replace(assembly.state, snapshot_resets=resets))
 
-    # One bronze lookup for every transaction with subtransaction aborts (one per transaction made
-    # the soak's batches, with dozens of such transactions, spend 20-30 s planning): a subxid's
-    # changes lie only in its own transaction's stream blocks, so the union of ranges answers each.
+    # One bronze lookup for every transaction with subtransaction aborts, not one each (a batch can hold
+    # dozens; docs/ARCHITECTURE.md, step 3): a subxid's changes lie only in its own transaction's stream
+    # blocks, so the union of ranges answers each.
     aborting = [txn for txn in committed if txn.sub_aborts]
     first_changes = first_change_seq(source, merge_ranges(r for t in aborting for r in t.ranges),
                                      sorted({sub for t in aborting for sub, _ in t.sub_aborts})) if aborting else {}

@@ -14,15 +14,16 @@ it starts, or the Relation the lander writes at its head); otherwise its rows ta
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Callable
 
 from cdc_apply.planning.decode_plan import DecodePlan, SourcePlan
-from cdc_apply.planning.plan import SNAPSHOT_PREFIX, BatchPlan
+from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.state import SeqRange
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, KeyRange, snapshot_range
+from cdc_apply.pgoutput.snapshot import (
+    SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange, SnapshotDirective, parse_snapshot_directive,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +65,10 @@ def find_snapshot_loads(plan: BatchPlan, histories: dict[str, SchemaHistory],
         for index, txn in enumerate(batch.committed):
             if txn.xid != SNAPSHOT_XID:
                 continue
-            relation_id, key_range = _snapshot_relation(txn.directives)
-            if relation_id is None or history is None or relation_id not in history.relations:
+            snapshot = _snapshot_directive(txn.directives)
+            if snapshot is None or history is None or snapshot.relation_id not in history.relations:
                 continue
+            relation_id = snapshot.relation_id
             if relation_id in splan.ignored or not wanted(source, relation_id):
                 continue
             start, end = txn.ranges[0][0], txn.ranges[-1][1]
@@ -82,18 +84,18 @@ def find_snapshot_loads(plan: BatchPlan, histories: dict[str, SchemaHistory],
             slot = entry[1][entry[0].index(seqs[-1])]
             loads.append(SnapshotLoad(source, index, relation_id, slot, txn.ranges, txn.commit_lsn,
                                       _narrowed(plan.decode, source, splan, index, txn.ranges, relation_id,
-                                                seqs[-1], slot), key_range))
+                                                seqs[-1], slot), snapshot.key_range))
     return tuple(loads)
 
 
-def _snapshot_relation(directives) -> tuple[int | None, KeyRange | None]:
+def _snapshot_directive(directives) -> SnapshotDirective | None:
     for prefix, content in directives:
         if prefix == SNAPSHOT_PREFIX:
             try:
-                return int(json.loads(content)["relation_id"]), snapshot_range(content)
+                return parse_snapshot_directive(content)
             except (ValueError, KeyError, TypeError):
-                return None, None   # the assembly already refused a marker it cannot read
-    return None, None
+                return None   # planning (snapshot_skips) already refused a marker it cannot read
+    return None
 
 
 def _narrowed(decode: DecodePlan, source: str, splan: SourcePlan, txn: int, ranges: tuple[SeqRange, ...],

@@ -9,14 +9,14 @@ The lake layer (:mod:`cdc_apply.lake.silver`) carries the plans out; nothing her
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
 from cdc_apply.config import HistorySpec
+from cdc_apply.config.choices import DropColumns, Retype
 from cdc_apply.errors import SchemaError
 from cdc_apply.pgoutput import messages as m
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange, snapshot_range
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange, parse_snapshot_directive
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.planning.decode_plan import Pool
 from cdc_apply.planning.plan import BatchPlan
@@ -146,10 +146,10 @@ def touch_relations(plan: BatchPlan, counts: Iterable, truncates: Iterable) -> d
             if txn.xid != SNAPSHOT_XID:
                 continue
             for prefix, content in txn.directives:
-                key_range = snapshot_range(content) if prefix == SNAPSHOT_PREFIX else None
-                if key_range is not None:
-                    touch = touched.setdefault((source, int(json.loads(content)["relation_id"])), TableTouch())
-                    touch.ranges.append((txn.commit_lsn, txn.ranges[0][0], key_range,
+                snapshot = parse_snapshot_directive(content) if prefix == SNAPSHOT_PREFIX else None
+                if snapshot is not None and snapshot.key_range is not None:
+                    touch = touched.setdefault((source, snapshot.relation_id), TableTouch())
+                    touch.ranges.append((txn.commit_lsn, txn.ranges[0][0], snapshot.key_range,
                                          m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None))
                     touch.last_commit_lsn = max(touch.last_commit_lsn, txn.commit_lsn)
     for t in truncates:
@@ -172,8 +172,8 @@ class TableRules:
     """What the configuration says about one table, as its plan needs it."""
 
     configured_key: tuple[str, ...] | None
-    drop_columns: str
-    retype: str
+    drop_columns: DropColumns
+    retype: Retype
     meta: tuple[tuple[str, str], ...]   # (silver column, decoded column) of the metadata columns
     type_options: TypeOptions
     history: HistorySpec | None = None

@@ -13,11 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from cdc_apply.config.choices import DropColumns, Retype
 from cdc_apply.planning.schema import RelationVersion
 from cdc_apply.errors import ConfigError, SchemaError
-
-DROP_POLICIES = ("drop", "keep")
-RETYPE_POLICIES = ("rewrite", "fail")
 
 # Spark type changes Delta can make in place (type widening); anything else is rewritten.
 _WIDENING = {
@@ -66,15 +64,8 @@ def widens(old: str, new: str) -> bool:
     return False
 
 
-def check_policies(drop: str, retype: str) -> None:
-    if drop not in DROP_POLICIES:
-        raise ConfigError(f"must be one of {DROP_POLICIES}, not {drop!r}", key="silver.drop_columns")
-    if retype not in RETYPE_POLICIES:
-        raise ConfigError(f"must be one of {RETYPE_POLICIES}, not {retype!r}", key="silver.retype")
-
-
 def transition(columns: list[SilverColumn], old: RelationVersion, new: RelationVersion, type_of: TypeOf,
-               drop_policy: str, retype_policy: str) -> tuple[list[SilverColumn], list[SchemaOp]]:
+               drop_policy: DropColumns, retype_policy: Retype) -> tuple[list[SilverColumn], list[SchemaOp]]:
     """Silver columns and operations for the step from version ``old`` to version ``new``."""
     ops: list[SchemaOp] = []
     new_by_lineage = {lin: col for lin, col in zip(new.lineage, new.columns)}
@@ -82,7 +73,7 @@ def transition(columns: list[SilverColumn], old: RelationVersion, new: RelationV
     for col in columns:
         if col.dropped or col.lineage in new_by_lineage:
             out.append(col)
-        elif drop_policy == "drop":
+        elif drop_policy == DropColumns.DROP:
             ops.append(SchemaOp("drop", col.name))
         else:
             out.append(SilverColumn(col.name, col.spark_ddl, col.lineage, dropped=True))
@@ -111,7 +102,7 @@ def transition(columns: list[SilverColumn], old: RelationVersion, new: RelationV
         ddl = type_of(rc.type_oid, rc.type_modifier)
         if ddl != col.spark_ddl:
             in_place = widens(col.spark_ddl, ddl)
-            if not in_place and retype_policy == "fail":
+            if not in_place and retype_policy == Retype.FAIL:
                 raise SchemaError(f"column {col.name!r} of {new.qualified_name} changed type from {col.spark_ddl} to "
                                   f"{ddl}; set silver.retype = \"rewrite\" to rewrite the column", seq=new.seq)
             ops.append(SchemaOp("retype", col.name, spark_ddl=ddl, old_ddl=col.spark_ddl, in_place=in_place))
@@ -137,8 +128,8 @@ def initial_columns(version: RelationVersion, type_of: TypeOf) -> list[SilverCol
             for lin, c in zip(version.lineage, version.columns)]
 
 
-def evolve(chain: Sequence[RelationVersion], type_of: TypeOf, drop_policy: str = "drop",
-           retype_policy: str = "rewrite", start: int = 0) -> tuple[list[SilverColumn], list[SchemaOp]]:
+def evolve(chain: Sequence[RelationVersion], type_of: TypeOf, drop_policy: DropColumns = DropColumns.DROP,
+           retype_policy: Retype = Retype.REWRITE, start: int = 0) -> tuple[list[SilverColumn], list[SchemaOp]]:
     """Silver columns after ``chain[-1]`` and the operations from ``chain[start]`` on."""
     columns = initial_columns(chain[0], type_of)
     ops: list[SchemaOp] = []
@@ -174,5 +165,5 @@ def slot_mapping(version: RelationVersion, columns: Sequence[SilverColumn]) -> t
     return tuple(by_lineage.get(lin) for lin in version.lineage)
 
 
-__all__ = ["SchemaOp", "SilverColumn", "check_policies", "evolve", "identity_of", "initial_columns",
+__all__ = ["SchemaOp", "SilverColumn", "evolve", "identity_of", "initial_columns",
            "slot_mapping", "transition", "widens"]

@@ -22,14 +22,13 @@ TRUNCATE, and relation versions by position in the stream. Values stay raw
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.tables import identity_of
 from cdc_apply.errors import ApplyError
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, KeyRange
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, KeyRange, parse_snapshot_directive
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import StreamDecoder
 
@@ -168,11 +167,11 @@ class ReferenceApplier:
             elif isinstance(msg, m.Message):
                 self.messages.append(msg)
                 if msg.prefix == SNAPSHOT_PREFIX:
-                    snapshot = json.loads(msg.content)
-                    if snapshot.get("range") is None:
-                        self.snapshot_resets[int(snapshot["relation_id"])] = int(snapshot["lsn"])
+                    snapshot = parse_snapshot_directive(msg.content)
+                    if snapshot.key_range is None:
+                        self.snapshot_resets[snapshot.relation_id] = snapshot.lsn
                     else:   # a key-range chunk: its range is emptied, its rows follow
-                        self._clear_range(seq, int(snapshot["relation_id"]), KeyRange.from_json(snapshot["range"]))
+                        self._clear_range(seq, snapshot.relation_id, snapshot.key_range)
             elif msg.relation_id not in skip:
                 self._apply(seq, msg)
         if self.on_commit is not None:
