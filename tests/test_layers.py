@@ -46,9 +46,10 @@ _BELOW = {
     "planning": {"errors", "config", "pgoutput", "gaussdb"},
     "decode": {"errors", "config", "pgoutput", "gaussdb", "planning"},
     "spark": {"errors", "log"},
-    "lake": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark"},
-    "lander": {"errors", "config", "log", "pgoutput", "lake", "spark"},
-    "api": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark", "lake", "lander"},
+    "delta": {"errors", "config", "pgoutput", "planning"},
+    "lake": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark", "delta"},
+    "lander": {"errors", "config", "log", "pgoutput", "delta", "lake", "spark"},
+    "api": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark", "delta", "lake", "lander"},
     "demo": {"errors", "config", "log", "pgoutput"},
 }
 _BELOW["testing"] = _BELOW["api"] | {"api"}

@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from cdc_apply.lake.bronze import BRONZE_DDL, check_bronze_schema, create_bronze_table
-from cdc_apply.lake.table_create import ensure_table
-from cdc_apply.lake.tables import TableRef, newest_snapshot
+from cdc_apply.lake.sources.bronze import BRONZE_DDL, check_bronze_schema, create_bronze_table
+from cdc_apply.delta.table_create import ensure_table
+from cdc_apply.delta.tables import TableRef, newest_snapshot
 from cdc_apply.errors import ConfigError, LandError
 from cdc_apply.lander.bronze_commit import (check_not_written, commit_files, direct_folder, recorded_batch,
                                             stream_batch, write_file)
@@ -139,7 +139,7 @@ class BronzeWriter:
     def append_table(self, table, state: ResumeState, files: int = 1) -> None:
         """Bronze rows (Arrow, the bronze schema) in one commit through Spark's writer, in ``files`` files,
         with ``txnAppId``/``txnVersion`` = this source's app id and ``state.batch``."""
-        from cdc_apply.lake.bronze import bronze_schema
+        from cdc_apply.lake.sources.bronze import bronze_schema
 
         version = state.batch
         check_not_written(self, self._txn_version(), version)

@@ -112,7 +112,7 @@ class StreamBuilder:
 
     def to_bronze(self, spark):
         """The rows as a DataFrame with the bronze contract's schema."""
-        from cdc_apply.lake.bronze import bronze_schema
+        from cdc_apply.lake.sources.bronze import bronze_schema
 
         return spark.createDataFrame([(*r, None) for r in self.rows()], bronze_schema())
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cdc_apply.lake.bronze import bronze_schema, create_bronze_table
-from cdc_apply.lake.bronze_tail import BronzeTail, newest_seqs
-from cdc_apply.lake.tables import TableRef
+from cdc_apply.lake.sources.bronze import bronze_schema, create_bronze_table
+from cdc_apply.lake.sources.bronze_tail import BronzeTail, newest_seqs
+from cdc_apply.delta.tables import TableRef
 
 
 def _append(spark, path: str, rows, files: int = 1) -> None:

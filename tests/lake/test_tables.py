@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_apply.planning.tables import SchemaOp
-from cdc_apply.lake.tables import TableRef, apply_schema_ops, create_table
+from cdc_apply.delta.tables import TableRef, apply_schema_ops, create_table
 
 pytestmark = pytest.mark.spark
 
