@@ -458,7 +458,8 @@ def large_transaction(spark, root: Path, part: str) -> dict:
 def switch_silver_properties(spark, config) -> None:
     """Give a copied lake's silver tables (made with the defaults) ``config``'s deletion-vector and
     Change Data Feed properties."""
-    from cdc_apply.delta.tables import set_properties, silver_properties, silver_ref
+    from cdc_apply.delta.ddl import set_properties, silver_properties
+    from cdc_apply.delta.refs import silver_ref
 
     props = {k: v for k, v in silver_properties(config).items()
              if k in ("delta.enableDeletionVectors", "delta.enableChangeDataFeed")}

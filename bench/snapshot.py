@@ -189,7 +189,7 @@ def run(rows: int, workers: int, keep: bool) -> dict:
 
         from cdc_apply.api import apply, land
         from cdc_apply.config import load_config
-        from cdc_apply.delta.tables import silver_ref
+        from cdc_apply.delta.refs import silver_ref
         from cdc_apply.spark import spark_session
 
         toml = WORK / "bench.toml"

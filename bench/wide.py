@@ -33,7 +33,7 @@ def _work_and_rows(spark, columns: int, versions: int, rows: int):
 
     from cdc_apply.planning.tables import SilverColumn
     from cdc_apply.planning.table_plan import SlotMap, TableWork
-    from cdc_apply.delta.tables import TableRef
+    from cdc_apply.delta.refs import TableRef
 
     decoded = spark.range(rows).select(
         F.col("id").alias("seq"), F.col("id").alias("commit_lsn"), F.current_timestamp().alias("commit_ts"),

@@ -46,7 +46,7 @@ from cdc_apply.lake.report import BatchReport
 from cdc_apply.lake.silver_tables import SilverTables
 from cdc_apply.lake.silver.snapshot_loads import load_counts, without_loads
 from cdc_apply.lake.sources.formats import SourceFormats
-from cdc_apply.delta.tables import bronze_ref
+from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type

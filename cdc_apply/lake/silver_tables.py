@@ -34,10 +34,10 @@ from cdc_apply.lake.books.state_match import check_tables
 from cdc_apply.lake.silver.snapshot_loads import clear_ranges, drop_cleared, load_snapshots
 from cdc_apply.lake.silver.merge_moves import resolve_moves
 from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
-from cdc_apply.delta.tables import (
-    USER_METADATA, TableRef, apply_schema_ops, create_table, delta_version, files_bytes, set_properties,
-    silver_properties, silver_ref, table_properties,
-)
+from cdc_apply.delta.ddl import USER_METADATA, create_table, set_properties, silver_properties, table_properties
+from cdc_apply.delta.log import delta_version, files_bytes
+from cdc_apply.delta.refs import TableRef, silver_ref
+from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.types import TypeOptions

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from cdc_apply.errors import LandError
 from cdc_apply.delta.spark_errors import error_text
-from cdc_apply.delta.tables import newest_snapshot
+from cdc_apply.delta.log import newest_snapshot
 from cdc_apply.lander.state import ResumeState
 
 SCHEMA = pa.schema([

@@ -20,7 +20,8 @@ import pyarrow as pa
 
 from cdc_apply.lake.sources.bronze import BRONZE_DDL, check_bronze_schema, create_bronze_table
 from cdc_apply.delta.table_create import ensure_table
-from cdc_apply.delta.tables import TableRef, newest_snapshot
+from cdc_apply.delta.log import newest_snapshot
+from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import ConfigError, LandError
 from cdc_apply.lander.bronze_commit import (check_not_written, commit_files, direct_folder, recorded_batch,
                                             stream_batch, write_file)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, TextIO
 
 from cdc_apply.config import Config
-from cdc_apply.delta.tables import bronze_ref
+from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import LandError
 from cdc_apply.lander.bronze_writer import BronzeWriter
 from cdc_apply.lander.dsn import Target, connection_error, is_transient, resolve_dsn, scrub

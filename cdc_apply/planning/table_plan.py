@@ -44,7 +44,7 @@ class TableWork:
     source: str
     relation_id: int
     qualified_name: str
-    ref: Any                                 # where the lake keeps the table (cdc_apply.delta.tables.TableRef)
+    ref: Any                                 # where the lake keeps the table (cdc_apply.delta.refs.TableRef)
     columns: tuple[SilverColumn, ...]
     key: tuple[str, ...] | None
     slots: tuple[SlotMap, ...]

@@ -284,7 +284,7 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
     sources of one database be compared against one read of it.
     """
     from cdc_apply.lake.books.bookkeeping import Bookkeeping
-    from cdc_apply.delta.tables import silver_ref
+    from cdc_apply.delta.refs import silver_ref
 
     history = Bookkeeping(config).load_history(spark).get(source)
     checks = []

@@ -60,7 +60,7 @@ def check_history(spark, config, source: str, states: list[tuple[int, list[Sourc
     """Every state in ``states`` (from a :class:`SourceRecord`) of every source table against its
     history table; the differences found."""
     from cdc_apply.lake.books.bookkeeping import Bookkeeping
-    from cdc_apply.delta.tables import history_ref
+    from cdc_apply.delta.refs import history_ref
 
     history = Bookkeeping(config).load_history(spark).get(source)
     prefix = config.silver.metadata_prefix

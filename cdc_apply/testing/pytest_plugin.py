@@ -167,7 +167,7 @@ class Lake:
 
     def silver(self, table: str, namespace: str | None = None, source: str = ""):
         """A silver table as a DataFrame: ``lake.silver("public.users")`` or ``lake.silver("users", "public")``."""
-        from cdc_apply.delta.tables import silver_ref
+        from cdc_apply.delta.refs import silver_ref
 
         if namespace is None:
             namespace, _, table = table.partition(".")
@@ -175,7 +175,7 @@ class Lake:
 
     def table(self, name: str):
         """A bookkeeping table (``transactions``, ``progress``, ``quarantine``, ``messages`` ...) as a DataFrame."""
-        from cdc_apply.delta.tables import state_ref
+        from cdc_apply.delta.refs import state_ref
 
         return state_ref(self.config, name).read(self.spark)
 
@@ -195,7 +195,8 @@ def append_bronze(spark, path: str, rows) -> None:
     the lander does (no Spark job, ~0.1 s against ~0.5 s), through Spark's writer otherwise."""
     import os
 
-    from cdc_apply.delta.tables import TableRef, delta_log
+    from cdc_apply.delta.log import delta_log
+    from cdc_apply.delta.refs import TableRef
     from cdc_apply.lander.bronze_commit import append_rows
 
     rows = [tuple(r) for r in rows]

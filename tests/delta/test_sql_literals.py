@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_apply.delta.tables import TableRef, create_statement, create_table, quote_ident, quote_literal, set_properties
+from cdc_apply.delta.ddl import create_statement, create_table, set_properties
+from cdc_apply.delta.names import quote_ident, quote_literal
+from cdc_apply.delta.refs import TableRef
 
 HOSTILE = ["plain", "it's", "back\\slash", "ends with \\", "\\'", "'; DROP TABLE x; --", "`tick`", 'dq "x"',
            "line\nbreak\ttab\r", "\\u0041 \\n \\%", "ü名前 \U0001f600", "", "nul\x00"]
@@ -76,7 +78,7 @@ def test_spark_parses_every_quoted_literal_back_to_its_text(spark, text):
 
 @pytest.mark.spark
 def test_a_replaced_table_reads_its_hostile_properties_and_comment_back_exactly(spark, tmp_path):
-    from cdc_apply.delta.tables import table_properties
+    from cdc_apply.delta.ddl import table_properties
 
     ref = TableRef(path=str(tmp_path / "t"))
     create_table(spark, ref, [("id", "INT")], {"cdc_apply.relation": "public.first"}, comment="first")

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_apply.config import parse_config
-from cdc_apply.delta.tables import check_under_root, path_segment, silver_ref, state_ref
+from cdc_apply.delta.names import check_under_root, path_segment
+from cdc_apply.delta.refs import silver_ref, state_ref
 from cdc_apply.errors import PathError
 
 ROOT = "/lake/silver"

@@ -42,7 +42,7 @@ class Lake:
         return pipeline, out.getvalue()
 
     def silver(self, namespace: str, name: str):
-        from cdc_apply.delta.tables import silver_ref
+        from cdc_apply.delta.refs import silver_ref
 
         return silver_ref(self.config, namespace, name).read(self.spark)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cdc_apply.lake.sources.bronze import bronze_schema, create_bronze_table
 from cdc_apply.lake.sources.bronze_tail import BronzeTail, newest_seqs
-from cdc_apply.delta.tables import TableRef
+from cdc_apply.delta.refs import TableRef
 
 
 def _append(spark, path: str, rows, files: int = 1) -> None:

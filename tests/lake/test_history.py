@@ -19,7 +19,7 @@ pytestmark = pytest.mark.spark
 
 
 def _history(lake, name: str):
-    from cdc_apply.delta.tables import history_ref
+    from cdc_apply.delta.refs import history_ref
 
     return history_ref(lake.config, "public", name).read(lake.spark)
 
@@ -105,7 +105,7 @@ def test_each_batch_wrote_one_history_commit_per_table_though_crashes_made_it_ru
     lake, _, _ = history_run
     from cdc_apply.lake.history.tables import history_app_id
     from cdc_apply.lake.books.ledger import STEPS_PER_VERSION
-    from cdc_apply.delta.tables import history_ref
+    from cdc_apply.delta.refs import history_ref
 
     prefix = history_app_id(lake.config, "hist", 0)[:-1]  # the history's app id, before the relation id
     # Batch 3 changes nothing in t's and bag's histories (it updates a key and deletes a value batch 2's

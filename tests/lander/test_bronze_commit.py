@@ -10,7 +10,7 @@ import pytest
 
 import cdc_apply.lander.bronze_commit as bronze_commit
 from cdc_apply.errors import LandError
-from cdc_apply.delta.tables import TableRef
+from cdc_apply.delta.refs import TableRef
 from cdc_apply.lander.bronze_writer import BronzeWriter
 from cdc_apply.lander.sequencer import Batch
 from cdc_apply.lander.state import ResumeState

@@ -32,7 +32,9 @@ from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.state import SourceState
 from cdc_apply.config import Config
 from cdc_apply.errors import CdcApplyError
-from cdc_apply.delta.tables import TableRef, column_list, create_table, newest_added_max, state_ref
+from cdc_apply.delta.ddl import column_list, create_table
+from cdc_apply.delta.log import newest_added_max
+from cdc_apply.delta.refs import TableRef, state_ref
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
 from cdc_apply.pgoutput.encoder import encode

@@ -24,7 +24,8 @@ import json
 import threading
 
 from cdc_apply.errors import StateError
-from cdc_apply.delta.tables import TableRef, recorded_txn_version
+from cdc_apply.delta.log import recorded_txn_version
+from cdc_apply.delta.refs import TableRef
 
 STEPS_PER_VERSION = 64
 HISTORY_PROBES = (32, 512, None)  # commits read back when looking for the newest step (None: all)

@@ -20,7 +20,8 @@ from typing import Callable, Mapping
 
 from cdc_apply.errors import StateError
 from cdc_apply.lake.books.ledger import STEPS_PER_VERSION, SilverLedger
-from cdc_apply.delta.tables import TableRef, delta_log, delta_version, newest_snapshot
+from cdc_apply.delta.log import newest_version
+from cdc_apply.delta.refs import TableRef
 
 REMEDY = ("Restore the state folder that goes with the tables, or remove the silver (and history) tables "
           "together with the state to rebuild them from bronze")
@@ -64,7 +65,7 @@ def check_tables(spark, ledger: SilverLedger, targets, version: int, bounds: Map
 def _check_present(spark, kind: str, ref: TableRef, recorded: int | None, context: dict) -> None:
     if recorded is None:
         return
-    current = _newest_version(spark, ref)
+    current = newest_version(spark, ref)
     if current is None:
         raise StateError(
             f"{kind} {ref} does not exist, but the state says a batch left it at Delta version {recorded}: the "
@@ -75,15 +76,3 @@ def _check_present(spark, kind: str, ref: TableRef, recorded: int | None, contex
             f"{kind} {ref} is at Delta version {current}, but the state says a batch left it at version {recorded}: "
             f"the table was replaced by an older copy or created again. {REMEDY}", **context)
 
-
-def _newest_version(spark, ref: TableRef) -> int | None:
-    """The table's newest version as its log says now (not a snapshot this JVM cached: the table may have
-    been replaced under it); None: no table."""
-    log = delta_log(spark, ref)
-    if log is not None:
-        try:
-            version = int(newest_snapshot(log).version())
-            return version if version >= 0 else None
-        except Exception:  # noqa: BLE001 - ask the table
-            pass
-    return delta_version(spark, ref)

@@ -20,7 +20,7 @@ from cdc_apply.planning.state import SourceState
 from cdc_apply.config import Config
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lake.sources.bronze_tail import as_utc, newest_seqs, unapplied_ages
-from cdc_apply.delta.tables import bronze_ref
+from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.lake.sources.formats import SourceFormats
 from cdc_apply.pgoutput.messages import format_lsn
 

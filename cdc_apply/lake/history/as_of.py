@@ -28,7 +28,8 @@ from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lake.history.tables import PROP_COMPLETE_FROM
 from cdc_apply.lake.history.versions import HISTORY_COLUMNS, HistoryColumns
 from cdc_apply.lake.history.lsn import lsn_text, lsn_value
-from cdc_apply.delta.tables import TableRef, history_ref, silver_ref, table_properties
+from cdc_apply.delta.ddl import table_properties
+from cdc_apply.delta.refs import TableRef, history_ref, silver_ref
 from cdc_apply.errors import AsOfError
 
 METHODS = ("auto", "history", "time travel")

@@ -1,7 +1,7 @@
 """History tables: every version of every row of a silver table (SCD type 2), one MERGE per batch.
 
 A table whose configuration asks for it (``[tables."ns.t"] history = true`` or ``[silver] history =
-["ns.*"]``) gets a history table beside its silver table (:func:`cdc_apply.delta.tables.history_ref`):
+["ns.*"]``) gets a history table beside its silver table (:func:`cdc_apply.delta.refs.history_ref`):
 silver's columns, then ``valid_from_lsn`` / ``valid_to_lsn`` (NULL while current), their commit
 timestamps, the ``operation`` that opened the version, what ``closed_by`` it, ``copies`` (tables
 without a key: identical rows), and ``is_current``, the table's partition column (a batch's MERGE
@@ -36,10 +36,11 @@ from cdc_apply.lake.silver.appends import append_files
 from cdc_apply.lake.silver.merge import key_events, project
 from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.lake.silver.merge_moves import resolve_moves
-from cdc_apply.delta.tables import (
-    USER_METADATA, TableRef, apply_schema_ops, column_list, delta_version, history_ref, property_list,
-    quote_ident, quote_literal, set_properties, table_properties,
-)
+from cdc_apply.delta.ddl import USER_METADATA, column_list, property_list, set_properties, table_properties
+from cdc_apply.delta.log import delta_version
+from cdc_apply.delta.names import quote_ident, quote_literal
+from cdc_apply.delta.refs import TableRef, history_ref
+from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 from cdc_apply.errors import ApplyError, ConfigError, SchemaError, StateError
 from cdc_apply.delta.table_create import ensure_table
 from cdc_apply.pgoutput import messages as m

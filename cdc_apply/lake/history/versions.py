@@ -29,7 +29,7 @@ from typing import Sequence
 
 from cdc_apply.lake.silver.merge import null_safe_equal
 from cdc_apply.planning.table_plan import TableWork
-from cdc_apply.delta.tables import quote_ident
+from cdc_apply.delta.names import quote_ident
 from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
 from cdc_apply.planning import columns as cc

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from cdc_apply.lake.silver.merge import MergeResult
-from cdc_apply.delta.tables import quote_ident
+from cdc_apply.delta.names import quote_ident
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
 

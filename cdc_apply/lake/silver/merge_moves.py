@@ -12,7 +12,7 @@ from functools import reduce
 
 from cdc_apply.lake.silver.merge import key_window, null_safe_equal
 from cdc_apply.planning.table_plan import TableWork
-from cdc_apply.delta.tables import quote_ident
+from cdc_apply.delta.names import quote_ident
 from cdc_apply.errors import ApplyError
 from cdc_apply.planning import columns as cc
 

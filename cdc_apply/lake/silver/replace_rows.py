@@ -24,7 +24,9 @@ import json
 from functools import reduce
 
 from cdc_apply.errors import ApplyError
-from cdc_apply.delta.tables import USER_METADATA, TableRef, quote_ident, table_properties
+from cdc_apply.delta.ddl import USER_METADATA, table_properties
+from cdc_apply.delta.names import quote_ident
+from cdc_apply.delta.refs import TableRef
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
 

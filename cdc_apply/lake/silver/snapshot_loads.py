@@ -16,7 +16,7 @@ from cdc_apply.decode.changes import decode_batches, output_ddl
 from cdc_apply.lake.silver.appends import append_rows
 from cdc_apply.lake.silver.merge import project
 from cdc_apply.lake.sources.payload_columns import in_seq_ranges, is_insert
-from cdc_apply.delta.tables import quote_ident
+from cdc_apply.delta.names import quote_ident
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.assemble import merge_ranges
 from cdc_apply.planning.decode_plan import pool_columns

@@ -43,7 +43,7 @@ def create_bronze_table(spark, path: str) -> None:
     from delta.tables import DeltaTable
 
     from cdc_apply.delta.table_create import ensure_table
-    from cdc_apply.delta.tables import TableRef
+    from cdc_apply.delta.refs import TableRef
 
     if DeltaTable.isDeltaTable(spark, path):
         check_bronze_schema(spark.read.format("delta").load(path).schema, path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from cdc_apply.planning.state import SourceState
 from cdc_apply.config import Config
-from cdc_apply.delta.tables import TableRef
+from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import BronzeError
 
 

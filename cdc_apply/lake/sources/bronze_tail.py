@@ -19,7 +19,8 @@ import threading
 from datetime import datetime, timezone
 
 from cdc_apply.errors import CdcApplyError
-from cdc_apply.delta.tables import TableRef, delta_log, delta_version, log_changes
+from cdc_apply.delta.log import delta_log, delta_version, log_changes
+from cdc_apply.delta.refs import TableRef
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
 

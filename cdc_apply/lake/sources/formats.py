@@ -22,7 +22,8 @@ from typing import Protocol
 
 from cdc_apply.config import Config
 from cdc_apply.lake.sources.gaussdb_format import EXPANDED_DDL, expand_gaussdb, expanded_ref
-from cdc_apply.delta.tables import TableRef, create_table
+from cdc_apply.delta.ddl import create_table
+from cdc_apply.delta.refs import TableRef
 from cdc_apply.planning.state import SourceState
 
 COLUMNS = ("source", "seq", "lsn", "payload")

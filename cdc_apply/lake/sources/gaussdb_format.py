@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 
 from cdc_apply.config import Config
-from cdc_apply.delta.tables import TableRef, state_ref
+from cdc_apply.delta.refs import TableRef, state_ref
 from cdc_apply.errors import CdcApplyError
 from cdc_apply.gaussdb.transcode import GaussdbTranscoder
 from cdc_apply.pgoutput.encoder import encode
