@@ -178,7 +178,7 @@ def write_bronze(spark, path: Path, parts: list[str], first_seq: int = 0, source
     (one file each), or of the ``commit_sizes`` given: part -> seq range."""
     import pandas as pd
 
-    from cdc_apply.lake.sources.bronze import create_bronze_table
+    from cdc_apply.delta.bronze_schema import create_bronze_table
 
     create_bronze_table(spark, str(path))
     seq, ranges = first_seq, {}

@@ -184,7 +184,7 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
     from datetime import datetime, timezone
 
     from cdc_apply.config import parse_config
-    from cdc_apply.lake.sources.bronze import create_bronze_table
+    from cdc_apply.delta.bronze_schema import create_bronze_table
     from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.lander.lander import Lander
     from cdc_apply.spark import spark_session

@@ -26,18 +26,12 @@ from typing import Iterable, NamedTuple
 
 import pyarrow as pa
 
+from cdc_apply.delta.bronze_schema import ARROW_SCHEMA
 from cdc_apply.errors import LandError
 from cdc_apply.delta.spark_errors import error_text
 from cdc_apply.delta.log import newest_snapshot
 from cdc_apply.lander.state import ResumeState
 
-SCHEMA = pa.schema([
-    pa.field("source", pa.string(), nullable=False),
-    pa.field("seq", pa.int64(), nullable=False),
-    pa.field("lsn", pa.int64(), nullable=False),
-    pa.field("payload", pa.binary(), nullable=False),
-    pa.field("landed_at", pa.timestamp("us", tz="UTC")),
-])
 STRING_STATS_CHARS = 32   # Delta's default prefix for string min/max: longer values get none here
 
 
@@ -66,7 +60,7 @@ def direct_folder(location: str | None, log) -> str | None:
              and (not mapping.isDefined() or mapping.get() == "none")
              # A column of the user's own would be null in these files, unchecked; Spark's writer checks
              # its NOT NULL.
-             and sorted(metadata.schema().fieldNames()) == sorted(SCHEMA.names))
+             and sorted(metadata.schema().fieldNames()) == sorted(ARROW_SCHEMA.names))
     return location if plain else None
 
 
@@ -79,7 +73,7 @@ def write_file(folder: str, batches: Iterable[pa.RecordBatch]) -> BronzeFile:
     path = os.path.join(folder, name)
     rows, bounds = 0, {"seq": [], "lsn": []}
     sources: set[str] = set()
-    with pq.ParquetWriter(path, SCHEMA, compression="snappy") as out:
+    with pq.ParquetWriter(path, ARROW_SCHEMA, compression="snappy") as out:
         for batch in batches:
             out.write_batch(batch)
             rows += batch.num_rows
@@ -92,7 +86,7 @@ def write_file(folder: str, batches: Iterable[pa.RecordBatch]) -> BronzeFile:
     if len(sources) == 1 and len(next(iter(sources))) <= STRING_STATS_CHARS:
         low["source"] = high["source"] = next(iter(sources))
     stats = json.dumps({"numRecords": rows, "minValues": low, "maxValues": high,
-                        "nullCount": {"source": 0, "seq": 0, "lsn": 0, "payload": 0, "landed_at": 0}})
+                        "nullCount": dict.fromkeys(ARROW_SCHEMA.names, 0)})
     return BronzeFile(name, os.path.getsize(path), rows, stats)
 
 
@@ -106,7 +100,7 @@ def stream_batch(source: str, rows, landed_at: datetime) -> pa.RecordBatch:
         pa.array(lsns, pa.int64()),
         pa.array(payloads, pa.binary()),
         pa.repeat(pa.scalar(landed_at, pa.timestamp("us", tz="UTC")), n),
-    ], schema=SCHEMA)
+    ], schema=ARROW_SCHEMA)
 
 
 def recorded_batch(jvm, snapshot, app_id: str, txn=None) -> int | None:
@@ -167,7 +161,7 @@ def append_rows(spark, location: str, log, rows) -> bool:
     batch = pa.RecordBatch.from_arrays([
         pa.array(sources, pa.string()), pa.array(seqs, pa.int64()), pa.array(lsns, pa.int64()),
         pa.array([bytes(p) for p in payloads], pa.binary()), pa.nulls(n, pa.timestamp("us", tz="UTC")),
-    ], schema=SCHEMA)
+    ], schema=ARROW_SCHEMA)
     files = [write_file(folder, [batch])]
     jvm = spark._jvm
     _commit(spark, log.startTransaction(), files, _add_actions(jvm, files, int(time.time() * 1000)),

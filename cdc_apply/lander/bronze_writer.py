@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from cdc_apply.lake.sources.bronze import BRONZE_DDL, check_bronze_schema, create_bronze_table
+from cdc_apply.delta.bronze_schema import BRONZE_DDL, check_bronze_schema, create_bronze_table
 from cdc_apply.delta.table_create import ensure_table
 from cdc_apply.delta.log import newest_snapshot
 from cdc_apply.delta.refs import TableRef
@@ -140,11 +140,11 @@ class BronzeWriter:
     def append_table(self, table, state: ResumeState, files: int = 1) -> None:
         """Bronze rows (Arrow, the bronze schema) in one commit through Spark's writer, in ``files`` files,
         with ``txnAppId``/``txnVersion`` = this source's app id and ``state.batch``."""
-        from cdc_apply.lake.sources.bronze import bronze_schema
+        from cdc_apply.delta.bronze_schema import spark_schema
 
         version = state.batch
         check_not_written(self, self._txn_version(), version)
-        df = self.spark.createDataFrame(table, schema=bronze_schema()).coalesce(files)
+        df = self.spark.createDataFrame(table, schema=spark_schema()).coalesce(files)
         writer = (df.write.format("delta").mode("append")
                   .option("txnAppId", self.app_id).option("txnVersion", str(version))
                   .option("userMetadata", state.to_json(self.app_id, self.run_id)))

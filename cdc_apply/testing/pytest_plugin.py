@@ -129,7 +129,7 @@ class Lake:
         landed yet, so a test can land, add messages, land again), a DataFrame with the bronze columns,
         or ``(source, seq, lsn, payload)`` tuples. The bronze table is created on first use.
         """
-        from cdc_apply.lake.sources.bronze import create_bronze_table
+        from cdc_apply.delta.bronze_schema import create_bronze_table
         from cdc_apply.testing.stream import StreamBuilder
 
         create_bronze_table(self.spark, self.bronze_path)
@@ -203,9 +203,9 @@ def append_bronze(spark, path: str, rows) -> None:
     location = os.path.abspath(path)
     if rows and append_rows(spark, location, delta_log(spark, TableRef(path=location)), rows):
         return
-    from cdc_apply.lake.sources.bronze import bronze_schema
+    from cdc_apply.delta.bronze_schema import spark_schema
 
-    df = spark.createDataFrame([(*r[:4], None) for r in rows], bronze_schema())
+    df = spark.createDataFrame([(*r[:4], None) for r in rows], spark_schema())
     df.coalesce(1).write.format("delta").mode("append").save(path)
 
 

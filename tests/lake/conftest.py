@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cdc_apply.config import Config, parse_config
-from cdc_apply.lake.sources.bronze import create_bronze_table
+from cdc_apply.delta.bronze_schema import create_bronze_table
 from cdc_apply.lake.pipeline import ApplyPipeline
 from cdc_apply.testing.pytest_plugin import append_bronze
 
