@@ -1,6 +1,7 @@
 """Reads of a table's Delta log through the JVM: its versions, its commits' actions, its recorded transactions.
 
-This module and :mod:`cdc_apply.delta.table_create` (listings of ``_delta_log/``) are the only places that reach
+This module, :mod:`cdc_apply.delta.commit` (commits through Delta's ``OptimisticTransaction``) and
+:mod:`cdc_apply.delta.table_create` (listings of ``_delta_log/``) are the only places that reach
 through py4j into Delta's and Hadoop's JVM classes (``spark._jvm``). Everything above them holds a
 ``DeltaLog`` only as an opaque handle passed back here. Where the JVM is out of reach (Spark Connect)
 each read says so by returning None, and its caller asks the table through SQL instead; a session
@@ -128,3 +129,32 @@ def recorded_txn_version(spark, ref: TableRef, app_id: str) -> int | None:
     found = newest_snapshot(log).transactions().get(app_id)
     return int(found.get()) if found.isDefined() else None
 
+
+def app_version(spark, snapshot, app_id: str, txn=None) -> int | None:
+    """The ``txnVersion`` ``app_id`` last committed as of ``snapshot`` (None: none), from the version
+    checksum where Delta keeps one (it lists the ``SetTransaction`` of at most 100 app ids), else from
+    the snapshot's state. With ``txn`` (an ``OptimisticTransaction``), the app id is registered as read
+    by it, so that a commit of the same app id by anyone else conflicts with it."""
+    if txn is not None:
+        txn.readTxn().addOne(app_id)
+    checksum = snapshot.checksumOpt()
+    known = checksum.get().setTransactions() if checksum.isDefined() else None
+    if known is not None and known.isDefined():
+        jvm_list = spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(known.get())
+        found = [int(t.version()) for t in jvm_list if t.appId() == app_id]
+        return max(found) if found else None
+    found = snapshot.transactions().get(app_id)
+    return int(found.get()) if found.isDefined() else None
+
+
+def plain_columns(log) -> list[str] | None:
+    """The column names of the table's newest snapshot when Parquet files written outside Delta may be added
+    to it as they are — reader protocol 1, writer protocol 2 at most (``delta.appendOnly``, NOT NULL
+    columns), no partition columns, no column mapping — else None."""
+    snapshot = newest_snapshot(log)
+    protocol, metadata = snapshot.protocol(), snapshot.metadata()
+    mapping = metadata.configuration().get("delta.columnMapping.mode")
+    plain = (protocol.minReaderVersion() == 1 and protocol.minWriterVersion() <= 2
+             and metadata.partitionColumns().isEmpty()
+             and (not mapping.isDefined() or mapping.get() == "none"))
+    return list(metadata.schema().fieldNames()) if plain else None
