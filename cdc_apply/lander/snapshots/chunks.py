@@ -20,9 +20,10 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
-from typing import Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator
 
+from cdc_apply.config import SourceConfig
 from cdc_apply.lander.snapshots import catalog
 from cdc_apply.lander import framing as f
 from cdc_apply.lander.snapshots.copy_sessions import (
@@ -36,11 +37,25 @@ from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, KeyRange, snapshot_marker
 KEEPALIVE_SECONDS = 0.25   # how often an idle session asks the walsender how far it has sent
 
 
+@dataclass(frozen=True)
+class ChunkContext:
+    """What chunk rounds need of the lander they run in: its source's settings, where to connect, and its
+    ways to land rows, to report and to count. A flow reaches nothing else of the lander."""
+
+    source: SourceConfig
+    dsn: str
+    landing: Callable[[ResumeState], Any]   # snapshot rows framed from a resume state on, committed by the caller
+    say: Callable[[str], None]
+    probe: Callable[..., None]               # the lander's test hook: (event, **info)
+    landed: Callable[[int], None]            # a table fully landed, with its rows: the run's totals
+
+
 class ChunkFlow:
     """The chunk rounds of one or more tables (``tables``: ``[(shape, request entries served)]``)."""
 
-    def __init__(self, owner, tables: list[tuple[catalog.TableShape, list]], state: ResumeState) -> None:
-        self.owner = owner
+    def __init__(self, context: ChunkContext, tables: list[tuple[catalog.TableShape, list]],
+                 state: ResumeState) -> None:
+        self.context = context
         self.queue = list(tables)
         self.keys: list = []             # the current table's key ranges still to copy (planned once)
         self.point: ConsistentPoint | None = None
@@ -71,9 +86,10 @@ class ChunkFlow:
         shape, _ = self.queue[0]
         if not self.keys:
             planned = copier.plan_ranges(0, shape, self.resume_key(shape.published.relation_id),
-                                         self.owner.source.snapshot_chunk_rows)
+                                         self.context.source.snapshot_chunk_rows)
             self.keys = [next(c.key for c in planned if c.part == p) for p in sorted({c.part for c in planned})]
-        keys, self.keys = self.keys[:self.owner.source.snapshot_workers], self.keys[self.owner.source.snapshot_workers:]
+        workers = self.context.source.snapshot_workers
+        keys, self.keys = self.keys[:workers], self.keys[workers:]
         chunks = [Chunk(0, source, None, None, 1, key, part) for part, key in enumerate(keys) for source in shape.sources]
         self.slot, self.copier, self.point, self.triggered = slot, copier, point, False
         self.copy = self._pool.submit(self._copy, copier, slot, shape, chunks)
@@ -88,21 +104,20 @@ class ChunkFlow:
 
     def _next_round(self) -> None:
         name = f"cdc_apply_snap_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        lander = self.owner.lander
-        slot = ExportSlot(lander.dsn, name, temporary=True, connect_timeout=self.owner.source.connect_timeout,
-                          application_name=f"cdc_apply-land-{self.owner.source.name}")
+        source = self.context.source
+        slot = ExportSlot(self.context.dsn, name, temporary=True, connect_timeout=source.connect_timeout,
+                          application_name=f"cdc_apply-land-{source.name}")
         point = slot.create()
         try:
-            copier = TableCopier(lander.dsn, point, self.owner.source.snapshot_workers,
-                                 self.owner.source.connect_timeout, f"cdc_apply-snapshot-{self.owner.source.name}")
+            copier = TableCopier(self.context.dsn, point, source.snapshot_workers, source.connect_timeout,
+                                 f"cdc_apply-snapshot-{source.name}")
         except Exception:
             slot.close()
             raise
         # Described again under each point: the chunks' Relation is the table as of their copy.
         shape, serves = self.queue[0]
         copier.lock(shape.published.sql_name)
-        self.queue[0] = (catalog.describe(copier.coordinator.cursor(), shape.published, self.owner.source.binary),
-                         serves)
+        self.queue[0] = (catalog.describe(copier.coordinator.cursor(), shape.published, source.binary), serves)
         self._round(slot, copier, point)
 
     # -- where the stream reaches the point ---------------------------------------------------
@@ -128,12 +143,10 @@ class ChunkFlow:
 
     def land(self, state: ResumeState) -> ResumeState:
         """Land the round's chunks (waiting for their copy), then start the next round or the next table."""
-        from cdc_apply.lander.snapshots.take import _Landing
-
         results = self.copy.result()
         self.copy = None
         shape, serves = self.queue[0]
-        landing = _Landing(self.owner, state)
+        landing = self.context.landing(state)
         parts = sorted({c.part for c, _ in results})
         for part in parts:
             key = next(c.key for c, _ in results if c.part == part)
@@ -145,17 +158,16 @@ class ChunkFlow:
         done = not self.keys
         self.parts += len(parts)
         if not done:
-            self.owner.say(f"snapshot {name}: {self.rows:,} rows, {len(parts)} key ranges landed at "
+            self.context.say(f"snapshot {name}: {self.rows:,} rows, {len(parts)} key ranges landed at "
                            f"{format_lsn(self.point.lsn)}, {len(self.keys)} to go")
         else:
             seconds = time.monotonic() - self.started
-            self.owner.say(f"snapshot {name}: {self.rows:,} rows in {seconds:.1f} s ({self.rows / max(seconds, 1e-9):,.0f} "
+            self.context.say(f"snapshot {name}: {self.rows:,} rows in {seconds:.1f} s ({self.rows / max(seconds, 1e-9):,.0f} "
                            f"rows/s), {self.parts} key ranges of {shape.range_column}, the last consistent with lsn "
                            f"{format_lsn(self.point.lsn)}")
-        self.owner.lander.probe("snapshot_chunks_landed", state=state, table=name)
+        self.context.probe("snapshot_chunks_landed", state=state, table=name)
         if done:
-            self.owner.tables += 1
-            self.owner.rows += self.rows
+            self.context.landed(self.rows)
             self.queue.pop(0)
             self.rows, self.parts, self.started = 0, 0, time.monotonic()
         self.point, self.triggered = None, False
@@ -194,7 +206,7 @@ def land_range(landing, shape: catalog.TableShape, serves: list, point: Consiste
     return rows
 
 
-def land_ranges(owner, landing, shape: catalog.TableShape, serves: list, point: ConsistentPoint, chunks: list,
+def land_ranges(context: ChunkContext, landing, shape: catalog.TableShape, serves: list, point: ConsistentPoint, chunks: list,
                 results: Iterator[ChunkResult]) -> None:
     """One snapshot stream per key range of the table (a chunk per copy source each), in key order."""
     name = shape.published.qualified_name
@@ -208,10 +220,9 @@ def land_ranges(owner, landing, shape: catalog.TableShape, serves: list, point: 
         if now - shown >= PROGRESS_SECONDS:
             shown = now
             share = (part + 1) / parts
-            owner.say(f"snapshot {name}: {rows:,} rows, {part + 1} of {parts} key ranges, "
+            context.say(f"snapshot {name}: {rows:,} rows, {part + 1} of {parts} key ranges, "
                      f"{rows / max(now - started, 1e-9):,.0f} rows/s, ETA {eta((now - started) * (1 - share) / share)}")
-    owner.tables += 1
-    owner.rows += rows
+    context.landed(rows)
     seconds = time.monotonic() - started
-    owner.say(f"snapshot {name}: {rows:,} rows in {seconds:.1f} s ({rows / max(seconds, 1e-9):,.0f} rows/s), "
+    context.say(f"snapshot {name}: {rows:,} rows in {seconds:.1f} s ({rows / max(seconds, 1e-9):,.0f} rows/s), "
              f"{parts} key ranges of {shape.range_column}, consistent with lsn {m.format_lsn(point.lsn)}")

@@ -36,8 +36,10 @@ from cdc_apply.lander.snapshots import catalog
 from cdc_apply.lander.bronze_files import ArrowAppender
 from cdc_apply.lander.options import publication_names
 from cdc_apply.lander.sequencer import Batch
-from cdc_apply.lander.snapshots.copy_sessions import PROGRESS_SECONDS, ChunkResult, ConsistentPoint, ExportSlot, TableCopier, eta
-from cdc_apply.lander.snapshots.chunks import ChunkFlow, land_ranges
+from cdc_apply.lander.snapshots.copy_sessions import (
+    PROGRESS_SECONDS, ChunkResult, ConsistentPoint, ExportSlot, TableCopier, eta,
+)
+from cdc_apply.lander.snapshots.chunks import ChunkContext, ChunkFlow, land_ranges
 from cdc_apply.lander.snapshots.state import ALL_TABLES
 from cdc_apply.lander.state import OutputTracker, ResumeState
 from cdc_apply.pgoutput import messages as m
@@ -59,6 +61,8 @@ class Snapshots:
         self.tables = 0          # tables landed by this run
         self.rows = 0
         self.flow = None         # a ChunkFlow under way (cdc_apply.lander.snapshots.chunks)
+        self.context = ChunkContext(source=lander.source, dsn=lander.dsn, landing=lambda state: _Landing(self, state),
+                                    say=self.say, probe=lander.probe, landed=self._count_table)
 
     @property
     def appender(self) -> ArrowAppender:
@@ -68,6 +72,11 @@ class Snapshots:
 
     def say(self, text: str) -> None:
         self.lander.say(text)
+
+    def _count_table(self, rows: int) -> None:
+        """A table fully landed by this run, with its rows (the summary's totals)."""
+        self.tables += 1
+        self.rows += rows
 
     def close(self) -> None:
         """Give up a chunk flow under way (the lander stops): its chunks are copied again at the next start."""
@@ -248,13 +257,13 @@ class Snapshots:
             landing = _Landing(self, state)
             for (shape, serves), table_chunks in zip(whole, chunks):
                 if table_chunks and table_chunks[0].key is not None:
-                    land_ranges(self, landing, shape, serves, point, table_chunks, results)
+                    land_ranges(self.context, landing, shape, serves, point, table_chunks, results)
                 else:
                     self._land_table(landing, shape, serves, point, table_chunks, results)
             landing.commit()
             state = landing.state
             if ranged:
-                self.flow = ChunkFlow(self, ranged, state)
+                self.flow = ChunkFlow(self.context, ranged, state)
                 self.flow.start(slot, copier, point)
                 handed = True
         finally:
@@ -329,8 +338,7 @@ class Snapshots:
         if landing.due:
             landing.commit(name)
         seconds = time.monotonic() - started
-        self.tables += 1
-        self.rows += rows
+        self._count_table(rows)
         self.say(f"snapshot {name}: {rows:,} rows in {seconds:.1f} s ({rows / max(seconds, 1e-9):,.0f} rows/s), "
                  f"consistent with lsn {m.format_lsn(point.lsn)}")
 
