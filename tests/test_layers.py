@@ -240,7 +240,8 @@ def _code_imports(folder: str) -> set[str]:
 
 
 def _named_imports(cell: str) -> set[str]:
-    known = _parts() | {f"{top}/{room}" for top in _parts() for room in (_rooms(top) if (PACKAGE / top).is_dir() else [])}
+    parts = _parts()
+    known = parts | {f"{top}/{room}" for top in parts if (PACKAGE / top).is_dir() for room in _rooms(top)}
     return set(re.findall(r"`([^`]+)`", cell)) & known - _EVERYWHERE
 
 

@@ -159,12 +159,13 @@ class ChunkFlow:
         self.parts += len(parts)
         if not done:
             self.context.say(f"snapshot {name}: {self.rows:,} rows, {len(parts)} key ranges landed at "
-                           f"{format_lsn(self.point.lsn)}, {len(self.keys)} to go")
+                             f"{format_lsn(self.point.lsn)}, {len(self.keys)} to go")
         else:
             seconds = time.monotonic() - self.started
-            self.context.say(f"snapshot {name}: {self.rows:,} rows in {seconds:.1f} s ({self.rows / max(seconds, 1e-9):,.0f} "
-                           f"rows/s), {self.parts} key ranges of {shape.range_column}, the last consistent with lsn "
-                           f"{format_lsn(self.point.lsn)}")
+            rate = self.rows / max(seconds, 1e-9)
+            self.context.say(f"snapshot {name}: {self.rows:,} rows in {seconds:.1f} s ({rate:,.0f} rows/s), "
+                             f"{self.parts} key ranges of {shape.range_column}, the last consistent with lsn "
+                             f"{format_lsn(self.point.lsn)}")
         self.context.probe("snapshot_chunks_landed", state=state, table=name)
         if done:
             self.context.landed(self.rows)
@@ -206,8 +207,8 @@ def land_range(landing, shape: catalog.TableShape, serves: list, point: Consiste
     return rows
 
 
-def land_ranges(context: ChunkContext, landing, shape: catalog.TableShape, serves: list, point: ConsistentPoint, chunks: list,
-                results: Iterator[ChunkResult]) -> None:
+def land_ranges(context: ChunkContext, landing, shape: catalog.TableShape, serves: list, point: ConsistentPoint,
+                chunks: list, results: Iterator[ChunkResult]) -> None:
     """One snapshot stream per key range of the table (a chunk per copy source each), in key order."""
     name = shape.published.qualified_name
     started = shown = time.monotonic()
@@ -220,9 +221,10 @@ def land_ranges(context: ChunkContext, landing, shape: catalog.TableShape, serve
         if now - shown >= PROGRESS_SECONDS:
             shown = now
             share = (part + 1) / parts
+            left = eta((now - started) * (1 - share) / share)
             context.say(f"snapshot {name}: {rows:,} rows, {part + 1} of {parts} key ranges, "
-                     f"{rows / max(now - started, 1e-9):,.0f} rows/s, ETA {eta((now - started) * (1 - share) / share)}")
+                        f"{rows / max(now - started, 1e-9):,.0f} rows/s, ETA {left}")
     context.landed(rows)
     seconds = time.monotonic() - started
     context.say(f"snapshot {name}: {rows:,} rows in {seconds:.1f} s ({rows / max(seconds, 1e-9):,.0f} rows/s), "
-             f"{parts} key ranges of {shape.range_column}, consistent with lsn {m.format_lsn(point.lsn)}")
+                f"{parts} key ranges of {shape.range_column}, consistent with lsn {m.format_lsn(point.lsn)}")
