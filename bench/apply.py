@@ -178,7 +178,7 @@ def write_bronze(spark, path: Path, parts: list[str], first_seq: int = 0, source
     (one file each), or of the ``commit_sizes`` given: part -> seq range."""
     import pandas as pd
 
-    from cdc_apply.lake.bronze import create_bronze_table
+    from cdc_apply.delta.bronze_schema import create_bronze_table
 
     create_bronze_table(spark, str(path))
     seq, ranges = first_seq, {}
@@ -235,7 +235,7 @@ class MergeTimer:
         self.delta_ms = dict.fromkeys(DELTA_MERGE_TIMES, 0)
 
     def __enter__(self):
-        from cdc_apply.lake import silver
+        from cdc_apply.lake import silver_tables as silver
 
         self.module = silver
         self.real = silver.merge_keyed
@@ -314,7 +314,7 @@ def delta_metrics(spark, table: Path) -> dict:
 def decode_floor(spark, captured: list, reps: int) -> dict:
     """Decode stage vs an identity mapInArrow over the same bronze rows, interleaved."""
     from cdc_apply.decode.changes import decode_batches, output_ddl
-    from cdc_apply.lake.payload_columns import is_change
+    from cdc_apply.lake.sources.payload_columns import is_change
 
     def identity(batches):
         yield from batches
@@ -458,7 +458,8 @@ def large_transaction(spark, root: Path, part: str) -> dict:
 def switch_silver_properties(spark, config) -> None:
     """Give a copied lake's silver tables (made with the defaults) ``config``'s deletion-vector and
     Change Data Feed properties."""
-    from cdc_apply.lake.tables import set_properties, silver_properties, silver_ref
+    from cdc_apply.delta.ddl import set_properties, silver_properties
+    from cdc_apply.delta.refs import silver_ref
 
     props = {k: v for k, v in silver_properties(config).items()
              if k in ("delta.enableDeletionVectors", "delta.enableChangeDataFeed")}

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from cdc_apply.lake.merge import PERSISTENT_DVS
+from cdc_apply.lake.silver.merge import PERSISTENT_DVS
 
 # The silver properties a floor table copies from the job's table (those the job sets itself).
 COPIED_PROPERTIES = ("delta.enableChangeDataFeed", "delta.enableDeletionVectors", "delta.columnMapping.mode",

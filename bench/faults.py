@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Callable
 
 from bench.results import merge_results, read_results
-from cdc_apply.lake.commit_tag import decode_tag
+from cdc_apply.lake.books.commit_tag import decode_tag
 from cdc_apply.testing.processes import CLI, CliProcess, Finished, session_processes
 
 SOURCE = "faults"
@@ -445,7 +445,7 @@ def reference_over(rows: list[tuple[int, bytes]]):
 
 def check_transactions_log(lake: Lake, rows: list[tuple[int, bytes]] | None = None) -> dict:
     """Each committed transaction with changes in bronze is in the transactions log exactly once."""
-    from cdc_apply.lake.tables import state_ref
+    from cdc_apply.delta.refs import state_ref
 
     ref = reference_over(rows if rows is not None else bronze_rows(lake))
     want = Counter(ref.with_changes)
@@ -458,7 +458,7 @@ def check_transactions_log(lake: Lake, rows: list[tuple[int, bytes]] | None = No
 
 def progress_point(lake: Lake) -> tuple[int, int]:
     """(apply version, applied seq) of the source's newest progress row; (0, -1) before any."""
-    from cdc_apply.lake.tables import state_ref
+    from cdc_apply.delta.refs import state_ref
 
     ref = state_ref(lake.config, "progress")
     if not ref.exists(spark()):
@@ -470,7 +470,7 @@ def progress_point(lake: Lake) -> tuple[int, int]:
 
 def compare_reference(lake: Lake, ref) -> dict[str, bool]:
     """Each silver table against the reference applier's table (its rows typed by the job's type map)."""
-    from cdc_apply.lake.tables import silver_ref
+    from cdc_apply.delta.refs import silver_ref
     from cdc_apply.testing.compare import SourceTable, compare_silver, typed_source_table
 
     out = {}
@@ -639,7 +639,7 @@ def big_steps(mb: int) -> list[tuple[str, list[str]]]:
 def _silver_body(lake: Lake) -> dict:
     from pyspark.sql import functions as F
 
-    from cdc_apply.lake.tables import silver_ref
+    from cdc_apply.delta.refs import silver_ref
 
     rows = (silver_ref(lake.config, "public", "blob").read(spark()).where("id = 1")
             .select(F.length("body").alias("chars"), F.md5(F.col("body").cast("binary")).alias("md5"), "note")

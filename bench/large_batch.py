@@ -121,7 +121,7 @@ def child(batches: list[tuple[str, int]], floor: bool = False) -> dict:
     from pyspark.sql import functions as F
 
     if (Path(cdc_apply.__file__).parent / "lake").is_dir():
-        from cdc_apply.lake.bronze import create_bronze_table
+        from cdc_apply.delta.bronze_schema import create_bronze_table
         from cdc_apply.lake.pipeline import ApplyPipeline
     else:  # a commit before the lake layer's rename (c9068a9): cdc_apply.delta
         from cdc_apply.delta.bronze import create_bronze_table

@@ -137,7 +137,12 @@ def child(seed: int, floor: int | None = None) -> dict:
     from cdc_apply.config import parse_config
     # By the package's own folder, not by an ImportError: the editable install's finder answers a
     # module the previous commit lacks from this checkout, and would mix the two commits' code.
-    if (Path(cdc_apply.__file__).parent / "lake").is_dir():
+    package = Path(cdc_apply.__file__).parent
+    if (package / "delta" / "bronze_schema.py").is_file():
+        from cdc_apply.delta.bronze_schema import create_bronze_table
+        from cdc_apply.delta.bronze_schema import spark_schema as bronze_schema
+        from cdc_apply.lake.pipeline import ApplyPipeline
+    elif (package / "lake").is_dir():  # a commit before the shared Delta package (cdc_apply.delta, again)
         from cdc_apply.lake.bronze import bronze_schema, create_bronze_table
         from cdc_apply.lake.pipeline import ApplyPipeline
     else:  # a commit before the lake layer's rename (--previous c9068a9): cdc_apply.delta

@@ -42,7 +42,7 @@ from bench.results import merge_results
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = Path(os.environ.get("CDC_APPLY_BENCH_WORK", ROOT / "bench" / "work")) / "snapshot"
-CHUNK_BLOCKS = 2048          # as cdc_apply.lander.snapshot.CHUNK_BLOCKS
+CHUNK_BLOCKS = 2048          # as cdc_apply.lander.snapshots.copy_sessions.CHUNK_BLOCKS
 
 TOML = """pipeline = "bench_snapshot"
 [bronze]
@@ -95,7 +95,7 @@ def _floor_chunk(dsn: str, low, high, path: Path, local: threading.local) -> int
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from cdc_apply.lander.copy_binary import CopySink, _header_length, _walk
+    from cdc_apply.lander.snapshots.copy_binary import CopySink, _header_length, _walk
 
     conn = getattr(local, "conn", None)
     if conn is None:
@@ -189,7 +189,7 @@ def run(rows: int, workers: int, keep: bool) -> dict:
 
         from cdc_apply.api import apply, land
         from cdc_apply.config import load_config
-        from cdc_apply.lake.tables import silver_ref
+        from cdc_apply.delta.refs import silver_ref
         from cdc_apply.spark import spark_session
 
         toml = WORK / "bench.toml"

@@ -126,7 +126,7 @@ def floor_window(spark, silver_root: Path, root: Path, conn, rate: int, seconds:
     bronze and MERGEs each batch, with none of its own planning, decoding, bookkeeping or streaming.
     Returns the floor's figures and the load's next new key."""
     from bench.delta_floor import Floor
-    from cdc_apply.lake.merge import PERSISTENT_DVS
+    from cdc_apply.lake.silver.merge import PERSISTENT_DVS
 
     floor = Floor(spark, silver_root, root, ["ev"], hot=None, parallelism=1)
     floor.spark.conf.set(PERSISTENT_DVS, "false")
@@ -184,7 +184,7 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
     from datetime import datetime, timezone
 
     from cdc_apply.config import parse_config
-    from cdc_apply.lake.bronze import create_bronze_table
+    from cdc_apply.delta.bronze_schema import create_bronze_table
     from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.lander.lander import Lander
     from cdc_apply.spark import spark_session

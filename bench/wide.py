@@ -33,7 +33,7 @@ def _work_and_rows(spark, columns: int, versions: int, rows: int):
 
     from cdc_apply.planning.tables import SilverColumn
     from cdc_apply.planning.table_plan import SlotMap, TableWork
-    from cdc_apply.lake.tables import TableRef
+    from cdc_apply.delta.refs import TableRef
 
     decoded = spark.range(rows).select(
         F.col("id").alias("seq"), F.col("id").alias("commit_lsn"), F.current_timestamp().alias("commit_ts"),
@@ -52,7 +52,7 @@ def _work_and_rows(spark, columns: int, versions: int, rows: int):
 
 
 def run(columns: int = 120, versions: int = 40, rows: int = 2000, reps: int = 5, write: bool = True) -> dict:
-    from cdc_apply.lake.merge import collapse, key_events, project
+    from cdc_apply.lake.silver.merge import collapse, key_events, project
     from cdc_apply.spark import spark_session
 
     spark = spark_session("cdc_apply-bench-wide")

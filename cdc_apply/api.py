@@ -36,7 +36,7 @@ from cdc_apply.config import Config, as_config
 from cdc_apply.log import LineLog
 
 if TYPE_CHECKING:  # for annotations only: importing them at run time would import Spark
-    from cdc_apply.lake.as_of import AsOf
+    from cdc_apply.lake.history.as_of import AsOf
     from cdc_apply.lake.report import BatchReport
     from cdc_apply.lander.lander import LandSummary
 
@@ -125,7 +125,7 @@ def status(spark: Any, config: ConfigLike, *, quarantine_hours: float = 24.0,
     ``quarantined_recently``, ``last_error``, ``updated_at``. :func:`exit_code` turns the list into the
     command's exit code.
     """
-    from cdc_apply.lake.status import read_status
+    from cdc_apply.lake.books.status import read_status
     from cdc_apply.spark.session import require_classic
 
     config = as_config(config)
@@ -140,7 +140,7 @@ def status(spark: Any, config: ConfigLike, *, quarantine_hours: float = 24.0,
 def exit_code(entries: list[dict[str, Any]]) -> int:
     """The exit code ``cdc-apply status`` gives for :func:`status`'s entries: the least healthy source's
     (0 ok, 5 lagging, 3 quarantining, 4 failing; 0 for no sources)."""
-    from cdc_apply.lake.status import worst_exit_code
+    from cdc_apply.lake.books.status import worst_exit_code
 
     return worst_exit_code(entries)
 
@@ -191,7 +191,7 @@ def land(config: ConfigLike, *, spark: Any = None, once: bool = True, stop: thre
 def read_as_of(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str] | None = None, *,
                source: str | None = None, method: str = "auto") -> "AsOf":
     """Silver tables of one source as of one commit LSN (``16/B374D848`` or the BIGINT the tables hold):
-    an :class:`~cdc_apply.lake.as_of.AsOf` whose ``frames`` (or ``result["ns.name"]``) are DataFrames,
+    an :class:`~cdc_apply.lake.history.as_of.AsOf` whose ``frames`` (or ``result["ns.name"]``) are DataFrames,
     every one showing the same commit — the newest applied at or below ``lsn``.
 
     ``tables``: qualified names (default: every table of the source); ``source``: needed when the
@@ -201,7 +201,7 @@ def read_as_of(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str]
     ``lsn_text``) and whether it is the newest applied commit at or below ``lsn`` (``exact``). An
     :class:`~cdc_apply.errors.AsOfError` when it cannot be answered (docs/HISTORY.md).
     """
-    from cdc_apply.lake.as_of import read_as_of as _read
+    from cdc_apply.lake.history.as_of import read_as_of as _read
 
     return _read(spark, as_config(config), lsn, tables, source, method)
 
@@ -210,8 +210,8 @@ def as_of_views(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str
                 source: str | None = None, method: str = "auto", prefix: str = "") -> "AsOf":
     """:func:`read_as_of`, each table registered as a temporary view ``<prefix><relation name>`` for SQL
     (``<prefix><namespace>__<name>`` when two tables share a name); also registers the LSN functions."""
-    from cdc_apply.lake.as_of import as_of_views as _views
-    from cdc_apply.lake.lsn import register_lsn_functions as _functions
+    from cdc_apply.lake.history.as_of import as_of_views as _views
+    from cdc_apply.lake.history.lsn import register_lsn_functions as _functions
 
     result = _views(spark, as_config(config), lsn, tables, source, method, prefix)
     _functions(spark)
@@ -221,6 +221,6 @@ def as_of_views(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str
 def register_lsn_functions(spark: Any, schema: str | None = None) -> None:
     """SQL functions ``cdc_lsn_text(BIGINT) -> 'X/Y'`` and ``cdc_lsn('X/Y') -> BIGINT``: temporary, or
     permanent in ``schema`` (a catalog that keeps SQL functions: Unity Catalog, a Hive metastore)."""
-    from cdc_apply.lake.lsn import register_lsn_functions as _functions
+    from cdc_apply.lake.history.lsn import register_lsn_functions as _functions
 
     _functions(spark, schema)

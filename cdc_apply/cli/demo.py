@@ -106,7 +106,7 @@ def run_demo(workdir: str = "demo-data") -> int:
 def _show(spark, config, clock: _Clock) -> None:
     from pyspark.sql import functions as F
 
-    from cdc_apply.lake.tables import silver_ref, state_ref
+    from cdc_apply.delta.refs import silver_ref, state_ref
 
     clock.say("silver tables")
     for name in ("customers", "orders", "order_lines", "products", "documents", "audit_log"):

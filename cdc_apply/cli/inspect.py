@@ -43,7 +43,7 @@ def inspect_hex(path: str, out: TextIO = sys.stdout) -> int:
 def inspect_bronze(path: str, source: str | None, from_seq: int, out: TextIO = sys.stdout,
                    gaussdb: bool = False) -> int:
     """Decode a bronze table, source by source in seq order, starting at ``from_seq``."""
-    from cdc_apply.lake.bronze import read_bronze_messages
+    from cdc_apply.lake.sources.bronze import read_bronze_messages
 
     failed = 0
     for source_name, in_stream, rows in read_bronze_messages(path, source, from_seq):

@@ -95,7 +95,7 @@ def _optimize(args: argparse.Namespace) -> int:
 
 
 def _as_of(args: argparse.Namespace) -> int:
-    from cdc_apply.lake.as_of import run_cli
+    from cdc_apply.lake.history.as_of import run_cli
 
     return run_cli(args)
 

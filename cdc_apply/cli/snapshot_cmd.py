@@ -44,7 +44,7 @@ def run_snapshot(config_path: str, tables: list[str], ddl_events_sql: bool = Fal
 def _emit(config, tables: list[str]) -> str:
     import psycopg2
 
-    from cdc_apply.lander import catalog
+    from cdc_apply.lander.snapshots import catalog
     from cdc_apply.lander.dsn import Target, connection_error, resolve_dsn, scrub
     from cdc_apply.lander.options import publication_names
 

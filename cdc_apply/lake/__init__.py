@@ -1,1 +1,2 @@
-"""Lake I/O: bronze, silver, state and history tables in Delta Lake; the micro-batch pipeline."""
+"""The apply job's lake I/O with Spark and Delta: the micro-batch pipeline and a batch's tables, with bronze
+sources, bookkeeping, silver writes and history tables in rooms of their own."""

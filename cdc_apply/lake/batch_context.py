@@ -33,7 +33,7 @@ class Landed:
 class BatchContext:
     """What one batch's silver and history writes share."""
 
-    version: int                 # the batch's apply version (every write is guarded by it: cdc_apply.lake.ledger)
+    version: int                 # the batch's apply version (every write is guarded by it: cdc_apply.lake.books.ledger)
     plan: BatchPlan
     decoded: Any                 # the batch's decoded change rows: a persisted DataFrame
     # The batch's snapshot loads (cdc_apply.planning.snapshot_loads) by (source, relation id).

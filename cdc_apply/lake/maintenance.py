@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from cdc_apply.planning.tables import identity_of
 from cdc_apply.config import Config
-from cdc_apply.lake.bookkeeping import Bookkeeping
-from cdc_apply.lake.tables import bronze_ref, history_ref, quote_ident, silver_ref
+from cdc_apply.lake.books.bookkeeping import Bookkeeping
+from cdc_apply.delta.names import quote_ident
+from cdc_apply.delta.refs import bronze_ref, history_ref, silver_ref
 
 
 @dataclass(frozen=True)

@@ -36,20 +36,20 @@ from cdc_apply.planning.table_plan import SlotCount
 from cdc_apply.config import Config
 from cdc_apply.config.choices import OnError
 from cdc_apply.lake.batch_context import BatchContext, Landed
-from cdc_apply.lake.batch_logs import BatchLogs, counts_per_transaction, now as _now
-from cdc_apply.lake.bookkeeping import Bookkeeping, failed_source
-from cdc_apply.lake.bronze import check_bronze
-from cdc_apply.lake.bronze_contract import applied_rows, check_late_rows, count_rows
-from cdc_apply.lake.bronze_tail import BronzeTail, unapplied_ages
+from cdc_apply.lake.books.batch_logs import BatchLogs, counts_per_transaction, now as _now
+from cdc_apply.lake.books.bookkeeping import Bookkeeping, failed_source
+from cdc_apply.lake.sources.bronze import check_bronze
+from cdc_apply.lake.sources.bronze_contract import applied_rows, check_late_rows, count_rows
+from cdc_apply.lake.sources.bronze_tail import BronzeTail, unapplied_ages
 from cdc_apply.lake.progress_rows import progress_rows
-from cdc_apply.lake.payload_columns import first_change_seqs, is_control, is_directive
-from cdc_apply.lake.spark_errors import first_decode_error, unwrap_error
-from cdc_apply.lake.merge import BATCH_SETTINGS
+from cdc_apply.lake.sources.payload_columns import first_change_seqs, is_control, is_directive
+from cdc_apply.delta.spark_errors import first_decode_error, unwrap_error
+from cdc_apply.lake.silver.merge import BATCH_SETTINGS
 from cdc_apply.lake.report import BatchReport
-from cdc_apply.lake.silver import SilverTables
-from cdc_apply.lake.snapshot_loads import load_counts, without_loads
-from cdc_apply.lake.sources import SourceFormats
-from cdc_apply.lake.tables import bronze_ref
+from cdc_apply.lake.silver_tables import SilverTables
+from cdc_apply.lake.silver.snapshot_loads import load_counts, without_loads
+from cdc_apply.lake.sources.formats import SourceFormats
+from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.spark.session import session_settings
@@ -106,7 +106,7 @@ class ApplyPipeline:
         self.reports: list[BatchReport] = []
 
     def _messages(self):
-        """Every source's pgoutput messages (bronze's, or transcoded from it: see cdc_apply.lake.sources)."""
+        """Every source's pgoutput messages (bronze's, or transcoded from it: see cdc_apply.lake.sources.formats)."""
         return self.formats.messages(self.spark, self.bronze)
 
     # -- planning helpers ----------------------------------------------------------
@@ -356,7 +356,7 @@ class ApplyPipeline:
         """Bronze's newest seq per source and the age of the oldest change past the batch's end (``ends``:
         the newest bronze seq the batch reads per source), for the lag. Runs beside the batch (its own
         thread), and nothing in the batch waits for it until the progress rows; the newest seq is
-        followed through bronze's log (:class:`~cdc_apply.lake.bronze_tail.BronzeTail`) rather than a
+        followed through bronze's log (:class:`~cdc_apply.lake.sources.bronze_tail.BronzeTail`) rather than a
         query a batch, the ages are one query and only when bronze is ahead of the batch."""
         floors = {}
         for source in ends:

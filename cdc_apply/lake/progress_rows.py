@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from cdc_apply.lake.batch_context import Landed
-from cdc_apply.lake.batch_logs import now as _now
-from cdc_apply.lake.bookkeeping import Bookkeeping
+from cdc_apply.lake.books.batch_logs import now as _now
+from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lake.report import BatchReport
 from cdc_apply.lake.sources import SourceFormats
 from cdc_apply.pgoutput import messages as m

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from cdc_apply.lake.silver import TableStats
+from cdc_apply.lake.silver_tables import TableStats
 
 
 @dataclass

@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from cdc_apply.errors import LandError
-from cdc_apply.lander.bronze_commit import SCHEMA, BronzeFile, commit_files, write_file
+from cdc_apply.delta.bronze_schema import ARROW_SCHEMA
+from cdc_apply.lander.bronze_commit import BronzeFile, commit_files, write_file
 from cdc_apply.lander.bronze_writer import BronzeWriter
 from cdc_apply.lander.state import ResumeState
 
@@ -32,7 +33,7 @@ def bronze_batch(source: str, first_seq: int, payloads: pa.Array, landed_at: dat
         pa.repeat(pa.scalar(0, pa.int64()), n),
         payloads,
         pa.repeat(pa.scalar(landed_at, pa.timestamp("us", tz="UTC")), n),
-    ], schema=SCHEMA)
+    ], schema=ARROW_SCHEMA)
 
 
 class ArrowAppender:
@@ -79,7 +80,7 @@ class ArrowAppender:
             self._write_file()
             commit_files(self.writer, self._files, state)
         else:
-            self.writer.append_table(pa.Table.from_batches(self._held_batches(), schema=SCHEMA), state,
+            self.writer.append_table(pa.Table.from_batches(self._held_batches(), schema=ARROW_SCHEMA), state,
                                      files=max(1, self.spark.sparkContext.defaultParallelism))
         # The stream lands rows of its own between two landings of snapshot rows: numbering starts afresh.
         self._held, self._held_bytes, self._files = [], 0, []

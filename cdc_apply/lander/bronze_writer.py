@@ -18,12 +18,12 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from cdc_apply.lake.bronze import BRONZE_DDL, check_bronze_schema, create_bronze_table
-from cdc_apply.lake.table_create import ensure_table
-from cdc_apply.lake.tables import TableRef, newest_snapshot
+from cdc_apply.delta.bronze_schema import BRONZE_DDL, check_bronze_schema, create_bronze_table
+from cdc_apply.delta.table_create import ensure_table
+from cdc_apply.delta.log import app_version, log_at, newest_snapshot
+from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import ConfigError, LandError
-from cdc_apply.lander.bronze_commit import (check_not_written, commit_files, direct_folder, recorded_batch,
-                                            stream_batch, write_file)
+from cdc_apply.lander.bronze_commit import check_not_written, commit_files, direct_folder, stream_batch, write_file
 from cdc_apply.lander.sequencer import Batch
 from cdc_apply.lander.state import ResumeState, rebuild_state
 
@@ -113,11 +113,7 @@ class BronzeWriter:
         """The table's ``DeltaLog`` (None: no JVM to ask, as under Spark Connect, or no location known)."""
         if self._location is None:
             return None
-        try:
-            jvm = self.spark._jvm
-            return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self._location)
-        except Exception:  # no JVM access (Spark Connect): fall back to userMetadata alone
-            return None
+        return log_at(self.spark, self._location)  # None without JVM access: userMetadata alone then
 
     def _txn_version(self) -> int | None:
         """The newest batch Delta recorded for this source's app id (None: none, or unknown), from the
@@ -125,7 +121,7 @@ class BronzeWriter:
         log = self.delta_log()
         if log is None:
             return None
-        return recorded_batch(self.spark._jvm, newest_snapshot(log), self.app_id)
+        return app_version(self.spark, newest_snapshot(log), self.app_id)
 
     # -- batches -------------------------------------------------------------------
     def append(self, batch: Batch, landed_at: datetime | None = None) -> None:
@@ -139,11 +135,11 @@ class BronzeWriter:
     def append_table(self, table, state: ResumeState, files: int = 1) -> None:
         """Bronze rows (Arrow, the bronze schema) in one commit through Spark's writer, in ``files`` files,
         with ``txnAppId``/``txnVersion`` = this source's app id and ``state.batch``."""
-        from cdc_apply.lake.bronze import bronze_schema
+        from cdc_apply.delta.bronze_schema import spark_schema
 
         version = state.batch
         check_not_written(self, self._txn_version(), version)
-        df = self.spark.createDataFrame(table, schema=bronze_schema()).coalesce(files)
+        df = self.spark.createDataFrame(table, schema=spark_schema()).coalesce(files)
         writer = (df.write.format("delta").mode("append")
                   .option("txnAppId", self.app_id).option("txnVersion", str(version))
                   .option("userMetadata", state.to_json(self.app_id, self.run_id)))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, TextIO
 
 from cdc_apply.config import Config
-from cdc_apply.lake.tables import bronze_ref
+from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import LandError
 from cdc_apply.lander.bronze_writer import BronzeWriter
 from cdc_apply.lander.dsn import Target, connection_error, is_transient, resolve_dsn, scrub
@@ -26,7 +26,7 @@ from cdc_apply.lander.options import SESSION_SETTINGS, replication_options
 from cdc_apply.lander.reader import ReplicationReader, StreamInterrupted
 from cdc_apply.lander.sequencer import Batch, Sequencer, StreamDiverged
 from cdc_apply.lander.server import SourceServer
-from cdc_apply.lander.snapshots import Snapshots
+from cdc_apply.lander.snapshots.take import Snapshots
 from cdc_apply.lander.state import ResumeState
 from cdc_apply.pgoutput.messages import format_lsn
 

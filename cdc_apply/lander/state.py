@@ -25,7 +25,7 @@ and can also be rebuilt from the bronze rows alone (:func:`rebuild_state`).
   bronze was landed from (dropped and created again, or advanced by hand).
   ``None``: not known (state rebuilt from rows, or written by an older lander).
 * ``snapshots``: tables with a snapshot in bronze, snapshot requests not served
-  yet, and a snapshot left open (:mod:`cdc_apply.lander.snapshot_state`). The
+  yet, and a snapshot left open (:mod:`cdc_apply.lander.snapshots.state`). The
   lander's snapshot stream (xid 2) is not among ``streams``: it is never sent
   again by the server, and its Stream Commit does not move ``resume_lsn``
   (the snapshot's LSN belongs to another slot's position, docs/SNAPSHOTS.md).
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from cdc_apply.lander import framing as f
-from cdc_apply.lander.snapshot_state import SnapshotState, SnapshotTracker, is_snapshot_stream
+from cdc_apply.lander.snapshots.state import SnapshotState, SnapshotTracker, is_snapshot_stream
 
 STATE_VERSION = 1
 

@@ -1,6 +1,6 @@
 """The private column vocabulary of a silver table's change rows, from projection to MERGE.
 
-A table's decoded changes are projected onto its silver columns (:func:`cdc_apply.lake.merge.project`),
+A table's decoded changes are projected onto its silver columns (:func:`cdc_apply.lake.silver.merge.project`),
 turned into per-key events, collapsed and merged; the history tables read the same rows. Every stage
 names these columns through this module, so a name is spelled once. None of them reaches silver:
 silver has the table's own columns and the configured metadata columns.

@@ -4,7 +4,7 @@ Input: the batch plan, each source's schema history, the decode's per-slot count
 truncates. Output per touched relation a :class:`TablePlan` — the :class:`TableWork` of each segment
 (consecutive relation versions with the same row identity, merged one after the other), the relation
 version chain silver follows, and what the batch does to the table (rows, kinds, inserts, truncates).
-The lake layer (:mod:`cdc_apply.lake.silver`) carries the plans out; nothing here touches Spark.
+The lake layer (:mod:`cdc_apply.lake.silver_tables`) carries the plans out; nothing here touches Spark.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class TableWork:
     source: str
     relation_id: int
     qualified_name: str
-    ref: Any                                 # where the lake keeps the table (cdc_apply.lake.tables.TableRef)
+    ref: Any                                 # where the lake keeps the table (cdc_apply.delta.refs.TableRef)
     columns: tuple[SilverColumn, ...]
     key: tuple[str, ...] | None
     slots: tuple[SlotMap, ...]

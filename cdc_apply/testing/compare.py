@@ -283,8 +283,8 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
     described must be empty in PostgreSQL. ``snapshot`` (from :func:`snapshot_postgres`) lets several
     sources of one database be compared against one read of it.
     """
-    from cdc_apply.lake.bookkeeping import Bookkeeping
-    from cdc_apply.lake.tables import silver_ref
+    from cdc_apply.lake.books.bookkeeping import Bookkeeping
+    from cdc_apply.delta.refs import silver_ref
 
     history = Bookkeeping(config).load_history(spark).get(source)
     checks = []

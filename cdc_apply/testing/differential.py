@@ -80,7 +80,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     hold the rows that were there before the slot as well.
     """
     from cdc_apply.testing.history_check import SourceRecord
-    from cdc_apply.lake.bronze import create_bronze_table
+    from cdc_apply.delta.bronze_schema import create_bronze_table
     from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.lander.lander import Lander
     from cdc_apply.testing.compare import compare_with_postgres, snapshot_postgres

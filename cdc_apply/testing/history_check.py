@@ -59,8 +59,8 @@ def _history_state(table: pa.Table, lsn: int, prefix: str) -> pa.Table:
 def check_history(spark, config, source: str, states: list[tuple[int, list[SourceTable]]]) -> list[str]:
     """Every state in ``states`` (from a :class:`SourceRecord`) of every source table against its
     history table; the differences found."""
-    from cdc_apply.lake.bookkeeping import Bookkeeping
-    from cdc_apply.lake.tables import history_ref
+    from cdc_apply.lake.books.bookkeeping import Bookkeeping
+    from cdc_apply.delta.refs import history_ref
 
     history = Bookkeeping(config).load_history(spark).get(source)
     prefix = config.silver.metadata_prefix
@@ -101,8 +101,8 @@ def check_history(spark, config, source: str, states: list[tuple[int, list[Sourc
 
 def check_as_of(spark, config, source: str, lsn: int, snapshot: list[SourceTable], method: str = "auto") -> list[str]:
     """``read_as_of`` at ``lsn`` against the source's tables as recorded then; the differences found."""
-    from cdc_apply.lake.as_of import read_as_of
-    from cdc_apply.lake.bookkeeping import Bookkeeping
+    from cdc_apply.lake.history.as_of import read_as_of
+    from cdc_apply.lake.books.bookkeeping import Bookkeeping
 
     history = Bookkeeping(config).load_history(spark).get(source)
     names = {t.oid: history.relations[t.oid].latest.qualified_name for t in snapshot if t.oid in history.relations}

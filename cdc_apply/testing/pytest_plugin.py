@@ -129,7 +129,7 @@ class Lake:
         landed yet, so a test can land, add messages, land again), a DataFrame with the bronze columns,
         or ``(source, seq, lsn, payload)`` tuples. The bronze table is created on first use.
         """
-        from cdc_apply.lake.bronze import create_bronze_table
+        from cdc_apply.delta.bronze_schema import create_bronze_table
         from cdc_apply.testing.stream import StreamBuilder
 
         create_bronze_table(self.spark, self.bronze_path)
@@ -167,7 +167,7 @@ class Lake:
 
     def silver(self, table: str, namespace: str | None = None, source: str = ""):
         """A silver table as a DataFrame: ``lake.silver("public.users")`` or ``lake.silver("users", "public")``."""
-        from cdc_apply.lake.tables import silver_ref
+        from cdc_apply.delta.refs import silver_ref
 
         if namespace is None:
             namespace, _, table = table.partition(".")
@@ -175,7 +175,7 @@ class Lake:
 
     def table(self, name: str):
         """A bookkeeping table (``transactions``, ``progress``, ``quarantine``, ``messages`` ...) as a DataFrame."""
-        from cdc_apply.lake.tables import state_ref
+        from cdc_apply.delta.refs import state_ref
 
         return state_ref(self.config, name).read(self.spark)
 
@@ -195,16 +195,17 @@ def append_bronze(spark, path: str, rows) -> None:
     the lander does (no Spark job, ~0.1 s against ~0.5 s), through Spark's writer otherwise."""
     import os
 
-    from cdc_apply.lake.tables import TableRef, delta_log
+    from cdc_apply.delta.log import delta_log
+    from cdc_apply.delta.refs import TableRef
     from cdc_apply.lander.bronze_commit import append_rows
 
     rows = [tuple(r) for r in rows]
     location = os.path.abspath(path)
     if rows and append_rows(spark, location, delta_log(spark, TableRef(path=location)), rows):
         return
-    from cdc_apply.lake.bronze import bronze_schema
+    from cdc_apply.delta.bronze_schema import spark_schema
 
-    df = spark.createDataFrame([(*r[:4], None) for r in rows], bronze_schema())
+    df = spark.createDataFrame([(*r[:4], None) for r in rows], spark_schema())
     df.coalesce(1).write.format("delta").mode("append").save(path)
 
 

@@ -112,9 +112,9 @@ class StreamBuilder:
 
     def to_bronze(self, spark):
         """The rows as a DataFrame with the bronze contract's schema."""
-        from cdc_apply.lake.bronze import bronze_schema
+        from cdc_apply.delta.bronze_schema import spark_schema
 
-        return spark.createDataFrame([(*r, None) for r in self.rows()], bronze_schema())
+        return spark.createDataFrame([(*r, None) for r in self.rows()], spark_schema())
 
     # -- schema ----------------------------------------------------------------
     def relation(self, namespace: str, name: str, columns: Sequence[tuple], replica_identity: str = "d",

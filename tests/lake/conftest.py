@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cdc_apply.config import Config, parse_config
-from cdc_apply.lake.bronze import create_bronze_table
+from cdc_apply.delta.bronze_schema import create_bronze_table
 from cdc_apply.lake.pipeline import ApplyPipeline
 from cdc_apply.testing.pytest_plugin import append_bronze
 
@@ -42,7 +42,7 @@ class Lake:
         return pipeline, out.getvalue()
 
     def silver(self, namespace: str, name: str):
-        from cdc_apply.lake.tables import silver_ref
+        from cdc_apply.delta.refs import silver_ref
 
         return silver_ref(self.config, namespace, name).read(self.spark)
 

@@ -19,7 +19,7 @@ class PgLake:
 
     def __init__(self, postgres, spark, root: Path, dbname: str, setup: list[str], extra: dict | None = None,
                  ddl_events: bool = False) -> None:
-        from cdc_apply.lake.bronze import create_bronze_table
+        from cdc_apply.delta.bronze_schema import create_bronze_table
 
         self.pg, self.spark, self.dbname = postgres, spark, dbname
         postgres.create_database(dbname)

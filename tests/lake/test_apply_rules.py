@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from cdc_apply.pgoutput.messages import format_lsn
 
-from cdc_apply.lake import merge
+from cdc_apply.lake.silver import merge
 from rules_capture import BIG, apply_rules
 
 pytestmark = pytest.mark.spark
@@ -181,7 +181,7 @@ def test_collapses_over_more_partitions_merges_that_mark_rows_and_moves_by_round
     collapses spread over many partitions, MERGEs that mark rows in deletion vectors instead of
     rewriting the files they touch (the capture's tables are far below ``silver.rewrite_table_bytes``),
     and unchanged TOAST of key moves resolved by rounds of window queries."""
-    from cdc_apply.lake import merge_moves
+    from cdc_apply.lake.silver import merge_moves
 
     tables = (*KEYED, "public.dups")  # dups: the keyless MERGE
     rewriting = rules_run[0]          # small tables: the defaults rewrite the files a MERGE touches
@@ -197,8 +197,8 @@ def test_collapses_over_more_partitions_merges_that_mark_rows_and_moves_by_round
         rounds.append(work.qualified_name)
         return merge_moves.resolve_moves_by_rounds(events.localCheckpoint(), work, target)
 
-    monkeypatch.setattr("cdc_apply.lake.silver.collapse", spy)
-    monkeypatch.setattr("cdc_apply.lake.silver.resolve_moves", by_rounds)
+    monkeypatch.setattr("cdc_apply.lake.silver_tables.collapse", spy)
+    monkeypatch.setattr("cdc_apply.lake.silver_tables.resolve_moves", by_rounds)
     other = _variant_lake(lake_factory, "other_internals", tables, silver={"rewrite_table_bytes": 0})
     assert len(_contents(other, tables)) == len(tables)
     assert _contents(other, tables) == _contents(rewriting, tables)

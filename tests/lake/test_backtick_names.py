@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_apply.lake import replace_rows
-from cdc_apply.lake.merge import NEW_KEYS_APPEND_MIN
+from cdc_apply.lake.silver import replace_rows
+from cdc_apply.lake.silver.merge import NEW_KEYS_APPEND_MIN
 from pg_lake import PgLake
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -89,7 +89,7 @@ def test_history_tables_with_backtick_names_hold_every_state_postgresql_went_thr
 
 
 def test_track_columns_naming_a_backtick_column_open_versions_only_for_its_changes(applied):
-    from cdc_apply.lake.tables import history_ref
+    from cdc_apply.delta.refs import history_ref
 
     lake, _, _ = applied
     rows = history_ref(lake.config, "public", TRACKED, lake.SOURCE).read(lake.spark).collect()
@@ -100,7 +100,7 @@ def test_track_columns_naming_a_backtick_column_open_versions_only_for_its_chang
 def test_silvers_change_feed_shows_the_update_of_a_backtick_named_column(applied):
     from pyspark.sql import functions as F
 
-    from cdc_apply.lake.tables import silver_ref
+    from cdc_apply.delta.refs import silver_ref
 
     lake, _, _ = applied
     ref = silver_ref(lake.config, "public", T, lake.SOURCE)
@@ -126,7 +126,7 @@ def test_a_backtick_column_of_a_table_without_deletion_vectors_stops_the_batch_n
     from types import SimpleNamespace
 
     from cdc_apply.errors import ApplyError
-    from cdc_apply.lake.tables import TableRef
+    from cdc_apply.delta.refs import TableRef
 
     ref = TableRef(path=str(tmp_path / "n`dv"))
     spark.sql(f"CREATE TABLE {ref.sql} (`id``` INT, `v``` STRING) USING delta TBLPROPERTIES ("

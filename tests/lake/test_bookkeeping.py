@@ -8,8 +8,9 @@ from datetime import datetime, timezone
 import pytest
 
 from cdc_apply.config import parse_config
-from cdc_apply.lake.bookkeeping import SCHEMAS, Bookkeeping
-from cdc_apply.lake.tables import create_table, newest_added_max
+from cdc_apply.lake.books.bookkeeping import SCHEMAS, Bookkeeping
+from cdc_apply.delta.ddl import create_table
+from cdc_apply.delta.log import newest_added_max
 
 pytestmark = pytest.mark.spark
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from cdc_apply.lake.bronze import bronze_schema, create_bronze_table
-from cdc_apply.lake.bronze_tail import BronzeTail, newest_seqs
-from cdc_apply.lake.tables import TableRef
+from cdc_apply.delta.bronze_schema import create_bronze_table, spark_schema
+from cdc_apply.lake.sources.bronze_tail import BronzeTail, newest_seqs
+from cdc_apply.delta.refs import TableRef
 
 
 def _append(spark, path: str, rows, files: int = 1) -> None:
     """Bronze rows ``(source, seq)`` in one commit of ``files`` files (one file: every source in it)."""
-    df = spark.createDataFrame([(s, q, q, b"x", None) for s, q in rows], bronze_schema())
+    df = spark.createDataFrame([(s, q, q, b"x", None) for s, q in rows], spark_schema())
     df.repartition(files, "source").write.format("delta").mode("append").save(path) if files > 1 else \
         df.coalesce(1).write.format("delta").mode("append").save(path)
 

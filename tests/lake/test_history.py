@@ -10,8 +10,8 @@ import json
 import pytest
 
 from cdc_apply import read_as_of
-from cdc_apply.lake.as_of import as_of_views
-from cdc_apply.lake.lsn import lsn_text, register_lsn_functions
+from cdc_apply.lake.history.as_of import as_of_views
+from cdc_apply.lake.history.lsn import lsn_text, register_lsn_functions
 from cdc_apply.errors import AsOfError
 from history_capture import COLUMNS, DOC, as_of, expected, reference_states
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.spark
 
 
 def _history(lake, name: str):
-    from cdc_apply.lake.tables import history_ref
+    from cdc_apply.delta.refs import history_ref
 
     return history_ref(lake.config, "public", name).read(lake.spark)
 
@@ -103,9 +103,9 @@ def test_history_columns_follow_silver_through_add_rename_and_drop(history_run):
 
 def test_each_batch_wrote_one_history_commit_per_table_though_crashes_made_it_run_again(history_run):
     lake, _, _ = history_run
-    from cdc_apply.lake.history import history_app_id
-    from cdc_apply.lake.ledger import STEPS_PER_VERSION
-    from cdc_apply.lake.tables import history_ref
+    from cdc_apply.lake.history.tables import history_app_id
+    from cdc_apply.lake.books.ledger import STEPS_PER_VERSION
+    from cdc_apply.delta.refs import history_ref
 
     prefix = history_app_id(lake.config, "hist", 0)[:-1]  # the history's app id, before the relation id
     # Batch 3 changes nothing in t's and bag's histories (it updates a key and deletes a value batch 2's

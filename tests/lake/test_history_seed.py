@@ -42,15 +42,16 @@ def _stream():
 
 
 def _history_rows(lake, name):
-    from cdc_apply.lake.tables import history_ref
+    from cdc_apply.delta.refs import history_ref
 
     return [r.asDict() for r in history_ref(lake.config, "public", name).read(lake.spark).collect()]
 
 
 def test_a_history_enabled_later_starts_from_silvers_rows_and_reads_from_before_it_time_travel(lake_factory):
     from cdc_apply import read_as_of
-    from cdc_apply.lake.history import PROP_COMPLETE_FROM
-    from cdc_apply.lake.tables import history_ref, table_properties
+    from cdc_apply.lake.history.tables import PROP_COMPLETE_FROM
+    from cdc_apply.delta.ddl import table_properties
+    from cdc_apply.delta.refs import history_ref
 
     lake = lake_factory("history_later")
     rows, cuts = _stream()

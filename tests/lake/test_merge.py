@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_apply.lake import appends
-from cdc_apply.lake.merge import collapse_partitions, writes_deletion_vectors
+from cdc_apply.lake.silver import appends
+from cdc_apply.lake.silver.merge import collapse_partitions, writes_deletion_vectors
 
 
 
@@ -28,9 +28,9 @@ def test_an_insert_only_load_into_an_empty_table_writes_files_by_rows_not_by_dec
     from pyspark.sql import functions as F
 
     from cdc_apply.planning.tables import SilverColumn
-    from cdc_apply.lake.appends import append_rows
+    from cdc_apply.lake.silver.appends import append_rows
     from cdc_apply.planning.table_plan import TableWork
-    from cdc_apply.lake.tables import TableRef
+    from cdc_apply.delta.refs import TableRef
 
     ref = TableRef(path=str(tmp_path / "t"))
     work = TableWork(source="s", relation_id=1, qualified_name="public.t", ref=ref,

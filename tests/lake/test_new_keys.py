@@ -41,7 +41,7 @@ def test_an_insert_only_batch_into_a_table_with_rows_is_one_append(lake_factory)
 @pytest.mark.parametrize("append_min", [0, None], ids=["from_any_size", "default"])
 def test_new_keys_are_appended_and_the_others_merged_in_one_batch_from_a_size_on(lake_factory, monkeypatch, append_min):
     if append_min is not None:
-        monkeypatch.setattr("cdc_apply.lake.silver.NEW_KEYS_APPEND_MIN", append_min)
+        monkeypatch.setattr("cdc_apply.lake.silver_tables.NEW_KEYS_APPEND_MIN", append_min)
     b = StreamBuilder("src")
     t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
     with b.transaction() as tx:

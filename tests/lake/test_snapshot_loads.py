@@ -69,7 +69,7 @@ def test_a_snapshot_is_loaded_by_one_append_after_its_truncate_and_later_changes
     _, printed = lake.apply()
     assert _silver(lake) == _expected(rows)
     assert (2, "two", DOC + "2") in _silver(lake)[0]
-    from cdc_apply.lake.tables import silver_ref
+    from cdc_apply.delta.refs import silver_ref
 
     history = (silver_ref(lake.config, "public", "t").delta_table(lake.spark).history()
                .where("userMetadata IS NOT NULL").orderBy("version").collect())
@@ -161,7 +161,7 @@ def test_chunks_landed_in_one_batch_with_their_changes_load_in_one_append(lake_f
     lake.apply()
     got = dict((r.id, r.v) for r in lake.silver("public", "t").collect())
     assert len(got) == 100 and got[10] == "changed" and got[60] == "b60" and got[99] == "b99"
-    from cdc_apply.lake.tables import silver_ref
+    from cdc_apply.delta.refs import silver_ref
 
     history = (silver_ref(lake.config, "public", "t").delta_table(lake.spark).history()
                .where("userMetadata IS NOT NULL").orderBy("version").collect())

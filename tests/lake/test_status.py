@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cdc_apply.cli.main import main
-from cdc_apply.lake.bookkeeping import failed_source
+from cdc_apply.lake.books.bookkeeping import failed_source
 from cdc_apply.lake.pipeline import ApplyPipeline
 from cdc_apply.errors import ConfigError, DecodeError, error_from_text
 from cdc_apply.pgoutput.messages import PG_EPOCH

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from cdc_apply.errors import StateError
-from cdc_apply.lake.bronze import create_bronze_table
-from cdc_apply.lake.table_create import ensure_table
-from cdc_apply.lake.tables import TableRef
+from cdc_apply.delta.bronze_schema import create_bronze_table
+from cdc_apply.delta.table_create import ensure_table
+from cdc_apply.delta.refs import TableRef
 from cdc_apply.testing.stream import StreamBuilder
 
 pytestmark = pytest.mark.spark

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cdc_apply.planning.tables import SchemaOp
-from cdc_apply.lake.tables import TableRef, apply_schema_ops, create_table
+from cdc_apply.delta.ddl import create_table
+from cdc_apply.delta.refs import TableRef
+from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 
 pytestmark = pytest.mark.spark
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-import cdc_apply.lake.batch_logs as batch_logs
+import cdc_apply.lake.books.batch_logs as batch_logs
 from cdc_apply.pgoutput import decode_message, parse_lsn
 from golden.loader import load_capture, load_expected
 

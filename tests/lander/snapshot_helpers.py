@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import replace
 
 from cdc_apply.lander import framing as f
-from cdc_apply.lander.snapshot_state import parse_message
+from cdc_apply.lander.snapshots.state import parse_message
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID
 from cdc_apply.testing.compare import SourceTable, snapshot_postgres
 

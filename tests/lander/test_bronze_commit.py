@@ -10,7 +10,7 @@ import pytest
 
 import cdc_apply.lander.bronze_commit as bronze_commit
 from cdc_apply.errors import LandError
-from cdc_apply.lake.tables import TableRef
+from cdc_apply.delta.refs import TableRef
 from cdc_apply.lander.bronze_writer import BronzeWriter
 from cdc_apply.lander.sequencer import Batch
 from cdc_apply.lander.state import ResumeState
@@ -198,7 +198,7 @@ def test_direct_appends_go_on_after_cdc_apply_optimize_compacts_bronze(spark, tm
 
 
 def test_the_test_lakes_plain_appends_run_no_spark_job_and_record_no_lander_state(spark, tmp_path):
-    from cdc_apply.lake.bronze import create_bronze_table
+    from cdc_apply.delta.bronze_schema import create_bronze_table
     from cdc_apply.testing.pytest_plugin import append_bronze
 
     path = str(tmp_path / "bronze")

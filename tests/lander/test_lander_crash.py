@@ -239,7 +239,7 @@ def test_crashing_again_and_again_at_random_points_still_lands_everything_once(s
 
 def test_silver_after_crashed_landings_holds_the_keyless_table_as_postgresql_does(spark, setup, dups, crashed_often):
     from cdc_apply.lake.pipeline import ApplyPipeline
-    from cdc_apply.lake.tables import silver_ref
+    from cdc_apply.delta.refs import silver_ref
 
     root, config, _, _ = setup
     rows, _ = crashed_often

@@ -155,7 +155,7 @@ def test_silver_equals_postgresql_with_defaults_of_added_columns_and_a_rewritten
 
 def test_cdc_apply_snapshot_copies_a_damaged_table_again_while_the_stream_flows(story, spark, tmp_path):
     from cdc_apply.cli.main import main
-    from cdc_apply.lake.tables import silver_ref
+    from cdc_apply.delta.refs import silver_ref
 
     pg, config = story["pg"], story["config"]
     before = silver_ref(config, "public", "docs").read(spark).count()

@@ -1,7 +1,7 @@
 """The Relation and Type messages a snapshot writes are the ones the walsender sends for the same table.
 
 Each table gets a change; ``pg_logical_slot_peek_binary_changes`` shows what pgoutput sends for it, and
-:func:`cdc_apply.lander.catalog.describe` must give the same messages (with the snapshot's xid).
+:func:`cdc_apply.lander.snapshots.catalog.describe` must give the same messages (with the snapshot's xid).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from lander_helpers import create_slot, peek
 from cdc_apply.errors import LandError
-from cdc_apply.lander import catalog
+from cdc_apply.lander.snapshots import catalog
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
 

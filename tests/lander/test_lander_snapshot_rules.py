@@ -9,8 +9,8 @@ import struct
 import pytest
 
 from cdc_apply.errors import LandError
-from cdc_apply.lander.copy_binary import SIGNATURE, TRAILER, insert_payloads
-from cdc_apply.lander.snapshot_state import ALL_TABLES, REQUEST_PREFIX, SnapshotState
+from cdc_apply.lander.snapshots.copy_binary import SIGNATURE, TRAILER, insert_payloads
+from cdc_apply.lander.snapshots.state import ALL_TABLES, REQUEST_PREFIX, SnapshotState
 from cdc_apply.lander.state import OutputTracker, ResumeState
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message

@@ -1,0 +1,1 @@
+"""Bookkeeping: the state tables, the exactly-once ledger and state check, the batch logs, status."""

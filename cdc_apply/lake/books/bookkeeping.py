@@ -1,0 +1,288 @@
+"""The bookkeeping tables under the ``[state]`` location.
+
+=================  ==========================================================
+schema_history     one row per Relation version (source, relation, columns, first seq, LSN)
+type_cache         one row per Type message that named a type anew
+transactions       one row per applied transaction, with per-table counts and truncate flags
+messages           logical decoding messages ('M'), transactional and not
+quarantine         messages that could not be decoded or applied (on_error = "quarantine")
+progress           per source and apply version: applied-through seq and commit LSN, carried state, lag,
+                   and the Delta version of every silver (and history) table the batch changed
+failures           one row per failed batch attempt: the source its error names (NULL: none, the batch failed
+                   as a whole), version, error
+=================  ==========================================================
+
+Every table has an ``apply_version`` column, and an append is skipped when the table already holds
+rows of that apply version or a later one (read once per table and process, then kept; from the
+statistics of the files the newest append added, which hold the largest version, or by a query when
+they cannot tell): a re-run batch writes nothing twice. This replaces Delta's
+``txnAppId``/``txnVersion`` here, whose check rebuilds the table's whole state on every append —
+three Spark jobs per bookkeeping write. (Failures are recorded unguarded: an attempt may fail many
+times.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.state import SourceState
+from cdc_apply.config import Config
+from cdc_apply.errors import CdcApplyError
+from cdc_apply.delta.ddl import column_list, create_table
+from cdc_apply.delta.log import newest_added_max
+from cdc_apply.delta.refs import TableRef, state_ref
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.decoder import decode_message
+from cdc_apply.pgoutput.encoder import encode
+
+COLUMN_STRUCT = "STRUCT<name: STRING, type_oid: BIGINT, type_name: STRING, type_modifier: INT, key: BOOLEAN>"
+
+SCHEMAS: dict[str, list[tuple[str, str]]] = {
+    "schema_history": [
+        ("source", "STRING"), ("relation_id", "BIGINT"), ("seq", "BIGINT"), ("lsn", "BIGINT"),
+        ("namespace", "STRING"), ("name", "STRING"), ("replica_identity", "STRING"),
+        ("columns", f"ARRAY<{COLUMN_STRUCT}>"), ("relation_message", "BINARY"),
+        ("apply_version", "BIGINT"), ("recorded_at", "TIMESTAMP"),
+        ("missing_values", "STRING"),  # JSON {column: text}: what rows before this version read for added columns
+    ],
+    "type_cache": [
+        ("source", "STRING"), ("type_oid", "BIGINT"), ("namespace", "STRING"), ("name", "STRING"),
+        ("seq", "BIGINT"), ("lsn", "BIGINT"), ("apply_version", "BIGINT"), ("recorded_at", "TIMESTAMP"),
+    ],
+    "transactions": [
+        ("source", "STRING"), ("xid", "BIGINT"), ("kind", "STRING"), ("gid", "STRING"),
+        ("commit_lsn", "BIGINT"), ("end_lsn", "BIGINT"), ("commit_ts", "TIMESTAMP"),
+        ("origin", "STRING"), ("origin_lsn", "BIGINT"), ("begin_seq", "BIGINT"), ("commit_seq", "BIGINT"),
+        ("changes", "BIGINT"),
+        ("tables", "ARRAY<STRUCT<table: STRING, inserts: BIGINT, updates: BIGINT, deletes: BIGINT, "
+                   "truncated: BOOLEAN, cascade: BOOLEAN, restart_identity: BOOLEAN>>"),
+        ("apply_version", "BIGINT"), ("applied_at", "TIMESTAMP"),
+    ],
+    "messages": [
+        ("source", "STRING"), ("seq", "BIGINT"), ("lsn", "BIGINT"), ("xid", "BIGINT"),
+        ("transactional", "BOOLEAN"), ("prefix", "STRING"), ("content", "BINARY"),
+        ("commit_lsn", "BIGINT"), ("commit_ts", "TIMESTAMP"), ("apply_version", "BIGINT"),
+    ],
+    "quarantine": [
+        ("source", "STRING"), ("seq", "BIGINT"), ("lsn", "BIGINT"), ("payload", "BINARY"),
+        ("error", "STRING"), ("apply_version", "BIGINT"), ("quarantined_at", "TIMESTAMP"),
+    ],
+    "progress": [
+        ("source", "STRING"), ("apply_version", "BIGINT"), ("batch_id", "BIGINT"),
+        ("applied_seq", "BIGINT"), ("applied_commit_lsn", "BIGINT"), ("applied_commit_ts", "TIMESTAMP"),
+        ("applied_end_lsn", "BIGINT"), ("state", "STRING"), ("bronze_max_seq", "BIGINT"),
+        ("messages", "BIGINT"), ("transactions", "BIGINT"), ("carried", "INT"),
+        ("oldest_needed_seq", "BIGINT"), ("lag_seq", "BIGINT"), ("lag_seconds", "DOUBLE"),
+        ("updated_at", "TIMESTAMP"),
+        # The Delta version each table the batch changed has after it (time travel to batch ends: as_of.py).
+        ("tables", "ARRAY<STRUCT<relation_id: BIGINT, table: STRING, silver_version: BIGINT, "
+                   "history_version: BIGINT, last_commit_lsn: BIGINT>>"),
+        # Every table of the source any batch changed, with the Delta versions the last such batch left it
+        # at (JSON {"<relation id>": [silver, history]}): the state check reads it from the newest row alone.
+        ("table_versions", "STRING"),
+    ],
+    "failures": [
+        ("source", "STRING"), ("apply_version", "BIGINT"), ("error", "STRING"), ("failed_at", "TIMESTAMP"),
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Bookkeeping:
+    """The bookkeeping tables of one pipeline."""
+
+    config: Config
+    # table -> the newest apply version it holds (read once, then kept up to date by this process)
+    _written: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    # source -> the table versions its newest progress row records (load_progress; None: the row has none)
+    _table_versions: dict[str, dict | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def ref(self, table: str) -> TableRef:
+        return state_ref(self.config, table)
+
+    def create_all(self, spark) -> None:
+        """Create the tables that are missing; add the columns a newer cdc_apply writes to older ones."""
+        for table, columns in SCHEMAS.items():
+            ref = self.ref(table)
+            if ref.exists(spark):
+                have = {f.name for f in ref.read(spark).schema.fields}
+                missing = [(n, t) for n, t in columns if n not in have]
+                if missing:
+                    spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({column_list(missing)})")
+                continue
+            create_table(spark, ref, columns, {"delta.appendOnly": "true"},
+                         comment=f"cdc_apply {table} of pipeline {self.config.pipeline}")
+
+    def append(self, spark, table: str, rows: list[tuple], version: int) -> None:
+        """Append rows (tuples in the table's column order); idempotent per apply version."""
+        if rows and self._not_written(spark, table, version):
+            self.ref(table).append(local_frame(spark, SCHEMAS[table], rows), None, version)
+            self._written[table] = version
+
+    def _not_written(self, spark, table: str, version: int) -> bool:
+        if table not in self._written:
+            from pyspark.sql import functions as F
+
+            ref = self.ref(table)
+            # From the newest append's file statistics when they say it; a query otherwise.
+            newest = newest_added_max(spark, ref, "apply_version")
+            if newest is None:
+                found = ref.read(spark).agg(F.max("apply_version")).first()[0]
+                newest = -1 if found is None else int(found)
+            self._written[table] = newest
+        return version > self._written[table]
+
+    def record_failure(self, spark, sources, version: int, error: str) -> None:
+        """A failed batch attempt, for ``cdc-apply status`` (an attempt may fail many times: no txn guard);
+        ``sources``: those its error names (``[None]``: none)."""
+        from datetime import datetime, timezone
+
+        now = datetime.now(timezone.utc)
+        rows = [(source, version, error, now) for source in sources]
+        self.ref("failures").append(spark.createDataFrame(rows, column_list(SCHEMAS["failures"])), None, version)
+
+    def append_df(self, df, table: str, version: int) -> None:
+        if self._not_written(df.sparkSession, table, version):
+            self.ref(table).append(df.select(*[n for n, _ in SCHEMAS[table]]), None, version)
+            self._written[table] = version
+
+    # -- loading ---------------------------------------------------------------
+    def load_progress(self, spark) -> tuple[int, dict[str, SourceState]]:
+        """The latest apply version and every source's carried state at it (and, kept for
+        :meth:`load_written`, the table versions its row records)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.window import Window
+
+        df = self.ref("progress").read(spark)
+        latest = (df.withColumn("_r", F.row_number().over(Window.partitionBy("source").orderBy(F.desc("apply_version"))))
+                  .where("_r = 1").select("source", "apply_version", "state", "table_versions").collect())
+        version = max((r.apply_version for r in latest), default=0)
+        self._table_versions.clear()
+        self._table_versions.update({r.source: None if r.table_versions is None else json.loads(r.table_versions)
+                                     for r in latest})
+        if any(v is None for v in self._table_versions.values()):   # rows from before the column: ask them all
+            for (source, rid, kind), found in self._query_written(spark).items():
+                pair = (self._table_versions.get(source) or {}).get(str(rid), [None, None])
+                pair[0 if kind == "silver table" else 1] = found
+                self._table_versions[source] = {**(self._table_versions.get(source) or {}), str(rid): pair}
+        return version, {r.source: SourceState.from_json(r.state) for r in latest}
+
+    def table_versions(self, source: str) -> dict[str, list]:
+        """``{"<relation id>": [silver version, history version]}`` of every table of the source a batch
+        changed, as the newest progress row records them (to carry into the next row)."""
+        return dict(self._table_versions.get(source) or {})
+
+    def keep_table_versions(self, source: str, versions: dict) -> None:
+        """What the source's progress row just written records (the next batch's row starts from it)."""
+        self._table_versions[source] = versions
+
+    def load_written(self) -> dict[tuple[str, int, str], int]:
+        """The Delta version the progress rows last recorded for each table a batch changed, by
+        ``(source, relation id, "silver table" | "history table")`` (from :meth:`load_progress`'s read)."""
+        out = {}
+        for source, versions in self._table_versions.items():
+            for rid, pair in (versions or {}).items():
+                for kind, found in zip(("silver table", "history table"), pair):
+                    if found is not None:
+                        out[(source, int(rid), kind)] = int(found)
+        return out
+
+    def _query_written(self, spark) -> dict[tuple[str, int, str], int]:
+        from pyspark.sql import functions as F
+
+        rows = (self.ref("progress").read(spark).select("source", F.explode("tables").alias("t"))
+                .groupBy("source", F.col("t.relation_id").alias("relation_id"))
+                .agg(F.max("t.silver_version").alias("silver"), F.max("t.history_version").alias("history"))
+                .collect())
+        out = {}
+        for r in rows:
+            for kind, found in (("silver table", r.silver), ("history table", r.history)):
+                if found is not None:
+                    out[(r.source, int(r.relation_id), kind)] = int(found)
+        return out
+
+    def load_history(self, spark, sources: Iterable[str] | None = None,
+                     through_version: int | None = None) -> dict[str, SchemaHistory]:
+        """Every source's relation versions and types; with ``through_version``, only those recorded by apply
+        versions up to it: a batch killed after its schema history append and before its progress left rows
+        of a version that is re-run, and its re-run must record them again in seq order, not meet them
+        already there (a Relation message that changed no shape is not a version, so it would be out of order)."""
+        histories: dict[str, SchemaHistory] = {}
+        history_rows = self.ref("schema_history").read(spark)
+        type_rows = self.ref("type_cache").read(spark)
+        if through_version is not None:
+            history_rows = history_rows.where(f"apply_version <= {int(through_version)}")
+            type_rows = type_rows.where(f"apply_version <= {int(through_version)}")
+        rows = history_rows.select("source", "seq", "lsn", "relation_message", "missing_values").collect()
+        per_source: dict[str, list] = {}
+        for r in rows:
+            missing = json.loads(r.missing_values) if r.missing_values else None
+            per_source.setdefault(r.source, []).append((r.seq, r.lsn, decode_message(bytes(r.relation_message)),
+                                                        missing))
+        for r in type_rows.select("source", "seq", "lsn", "type_oid", "namespace", "name").collect():
+            per_source.setdefault(r.source, []).append(
+                (r.seq, r.lsn, m.Type(None, r.type_oid, r.namespace, r.name)))
+        for source, entries in per_source.items():
+            history = SchemaHistory()
+            history.load(entries)
+            histories[source] = history
+        for source in sources or ():
+            histories.setdefault(source, SchemaHistory())
+        return histories
+
+
+# An error rebuilt from its text (a Python worker's failure, the decode's error column: errors.error_from_text)
+# keeps its context only in that text, rendered last: `` [source=<name>, seq=<n>, lsn=...]``. Names are
+# rendered as they are, so the name is everything up to the last ``, seq=<n>``.
+_SOURCE_IN_TEXT = re.compile(r" \[source=(.*), seq=-?\d+(?:, .*)?\]\Z", re.DOTALL)
+
+
+def failed_source(error: BaseException) -> str | None:
+    """The source a failed batch's error names, or None when it names none (the batch failed as a whole:
+    the driver stopped, another job wrote the same tables): a failure is never put on a source it did
+    not name."""
+    if not isinstance(error, CdcApplyError):
+        return None
+    source = error.context.get("source")
+    if source is not None:
+        return str(source)
+    found = _SOURCE_IN_TEXT.search(str(error))
+    return found.group(1) if found else None
+
+
+def relation_row(source: str, version, type_name, apply_version: int, now) -> tuple:
+    """A schema_history row for a new relation version; ``type_name(oid, typmod)`` names column types."""
+    message = m.Relation(None, version.relation_id, version.namespace, version.name, version.replica_identity,
+                         version.columns)
+    columns = [(c.name, c.type_oid, type_name(c.type_oid, c.type_modifier), c.type_modifier, c.key)
+               for c in version.columns]
+    names = dict(zip(version.lineage, version.column_names))
+    missing = json.dumps({names[lin]: text for lin, text in version.missing}) if version.missing else None
+    return (source, version.relation_id, version.seq, version.lsn, version.namespace, version.name,
+            version.replica_identity, columns, encode(message), apply_version, now, missing)
+
+
+_ARROW_SCHEMAS: dict[str, object] = {}
+
+
+def local_frame(spark, columns: list[tuple[str, str]], rows: list[tuple]):
+    """Rows (tuples in ``columns``' order, ``(name, Spark DDL)``) as a DataFrame, through Arrow: a batch of
+    100,000 transactions gives the transactions log as many rows, which Spark's per-row conversion and
+    type checks took ~15 s to take in."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    ddl = column_list(columns)
+    schema = _ARROW_SCHEMAS.get(ddl)
+    if schema is None:
+        schema = _ARROW_SCHEMAS[ddl] = to_arrow_schema(spark.createDataFrame([], ddl).schema)
+    try:
+        values = list(zip(*rows)) if rows else [[] for _ in columns]
+        arrays = [pa.array(list(v), type=f.type) for v, f in zip(values, schema)]
+    except (pa.ArrowException, TypeError, ValueError):   # a value Arrow will not take as it is: Spark's way
+        return spark.createDataFrame(rows, ddl)
+    return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=schema))

@@ -1,0 +1,335 @@
+"""Several silver tables of one source as of one PostgreSQL commit LSN (docs/HISTORY.md).
+
+Two ways to get there, with different precision:
+
+* **history** (tables that keep a history table): the state after *any* applied commit. The
+  frames show the newest applied commit at or below the LSN asked for.
+* **time travel** (every table): Delta versions recorded at the end of each batch (the progress
+  rows' ``tables``), so only batch ends: the frames show the newest batch end at or below the LSN.
+
+One read is consistent: every table shows the same LSN. When one table has no usable history (none
+kept, or kept only since a later LSN) the whole read falls back to the batch end, history tables
+included, and says so (``exact`` False when a commit between that batch end and the LSN asked for
+is not shown). Nothing newer than the last completed batch is shown, so a batch still being
+applied never shows half.
+
+Command line (prints each table, or writes it with ``--out``)::
+
+    cdc-apply as-of --config conf/shop.toml --lsn 16/B374D848 --tables public.orders,public.lines
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from cdc_apply.config import Config
+from cdc_apply.config.choices import Retype
+from cdc_apply.lake.books.bookkeeping import Bookkeeping
+from cdc_apply.lake.history.tables import PROP_COMPLETE_FROM
+from cdc_apply.lake.history.versions import HISTORY_COLUMNS, HistoryColumns
+from cdc_apply.lake.history.lsn import lsn_text, lsn_value
+from cdc_apply.delta.ddl import table_properties
+from cdc_apply.delta.refs import TableRef, history_ref, silver_ref
+from cdc_apply.errors import AsOfError
+
+METHODS = ("auto", "history", "time travel")
+
+
+@dataclass
+class AsOf:
+    """Silver tables of one source as of one commit LSN; ``frames[name]`` (or ``as_of[name]``) is a DataFrame."""
+
+    source: str
+    requested_lsn: int
+    lsn: int | None        # the commit LSN the frames show (None: nothing was applied at or below the LSN asked)
+    exact: bool            # True: the frames show the newest applied commit at or below requested_lsn
+    method: str            # "history" or "time travel"
+    frames: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)   # time travel: table -> Delta version read (None: empty then)
+
+    def __getitem__(self, name: str):
+        return self.frames[name]
+
+    @property
+    def lsn_text(self) -> str | None:
+        return lsn_text(self.lsn)
+
+
+def read_as_of(spark, config: Config, lsn: int | str, tables: Sequence[str] | None = None,
+               source: str | None = None, method: str = "auto") -> AsOf:
+    """DataFrames of ``tables`` (qualified names, e.g. ``"public.orders"``; default every table of the
+    source) as of the newest applied commit at or below ``lsn`` (a BIGINT or ``"X/Y"``).
+
+    ``method``: ``"auto"`` (history when every table keeps a usable one, else time travel to the newest
+    batch end), ``"history"`` (an :class:`AsOfError` when a table has none) or ``"time travel"``.
+    ``source`` is needed only when the pipeline applies several sources. Frames have the silver columns
+    that existed at the commit they show (:class:`ColumnsAt`), named as silver names them now.
+    """
+    from pyspark.sql import functions as F
+
+    if method not in METHODS:
+        raise AsOfError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    try:
+        wanted = lsn_value(lsn)
+    except (ValueError, TypeError):
+        raise AsOfError(f"not an LSN: {lsn!r} (a number, or PostgreSQL's X/Y text)") from None
+    books = Bookkeeping(config)
+    if not books.ref("progress").exists(spark):
+        raise AsOfError("nothing was applied yet (no progress table)", state=config.state.path or config.state.schema)
+    progress = books.ref("progress").read(spark)
+    source = _source(progress, source)
+    relations = _relations(books.load_history(spark).get(source), tables, config, source)
+    mine = progress.where(F.col("source") == source)
+    newest = mine.agg(F.max("applied_commit_lsn")).first()[0]
+    cap = min(wanted, newest) if newest is not None else None
+    applied = _newest_commit(spark, books, source, cap)
+    usable = {}
+    if method != "time travel":
+        for name, rel in relations.items():
+            ref = _history_of(spark, config, source, rel)
+            if ref is not None and applied is not None and _complete_from(spark, ref) <= applied:
+                usable[name] = ref
+    if method == "history" and len(usable) < len(relations):
+        missing = sorted(set(relations) - set(usable))
+        raise AsOfError(f"no history table complete at that LSN for {', '.join(missing)}", lsn=lsn_text(wanted))
+    if method != "time travel" and len(usable) == len(relations):
+        frames = {name: _from_history(spark, ref, config, applied, ColumnsAt(relations[name], config, applied))
+                  for name, ref in usable.items()}
+        return AsOf(source, wanted, applied, True, "history", frames)
+    # Every table by time travel to the same batch end: one kind of state, each table as it was then.
+    end, version = _batch_end(mine, wanted)
+    result = AsOf(source, wanted, end, end == applied, "time travel")
+    for name, rel in relations.items():
+        first = rel.versions[0]
+        ref = silver_ref(config, first.namespace, first.name, source)
+        if not ref.exists(spark):
+            raise AsOfError("the table has no silver table", table=name, source=source)
+        delta_version = _silver_version(spark, mine, rel.relation_id, ref, version, end)
+        result.versions[name] = delta_version
+        frame = _time_travel(spark, ref, delta_version, name)
+        result.frames[name] = ColumnsAt(rel, config, end).of_silver(frame)
+    return result
+
+
+def as_of_views(spark, config: Config, lsn: int | str, tables: Sequence[str] | None = None,
+                source: str | None = None, method: str = "auto", prefix: str = "") -> AsOf:
+    """:func:`read_as_of`, each frame registered as a temporary view for SQL: ``<prefix><relation name>``
+    (``<prefix><namespace>__<name>`` when two tables share a relation name)."""
+    result = read_as_of(spark, config, lsn, tables, source, method)
+    short = [name.split(".", 1)[-1] for name in result.frames]
+    for name, frame in result.frames.items():
+        view = name.split(".", 1)[-1] if short.count(name.split(".", 1)[-1]) == 1 else name.replace(".", "__", 1)
+        frame.createOrReplaceTempView(prefix + view)
+    return result
+
+
+# -- the parts -----------------------------------------------------------------------------------
+def _source(progress, source: str | None) -> str:
+    sources = sorted(r.source for r in progress.select("source").distinct().collect())
+    if source is not None:
+        if source not in sources:
+            raise AsOfError(f"no source {source!r} was applied (known: {', '.join(sources) or 'none'})")
+        return source
+    if len(sources) != 1:
+        raise AsOfError(f"the pipeline applies {len(sources)} sources ({', '.join(sources)}): name one "
+                        "(LSNs of different sources cannot be compared)")
+    return sources[0]
+
+
+def _relations(history, tables, config: Config, source: str) -> dict:
+    """Qualified name (current) -> RelationHistory, for the tables asked for (default: every applied one)."""
+    known = {} if history is None else {r.latest.qualified_name: r for r in history.relations.values()}
+    if tables is None:
+        return {name: rel for name, rel in sorted(known.items()) if config.table_selected(name)}
+    out = {}
+    for name in tables:
+        rel = known.get(name) or next((r for r in known.values() if r.versions[0].qualified_name == name), None)
+        if rel is None:
+            raise AsOfError("no relation of that name was applied", table=name, source=source)
+        out[rel.latest.qualified_name] = rel
+    return out
+
+
+def _newest_commit(spark, books: Bookkeeping, source: str, cap: int | None) -> int | None:
+    """The newest applied commit (of a transaction that changed something) at or below ``cap``."""
+    from pyspark.sql import functions as F
+
+    if cap is None:
+        return None
+    log = books.ref("transactions").read(spark)
+    return log.where((F.col("source") == source) & (F.col("commit_lsn") <= cap)).agg(F.max("commit_lsn")).first()[0]
+
+
+def _history_of(spark, config: Config, source: str, rel) -> TableRef | None:
+    """The relation's history table, when the configuration keeps one (a history no longer kept stops
+    at the batch it was turned off: it cannot answer later LSNs)."""
+    if config.history_for(rel.latest.qualified_name) is None:
+        return None
+    first = rel.versions[0]
+    ref = history_ref(config, first.namespace, first.name, source)
+    return ref if ref.exists(spark) else None
+
+
+def _complete_from(spark, ref: TableRef) -> int:
+    value = table_properties(spark, ref).get(PROP_COMPLETE_FROM)
+    return int(value) if value is not None else 2 ** 63  # never written: not usable
+
+
+class ColumnsAt:
+    """Which of a table's columns existed at one commit LSN, named as the table names them now.
+
+    A column exists from the relation version that added it: the version in effect at ``lsn`` is the
+    last one that took effect at or before it (a relation version takes effect with the first change
+    made under it, at that transaction's commit LSN; PostgreSQL describes a table only with a change).
+    Columns are told apart by their lineage across versions (:mod:`cdc_apply.planning.schema`), so a
+    column renamed since is the same column under its new name."""
+
+    def __init__(self, rel, config: Config, lsn: int | None) -> None:
+        from cdc_apply.planning.tables import initial_columns, transition
+
+        def same(oid: int, typmod: int) -> str:
+            return "STRING"   # names and lineage only: a type change renames and drops nothing
+
+        self.steps = [initial_columns(rel.versions[0], same)]
+        for old, new in zip(rel.versions, rel.versions[1:]):
+            self.steps.append(transition(self.steps[-1], old, new, same, config.silver.drop_columns, Retype.REWRITE)[0])
+        at = 0
+        for index, version in enumerate(rel.versions):
+            if lsn is not None and version.lsn <= lsn:
+                at = index
+        self.lineages = set(rel.versions[at].lineage)
+        self.current = {c.lineage: c.name for c in self.steps[-1]}
+
+    def shown(self, names: list[str]) -> list[tuple[str, str]]:
+        """``(column, name shown)`` of the table's ``names`` (a frame of the table as it was after some
+        relation version) that existed at the LSN, in their order; metadata columns stay."""
+        step = min(reversed(self.steps), key=lambda cols: len(set(names) - {c.name for c in cols}))
+        lineage = {c.name: c.lineage for c in step}
+        kept = [(n, self.current.get(lineage[n], n) if n in lineage else n) for n in names
+                if n not in lineage or lineage[n] in self.lineages]
+        if len({shown for _, shown in kept}) < len(kept):   # a name taken since by another column
+            return [(n, n) for n, _ in kept]
+        return kept
+
+    def of_silver(self, frame):
+        """``frame`` (silver as of a Delta version) with the columns that existed at the LSN, named as now."""
+        from pyspark.sql import functions as F
+
+        return frame.select(*[F.col(_quoted(n)).alias(shown) for n, shown in self.shown(frame.columns)])
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _from_history(spark, ref: TableRef, config: Config, lsn: int | None, at: ColumnsAt):
+    """The history table's versions valid at ``lsn``, one row per copy, with the silver columns that
+    existed at ``lsn``. A column dropped with ``drop_columns = "drop"`` left the history table too."""
+    from pyspark.sql import functions as F
+
+    h = HistoryColumns(config.silver.metadata_prefix)
+    df = ref.read(spark)
+    own = {config.silver.metadata_prefix + c for c in HISTORY_COLUMNS}
+    columns = [F.col(_quoted(c)).alias(shown) for c, shown in at.shown([c for c in df.columns if c not in own])]
+    if lsn is None:
+        return df.select(*columns).limit(0)
+    valid = (F.col(h.valid_from_lsn) <= lsn) & (F.col(h.valid_to_lsn).isNull() | (F.col(h.valid_to_lsn) > lsn))
+    copies = F.explode(F.array_repeat(F.lit(1), F.col(h.copies).cast("int")))
+    return df.where(valid).select(*columns, copies.alias("_copy")).drop("_copy")
+
+
+def _batch_end(progress, lsn: int) -> tuple[int | None, int]:
+    """(applied commit LSN, apply version) of the newest batch end at or below ``lsn`` ((None, 0): none)."""
+    from pyspark.sql import functions as F
+
+    row = (progress.where(F.col("applied_commit_lsn").isNotNull() & (F.col("applied_commit_lsn") <= lsn))
+           .orderBy(F.desc("apply_version")).select("applied_commit_lsn", "apply_version").first())
+    return (None, 0) if row is None else (int(row.applied_commit_lsn), int(row.apply_version))
+
+
+def _silver_version(spark, progress, relation_id: int, ref: TableRef, version: int, end: int | None) -> int | None:
+    """The silver table's Delta version at the end of apply version ``version``: the newest the progress
+    rows record for it up to then; for batches applied before progress recorded versions, the newest
+    data commit whose ``userMetadata`` says it applied nothing past ``end``."""
+    from pyspark.sql import functions as F
+
+    if end is None:
+        return None
+    recorded = (progress.where(F.col("apply_version") <= version).select(F.explode("tables").alias("t"))
+                .where(F.col("t.relation_id") == relation_id).agg(F.max("t.silver_version")).first()[0])
+    if recorded is not None:
+        return int(recorded)
+    from cdc_apply.lake.books.commit_tag import decode_tag
+    from cdc_apply.lake.history.lsn import lsn_value as value
+
+    best = None
+    for row in ref.delta_table(spark).history().select("version", "userMetadata").collect():
+        tag = decode_tag(row.userMetadata) or {}
+        if "last_commit_lsn" in tag and value(tag["last_commit_lsn"]) <= end:
+            best = max(best or -1, int(row.version))
+    return best
+
+
+def _time_travel(spark, ref: TableRef, version: int | None, name: str):
+    if version is None:  # no change of the table was applied by then
+        return ref.read(spark).limit(0)
+    try:
+        reader = spark.read.format("delta").option("versionAsOf", version)
+        df = reader.load(ref.path) if ref.path else reader.table(ref.name)
+        df.schema  # noqa: B018 - resolves the version now, so a vacuumed one fails here
+        return df
+    except Exception as exc:  # noqa: BLE001 - Delta's own message says which files are gone
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise AsOfError(f"Delta version {version} of {ref} cannot be read ({first[:300]}); it may have been "
+                        "vacuumed: keep a history table for reads this far back", table=name) from None
+
+
+def add_arguments(parser) -> None:
+    """The options of ``cdc-apply as-of`` (and ``python -m cdc_apply.lake.history.as_of``)."""
+    parser.add_argument("--config", required=True, metavar="FILE")
+    parser.add_argument("--lsn", required=True, help="X/Y (as PostgreSQL prints it) or a number")
+    parser.add_argument("--tables", default=None, help="comma-separated qualified names (default: every table)")
+    parser.add_argument("--source", default=None, help="needed when the pipeline applies several sources")
+    parser.add_argument("--method", choices=METHODS, default="auto")
+    parser.add_argument("--show", type=int, default=20, metavar="N", help="rows printed per table (default 20)")
+    parser.add_argument("--out", default=None, metavar="DIR", help="write each table as Parquet under DIR instead")
+
+
+def run_cli(args) -> int:
+    """Print (or write under ``--out``) each table as of the LSN; a :class:`CdcApplyError` propagates."""
+    from cdc_apply.config import load_config
+    from cdc_apply.spark import spark_session
+
+    config = load_config(args.config)
+    result = read_as_of(spark_session(f"cdc_apply-as-of-{config.pipeline}"), config, args.lsn,
+                        args.tables.split(",") if args.tables else None, args.source, args.method)
+    print(f"source {result.source}: as of {result.lsn_text} ({result.lsn}), asked {lsn_text(result.requested_lsn)}, "
+          f"by {result.method}{'' if result.exact else ' (a batch end: later commits up to the LSN asked are not shown)'}")
+    for name, frame in result.frames.items():
+        if args.out:
+            frame.write.mode("overwrite").parquet(f"{args.out.rstrip('/')}/{name}")
+            print(f"{name}: written to {args.out.rstrip('/')}/{name}")
+        else:
+            print(f"{name}:")
+            frame.show(args.show, truncate=False)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from cdc_apply.errors import CdcApplyError
+
+    parser = argparse.ArgumentParser(prog="python -m cdc_apply.lake.history.as_of",
+                                     description="silver tables of one source as of one PostgreSQL commit LSN")
+    add_arguments(parser)
+    try:
+        return run_cli(parser.parse_args(argv))
+    except CdcApplyError as err:
+        print(f"as_of: error: {err}")
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

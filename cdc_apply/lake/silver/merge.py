@@ -1,0 +1,388 @@
+"""Collapse one silver table's changes to one row per key and MERGE them.
+
+Changes arrive as decoded rows of one or more relation versions (slots). They
+are projected onto the silver columns (``n_i`` value, ``x_i`` "the change
+carries column i"), turned into per-key events — an update that changes the
+key is a delete of the old key and a *move-in* to the new one — and reduced
+per key in commit order:
+
+* the last event decides: delete, or upsert;
+* a column the last event does not carry (unchanged TOAST, or a column its
+  relation version did not have) takes the last value an earlier event of the
+  same key carried in this batch; if none did, the MERGE keeps the value the
+  silver row already has — never a placeholder;
+* a move-in's unchanged TOAST columns come from the old key's row just before
+  the move (earlier in the batch, else silver), resolved before the reduction
+  (:mod:`cdc_apply.lake.silver.merge_moves`).
+
+Tables without a key (REPLICA IDENTITY FULL, or no identity) are matched on
+all values, with exact duplicate counts: see :func:`merge_keyless`. A table
+Delta's MERGE cannot write (a column name holding a backtick while its Change
+Data Feed is on) gets the same rows through :mod:`cdc_apply.lake.silver.replace_rows`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+from typing import Sequence
+
+from cdc_apply.planning.table_plan import TableWork
+from cdc_apply.delta.names import quote_ident
+from cdc_apply.errors import ApplyError
+from cdc_apply.planning import columns as cc
+
+# The collapse's output is materialised (localCheckpoint) as row blocks, one per partition; a block
+# evicted to disk is read back whole, so a wide table's batch needs more partitions than the default.
+CELLS_PER_PARTITION = 2_000_000
+
+# Spark settings for the sessions that build and run the MERGEs: the job's session while a batch runs
+# (restored after; the sources are built from the decoded rows, which belong to it) and each table's.
+# Constraint propagation off: a wide table's source has a few expressions per column, and Catalyst's
+# constraint propagation grows much faster than that. Whole-stage code generation up to 400 nested
+# fields (Spark's default stops at 100): Delta's queries over its log (its actions have 138) otherwise
+# run without it, and every task of them generates its projections' Java source again. Rows wider than
+# 400 fields (a ~100-column table's MERGE source) stay on Spark's default path. Their evidence:
+# docs/BENCHMARKS.md, "The settings the job ships".
+BATCH_SETTINGS = {"spark.sql.constraintPropagation.enabled": "false", "spark.sql.codegen.maxFields": "400"}
+
+# Off: a MERGE rewrites the files it touches instead of marking rows in deletion vectors (see writes_deletion_vectors).
+PERSISTENT_DVS = "spark.databricks.delta.merge.deletionVectors.persistent"
+# Below this many changes of a table in a batch a MERGE always uses deletion vectors: counting the
+# table's rows costs more than the choice can save.
+REWRITE_MIN_CHANGES = 10_000
+# A batch's new keys are appended in a commit of their own only from this many Inserts of the table on:
+# that commit costs Spark jobs and a Delta commit, more than a few thousand rows cost in the MERGE's join
+# (docs/BENCHMARKS.md). An insert-only batch of new keys is one append whatever its size.
+NEW_KEYS_APPEND_MIN = 10_000
+
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    missing: int = 0  # updates of rows silver does not have, whose unchanged TOAST values could not be filled
+
+
+def project(decoded, work: TableWork):
+    """The table's change rows: silver-column values ``n_i``/``o_i``, ``x_i`` the change carries column i,
+    ``p_i`` column i exists in the change's relation version (``p_i and not x_i``: unchanged TOAST).
+
+    Built as SQL text, one expression per output column: through the Column API the same projection
+    takes ~100 Py4J calls per column, every table, every batch."""
+    from pyspark.sql import functions as F
+
+    where = _slot_in_sql(s.slot for s in work.slots)
+    if work.truncate_after is not None:
+        lsn, seq = work.truncate_after
+        where = f"{where} AND (`commit_lsn` > {int(lsn)} OR (`commit_lsn` = {int(lsn)} AND `seq` > {int(seq)}))"
+    rows = decoded.where(where)
+    exprs = [F.expr(f"`{source}` AS {quote_ident(name)}") for source, name in (
+        ("seq", cc.SEQ), ("commit_lsn", cc.COMMIT_LSN), ("commit_ts", cc.COMMIT_TS), ("xid", cc.XID),
+        ("origin", cc.ORIGIN), ("user", cc.USER), ("op", cc.OP), ("old_kind", cc.OLD_KIND))]
+    not_delete = "`op` <> 'D'"
+    all_slots = {s.slot for s in work.slots}
+    # silver column -> its position in each slot's relation version
+    positions_of = [{i: j for j, i in enumerate(sm.mapping) if i is not None} for sm in work.slots]
+    for i, column in enumerate(work.columns):
+        # Slots reading column i from the same pooled column and type form one branch: a column keeps
+        # its pooled column across relation versions, so a table with many versions in one batch
+        # (renames, columns added and dropped) costs no CASE branch per version and column. Its
+        # position, which the unchanged-TOAST list names, is looked up by slot in a constant array.
+        groups: dict[tuple[int, str], dict[int, int]] = {}   # (pooled, ddl) -> slot -> position
+        for sm, positions in zip(work.slots, positions_of):
+            j = positions.get(i)
+            if j is not None:
+                groups.setdefault((sm.pooled[j], sm.ddls[j]), {})[sm.slot] = j
+        new_v = old_v = f"CAST(NULL AS {column.spark_ddl})"
+        carried = "false"
+        for (pooled, ddl), positions in reversed(list(groups.items())):
+            nv, ov = f"`new_{pooled}`", f"`old_{pooled}`"
+            if ddl != column.spark_ddl:
+                nv, ov = f"CAST({nv} AS {column.spark_ddl})", f"CAST({ov} AS {column.spark_ddl})"
+            cv = f"({not_delete} AND NOT coalesce(array_contains(`toast`, {_position_sql(positions)}), false))"
+            if set(positions) == all_slots:
+                new_v, old_v, carried = nv, ov, cv
+            else:
+                hit = _slot_in_sql(positions)
+                new_v, old_v, carried = (_case(hit, nv, new_v), _case(hit, ov, old_v), _case(hit, cv, carried))
+        holders = {k for positions in groups.values() for k in positions}
+        older = {sm.slot for sm in work.slots for c, added, _ in work.defaults
+                 if c == i and sm.version_seq < added and sm.slot not in holders}
+        new_c = F.expr(f"{new_v} AS {quote_ident(cc.value(i))}")
+        if older:  # rows of versions before the column existed read its missing value
+            value = next(v for c, _, v in work.defaults if c == i)
+            hit = _slot_in_sql(older)
+            # A Column, not text: the value is a typed Python value, which F.lit renders exactly.
+            new_c = (F.when(F.expr(hit), F.lit(value).cast(column.spark_ddl)).otherwise(F.expr(new_v))
+                     .alias(cc.value(i)))
+            carried = _case(hit, not_delete, carried)
+            holders |= older
+        present = (not_delete if holders == all_slots else
+                   f"({_slot_in_sql(holders)} AND {not_delete})" if holders else "false")
+        exprs += [new_c, F.expr(f"{old_v} AS {quote_ident(cc.old(i))}"),
+                  F.expr(f"{carried} AS {quote_ident(cc.carried(i))}"),
+                  F.expr(f"{present} AS {quote_ident(cc.present(i))}")]
+    return rows.select(*exprs)
+
+
+def _case(condition: str, then: str, otherwise: str) -> str:
+    return f"CASE WHEN {condition} THEN {then} ELSE {otherwise} END"
+
+
+def _position_sql(positions: dict[int, int]) -> str:
+    """The column's position in each row's relation version: a literal when all agree, else read from a
+    constant array indexed by slot (O(1) per row, however many versions)."""
+    distinct = set(positions.values())
+    if len(distinct) == 1:
+        return str(int(distinct.pop()))
+    table = [-1] * (max(positions) + 1)
+    for slot, j in positions.items():
+        table[slot] = j
+    return f"element_at(array({', '.join(map(str, table))}), `slot` + 1)"
+
+
+def _slot_in_sql(slots) -> str:
+    """``slot IN (...)``, or ``false`` for no slot."""
+    listed = ", ".join(str(int(k)) for k in sorted(slots))
+    return f"`slot` IN ({listed})" if listed else "false"
+
+
+def null_safe_equal(a: Sequence, b: Sequence):
+    return reduce(lambda x, y: x & y, [p.eqNullSafe(q) for p, q in zip(a, b)])
+
+
+def key_events(projected, work: TableWork):
+    """Per-key events: ``k_*`` key, ``_kind`` I/U/D/M(move-in), ``_src_k_*`` the old key of a move.
+
+    One pass over the change rows: a row that keeps its key is one event, a key move two (a delete
+    of the old key, then a move-in to the new one), generated by one ``explode`` — not a union of
+    three selections, each of which would read the batch's decoded rows again.
+    """
+    from pyspark.sql import functions as F
+
+    ki = work.key_index
+    n, nk = len(work.columns), len(ki)
+    has_old = F.col(cc.OLD_KIND).isNotNull()
+    k_new = [F.col(cc.value(i)) for i in ki]
+    k_old = [F.when(has_old, F.col(cc.old(i))).otherwise(F.col(cc.value(i))) for i in ki]
+    moved = (F.col(cc.OP) == "U") & ~null_safe_equal(k_old, k_new)
+    meta = [cc.SEQ, *cc.EVENT_META]
+    key_ddl = [work.columns[i].spark_ddl for i in ki]
+
+    def event(kind, sub: int, move: bool, out: bool, keys, sources):
+        return F.struct(kind.alias("kind"), F.lit(sub).alias("sub"), F.lit(move).alias("move"),
+                        F.lit(out).alias("out"),
+                        *[k.cast(t).alias(cc.key(p)) for p, (k, t) in enumerate(zip(keys, key_ddl))],
+                        *[(F.lit(None) if s is None else s).cast(t).alias(cc.sets(p))
+                          for p, (s, t) in enumerate(zip(sources, key_ddl))])
+
+    none = [None] * nk
+    plain = event(F.col(cc.OP), 0, False, False,
+                  [F.when(F.col(cc.OP) == "D", o).otherwise(k) for o, k in zip(k_old, k_new)], none)
+    pair = F.array(event(F.lit("D"), 0, True, True, k_old, none), event(F.lit("M"), 1, True, False, k_new, k_old))
+    e = F.col("_e")
+    out = e["out"]
+    exploded = projected.select(*meta, *[c for i in range(n) for c in (cc.value(i), cc.carried(i), cc.present(i))],
+                                F.explode(F.when(moved, pair).otherwise(F.array(plain))).alias("_e"))
+    values = []
+    for i, column in enumerate(work.columns):
+        # A move-out carries no values: the old key's row goes away.
+        values += [F.when(out, F.lit(None).cast(column.spark_ddl)).otherwise(F.col(cc.value(i))).alias(cc.value(i)),
+                   (~out & F.col(cc.carried(i))).alias(cc.carried(i)), (~out & F.col(cc.present(i))).alias(cc.present(i))]
+    return exploded.select(
+        *meta, *values, e["kind"].alias(cc.KIND), e["sub"].alias("_sub"), e["move"].alias("_move"),
+        *[e[cc.key(p)].alias(cc.key(p)) for p in range(nk)], *[e[cc.sets(p)].alias(f"_src_k_{p}") for p in range(nk)])
+
+
+def key_window(nkeys: int, frame_to_current: bool = True):
+    from pyspark.sql import Window
+
+    w = Window.partitionBy(*[cc.key(p) for p in range(nkeys)]).orderBy(cc.COMMIT_LSN, cc.SEQ, "_sub")
+    return w.rowsBetween(Window.unboundedPreceding, Window.currentRow) if frame_to_current else w
+
+
+def collapse(events, work: TableWork, has_toast: bool, partitions: int | None = None):
+    """One row per key: ``_action`` delete/upsert, values ``v_i``, set flags ``s_i``, ``_complete``.
+
+    ``partitions``: hash the events by key into this many partitions (the window then needs no other
+    shuffle), so that each partition of the result stays small (see :func:`collapse_partitions`).
+    """
+    from pyspark.sql import functions as F
+
+    n, nk = len(work.columns), len(work.key_index)
+    if partitions:
+        events = events.repartition(partitions, *[F.col(cc.key(p)) for p in range(nk)])
+    w = key_window(nk)
+    w_all = key_window(nk, frame_to_current=False)
+    cols = [F.col(cc.key(p)) for p in range(nk)] + [F.col(c) for c in (cc.SEQ, *cc.EVENT_META, cc.KIND)]
+    for i in range(n):
+        if has_toast:
+            r = F.last(F.when(F.col(cc.carried(i)), F.struct(F.col(cc.value(i)).alias("v"))), ignorenulls=True).over(w)
+        else:
+            r = F.when(F.col(cc.carried(i)), F.struct(F.col(cc.value(i)).alias("v")))
+        cols += [r.alias(f"r_{i}"), F.col(cc.present(i))]
+    cols.append(F.lead(cc.SEQ).over(w_all).alias("_next"))
+    cols.append(F.first(cc.KIND).over(w).alias("_first"))
+    reduced = events.select(*cols).where(F.col("_next").isNull())
+    out = [F.col(cc.key(p)) for p in range(nk)] + [F.col(c) for c in cc.EVENT_META]
+    out.append(F.when(F.col(cc.KIND) == "D", F.lit("delete")).otherwise(F.lit("upsert")).alias("_action"))
+    # The key's first event in the batch inserted it (or moved it in): under a unique key it cannot be
+    # in silver yet (see SilverTables._new_keys_are_new), so its row can be appended without a join.
+    out.append(F.col("_first").isin("I", "M").alias("_new"))
+    for i in range(n):
+        out += [F.col(f"r_{i}.v").alias(cc.final(i)), F.col(f"r_{i}").isNotNull().alias(cc.sets(i))]
+    # Complete: every column of the final change's version has a value (no TOAST gap left for silver to fill).
+    out.append(reduce(lambda a, b: a & b, [F.col(f"r_{i}").isNotNull() | ~F.col(cc.present(i)) for i in range(n)],
+                      F.lit(True)).alias("_complete"))
+    return reduced.select(*out)
+
+
+def collapse_partitions(rows: int, columns: int, default: int) -> int | None:
+    """Partitions for a collapse of ``rows`` changes of a table of ``columns`` columns, when more than
+    ``default`` (the shuffle partitions) are needed: about CELLS_PER_PARTITION values each."""
+    wanted = -(-rows * (columns + 8) // CELLS_PER_PARTITION)
+    return wanted if wanted > default else None
+
+
+def writes_deletion_vectors(changes: int, table_rows, rewrite_share: float, table_bytes=None,
+                            rewrite_table_bytes: int = 0) -> bool:
+    """Whether a MERGE of ``changes`` changes should mark rows in deletion vectors (else rewrite files).
+
+    Deletion vectors make a MERGE's cost follow the batch, not the table: it writes the changed rows
+    and marks their old copies, where a rewrite also copies every untouched row of each file it
+    touches. But building the vectors is a pass of its own (several small Spark jobs): a table whose files
+    total less than ``rewrite_table_bytes`` costs less to rewrite, even whole, than that pass. A batch
+    that changes ``rewrite_share`` of the table's rows or more touches nearly every file either way;
+    then the rewrite is the cheaper MERGE too (one pass fewer over source and target). Rewritten files
+    leave readers no vectors to apply. ``table_bytes`` (None or a callable: None when unknown) is called only with a
+    ``rewrite_table_bytes``; ``table_rows`` only for batches of ``REWRITE_MIN_CHANGES`` or more.
+    """
+    if rewrite_table_bytes and table_bytes is not None:
+        size = table_bytes()
+        if size is not None and size < rewrite_table_bytes:
+            return False
+    if changes < REWRITE_MIN_CHANGES:
+        return True
+    return changes < rewrite_share * table_rows()
+
+
+def key_range(collapsed, work: TableWork):
+    """``(rows, lowest key, highest key)`` of the collapsed rows — one small job; the range only for a
+    single-column key (``None`` otherwise)."""
+    from pyspark.sql import functions as F
+
+    if len(work.key_index) != 1:
+        return collapsed.count(), None, None
+    row = collapsed.agg(F.count(F.lit(1)), F.min("k_0"), F.max("k_0")).first()
+    return row[0], row[1], row[2]
+
+
+def merge_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None) -> MergeResult:
+    """MERGE the collapsed rows: delete; update the columns each row carries (the rest keep silver's
+    values); insert rows with nothing left to fill from silver. ``bounds`` (lowest, highest key of a
+    single-column key) go into the join condition, so Delta skips silver files outside them — a
+    batch of recent keys reads only the files that hold recent keys."""
+    from pyspark.sql import functions as F
+
+    from cdc_apply.lake.silver.replace_rows import needs_replace, replace_keyed
+
+    if needs_replace(spark, work):
+        return replace_keyed(spark, collapsed, work, bounds)
+    key_names = [work.columns[i].name for i in work.key_index]
+    condition = " AND ".join(f"t.{quote_ident(k)} = s.`{cc.key(p)}`" for p, k in enumerate(key_names))
+    if bounds is not None and bounds[0] is not None:
+        column = F.col(f"t.{quote_ident(key_names[0])}")
+        ddl = work.columns[work.key_index[0]].spark_ddl
+        condition = F.expr(condition) & column.between(F.lit(bounds[0]).cast(ddl), F.lit(bounds[1]).cast(ddl))
+    meta = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
+    assignments = {quote_ident(c.name): F.when(F.col(f"s.`{cc.sets(i)}`"), F.col(f"s.`{cc.final(i)}`"))
+                   .otherwise(F.col(f"t.{quote_ident(c.name)}")) for i, c in enumerate(work.columns)}
+    assignments.update(meta)
+    # A row silver lacks can be inserted only when no unchanged-TOAST value of it is missing: like
+    # PostgreSQL's apply worker, an update of a missing row is otherwise skipped.
+    values = {quote_ident(c.name): F.col(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
+    values.update(meta)
+    metrics = (work.ref.delta_table(spark).alias("t").merge(collapsed.alias("s"), condition)
+               .whenMatchedDelete(condition="s._action = 'delete'")
+               .whenMatchedUpdate(condition="s._action = 'upsert'", set=assignments)
+               .whenNotMatchedInsert(condition="s._action = 'upsert' AND s._complete", values=values)
+               .execute().collect())
+    row = metrics[0].asDict() if metrics else {}
+    return MergeResult(row.get("num_inserted_rows", 0) or 0, row.get("num_updated_rows", 0) or 0,
+                       row.get("num_deleted_rows", 0) or 0)
+
+
+def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False) -> MergeResult:
+    """Tables matched on all values: apply each distinct row's changes in commit order, duplicates exact.
+
+    Each Insert adds one copy of its row, each Delete removes one copy of its
+    old row, an Update does both, old row first (its unchanged TOAST columns
+    come from the old row, which REPLICA IDENTITY FULL sends whole). A removal
+    that finds no copy left changes nothing (as in PostgreSQL's apply worker),
+    so order matters: from ``c`` copies in silver, steps of +1/-1 with running
+    sums ``S_k`` leave ``max(c + S_n, S_n - min(0, min_k S_k))`` copies (a
+    Delete of a row silver lacks, then its Insert: one copy, not none). Delta
+    cannot delete k of n identical rows, so when copies go away all ``c`` are
+    deleted and the rest re-inserted (with the batch's latest commit metadata).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from cdc_apply.lake.silver.replace_rows import Step, needs_replace, replace_keyless, silver_before
+
+    n = len(work.columns)
+    step = Step(spark, work.ref) if needs_replace(spark, work) else None
+    meta_cols = list(cc.EVENT_META)
+    if projected.where((F.col(cc.OP) == "U") & F.col(cc.OLD_KIND).isNull()).limit(1).count():
+        raise ApplyError("an update without its old row on a table without a key: cannot tell which row changed; "
+                         "set REPLICA IDENTITY FULL or configure the key", table=work.qualified_name)
+    filled = [F.when(F.col(cc.carried(i)), F.col(cc.value(i))).when(F.col(cc.present(i)), F.col(cc.old(i))) for i in range(n)]
+    order = lambda step: F.struct(cc.COMMIT_LSN, cc.SEQ, F.lit(step).alias("_step"))  # noqa: E731
+    meta = [F.col(c) for c in meta_cols]
+    adds = projected.where(F.col(cc.OP).isin("I", "U")).select(
+        *[v.alias(cc.final(i)) for i, v in enumerate(filled)], F.lit(1).alias("_d"), order(1).alias("_o"), *meta)
+    subs = projected.where(F.col(cc.OP).isin("U", "D")).select(
+        *[F.col(cc.old(i)).alias(cc.final(i)) for i in range(n)], F.lit(-1).alias("_d"), order(0).alias("_o"), *meta)
+    values = [cc.final(i) for i in range(n)]
+    running = Window.partitionBy(*values).orderBy("_o").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    net = (adds.unionByName(subs).withColumn("_s", F.sum("_d").over(running)).groupBy(*values)
+           .agg(F.sum("_d").alias("_d"), F.least(F.min("_s"), F.lit(0)).alias("_low"),
+                F.max_by(F.struct(*meta_cols), "_o").alias("_m"))
+           .where("_d != 0 OR _low < 0"))
+    net = net.select(*values, "_d", "_low", *[F.col(f"_m.{c}").alias(c) for c in meta_cols]).localCheckpoint()
+    if target_empty:
+        counted = net.withColumn("_c", F.lit(0).cast("long"))
+    else:
+        silver = work.ref.read(spark) if step is None else silver_before(spark, work.ref, step)
+        target = silver.select(*[F.col(quote_ident(c.name)).alias(cc.final(i))
+                                               for i, c in enumerate(work.columns)])
+        cond = null_safe_equal([target[v] for v in values], [F.col(f"_n.{v}") for v in values])
+        present = (target.join(F.broadcast(net.select(*values).alias("_n")), cond, "left_semi")
+                   .groupBy(*values).agg(F.count(F.lit(1)).alias("_c")))
+        counted = net.alias("a").join(present.alias("b"), null_safe_equal(
+            [F.col(f"a.{v}") for v in values], [F.col(f"b.{v}") for v in values]), "left").select(
+            *[F.col(f"a.{v}") for v in values], "a._d", "a._low", *[F.col(f"a.{c}") for c in meta_cols],
+            F.coalesce(F.col("b._c"), F.lit(0)).alias("_c"))
+    counted = counted.withColumn("_new", F.greatest(F.col("_c") + F.col("_d"), F.col("_d") - F.col("_low")))
+    if step is not None:
+        return replace_keyless(spark, counted, work, values, step)
+    fewer = F.col("_new") < F.col("_c")
+    deletes = counted.where(fewer).select(*values, *meta_cols, F.lit("del").alias(cc.KIND))
+    copies = F.when(fewer, F.col("_new")).otherwise(F.col("_new") - F.col("_c"))
+    inserts = (counted.where(copies > 0).withColumn("_k", F.explode(F.sequence(F.lit(1), copies.cast("int"))))
+               .select(*values, *meta_cols, F.lit("ins").alias(cc.KIND)))
+    source = deletes.unionByName(inserts)
+    condition = " AND ".join(f"t.{quote_ident(c.name)} <=> s.`{cc.final(i)}`" for i, c in enumerate(work.columns))
+    meta_set = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
+    insert_values = {quote_ident(c.name): F.col(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
+    insert_values.update(meta_set)
+    metrics = (work.ref.delta_table(spark).alias("t")
+               .merge(source.alias("s"), f"({condition}) AND s._kind = 'del'")
+               .whenMatchedDelete()
+               .whenNotMatchedInsert(condition="s._kind = 'ins'", values=insert_values)
+               .execute().collect())
+    row = metrics[0].asDict() if metrics else {}
+    return MergeResult(row.get("num_inserted_rows", 0) or 0, 0, row.get("num_deleted_rows", 0) or 0)

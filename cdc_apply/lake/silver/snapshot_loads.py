@@ -1,0 +1,148 @@
+"""A snapshot's rows from bronze straight into its emptied silver table (see cdc_apply.planning.snapshot_loads).
+
+One Spark job per batch and table: read each loaded snapshot's Insert rows from bronze by seq range,
+decode them with the batch's decode stage narrowed to the snapshot's one relation version (so every
+type, rename, column default and metadata column comes out exactly as through the general path),
+project onto silver's columns and append — no persisted change rows, no per-key collapse, no join.
+A key-range chunk empties only its range first (:func:`clear_ranges`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial, reduce
+
+from cdc_apply.decode.changes import decode_batches, output_ddl
+from cdc_apply.lake.silver.appends import append_rows
+from cdc_apply.lake.silver.merge import project
+from cdc_apply.lake.sources.payload_columns import in_seq_ranges, is_insert
+from cdc_apply.delta.names import quote_ident
+from cdc_apply.planning import columns as cc
+from cdc_apply.planning.assemble import merge_ranges
+from cdc_apply.planning.decode_plan import pool_columns
+from cdc_apply.planning.snapshot_loads import SnapshotLoad, merge_loads
+from cdc_apply.planning.table_plan import Clear, SlotCount, SlotMap, TableWork
+
+
+def snapshot_inserts(messages, loads: list[SnapshotLoad]):
+    """The Insert rows of snapshots of one source among bronze's ``messages`` (their stream blocks, by seq)."""
+    return messages.where(in_seq_ranges(loads[0].source, merge_ranges(r for load in loads for r in load.ranges))
+                          & is_insert())
+
+
+def without_loads(changes, loads):
+    """``changes`` less the Insert rows of ``loads``: the general decode leaves them to :func:`load_snapshots`."""
+    if not loads:
+        return changes
+    cond = None
+    for load in loads:
+        part = in_seq_ranges(load.source, merge_ranges(load.ranges))
+        cond = part if cond is None else cond | part
+    return changes.where(~(cond & is_insert()))
+
+
+def in_range(column, low, high, ddl: str):
+    """``low <= column < high`` (an open end when ``None``)."""
+    from pyspark.sql import functions as F
+
+    parts = []
+    if low is not None:
+        parts.append(column >= F.lit(low).cast(ddl))
+    if high is not None:
+        parts.append(column < F.lit(high).cast(ddl))
+    return reduce(lambda a, b: a & b, parts, F.lit(True))
+
+
+def clear_ranges(session, work: TableWork) -> None:
+    """Delete silver's rows in the key ranges of the batch's chunks (``work.clears``), one DELETE."""
+    table = work.ref.delta_table(session)
+    conds = []
+    for c in work.clears:
+        column = work.columns[c.column]
+        from pyspark.sql import functions as F
+
+        conds.append(in_range(F.col(quote_ident(column.name)), c.low, c.high, column.spark_ddl))
+    table.delete(reduce(lambda a, b: a | b, conds))
+
+
+def drop_cleared(events, work: TableWork):
+    """Key events (:func:`cdc_apply.lake.silver.merge.key_events`) less those a later chunk's copy replaces:
+    a key in a chunk's range before the chunk, in commit order."""
+    from pyspark.sql import functions as F
+
+    if not work.clears:
+        return events
+    keys = work.key_index
+    gone = F.lit(False)
+    for c in work.clears:
+        if c.column not in keys:
+            from cdc_apply.errors import ApplyError
+
+            raise ApplyError(f"a snapshot chunk of {work.qualified_name} is a range of column "
+                             f"{work.columns[c.column].name!r}, which is not the first column of the key the table "
+                             "is applied with (a configured key?): set source.snapshot_chunk_rows = 0 for this "
+                             "source so that tables are copied whole", table=work.qualified_name)
+        key = F.col(cc.key(keys.index(c.column)))
+        before = (F.col(cc.COMMIT_LSN) < c.commit_lsn) | (
+            (F.col(cc.COMMIT_LSN) == c.commit_lsn) & (F.col(cc.SEQ) <= c.seq))
+        gone = gone | (in_range(key, c.low, c.high, work.columns[c.column].spark_ddl) & before)
+    return events.where(~gone)
+
+
+def load_snapshots(session, messages, loads: list[SnapshotLoad], clears: tuple[Clear, ...],
+                   segments: tuple[TableWork, ...], metadata: str) -> int:
+    """Append the rows of ``loads`` (one table's snapshots in force after the batch's last truncate) to its
+    silver table, emptied just before; returns how many rows it wrote. A row a later chunk of the batch
+    replaces (its key in that chunk's range, ``clears``) is left out. ``segments``: the table's works in
+    the batch; the one holding a snapshot's slot says how its relation version maps onto silver."""
+    from pyspark.sql import functions as F
+
+    frames, work = [], None
+    groups: dict[int, list[SnapshotLoad]] = {}
+    for load in loads:   # the chunks of one relation version decode in one job
+        groups.setdefault(load.slot, []).append(load)
+    for slot_index, group in groups.items():
+        work = next(w for w in segments if any(s.slot == slot_index for s in w.slots))
+        slot = next(s for s in work.slots if s.slot == slot_index)
+        plan = merge_loads(group)
+        narrowed = replace(work, slots=(SlotMap(0, slot.mapping, slot.ddls, pool_columns(plan).columns[0],
+                                                slot.version_seq),),
+                           truncate_after=None, has_toast=False, toast_moves=False, clears=())
+        rows = snapshot_inserts(messages, group).select("source", "seq", "lsn", "payload")
+        projected = project(rows.mapInArrow(partial(decode_batches, plan=plan), output_ddl(plan)), narrowed)
+        for c in clears:   # rows a later chunk of the batch replaces
+            later = [load for load in group if (c.commit_lsn, c.seq) > load.position]
+            if not later:
+                continue
+            column = work.columns[c.column]
+            gone = in_range(F.col(cc.value(c.column)), c.low, c.high, column.spark_ddl)
+            if len(later) < len(group):   # only rows of chunks before the clear
+                gone = gone & ((F.col(cc.COMMIT_LSN) < c.commit_lsn) | (
+                    (F.col(cc.COMMIT_LSN) == c.commit_lsn) & (F.col(cc.SEQ) < c.seq)))
+            projected = projected.where(~gone)
+        frames.append(projected)
+    union = reduce(lambda a, b: a.unionByName(b), frames)
+    # One file per bronze split read (no shuffle to size them): a snapshot's splits hold ~1M rows each.
+    append_rows(session, union, work, metadata, inserts=None)
+    metrics = work.ref.delta_table(session).history(1).select("operationMetrics").first()[0] or {}
+    return int(metrics.get("numOutputRows", 0))
+
+
+def count_snapshot_rows(messages, load: SnapshotLoad) -> int:
+    """How many rows the snapshot holds (for the transactions log when the load did not count them)."""
+    if load.key_range is not None and load.key_range.rows is not None:
+        return load.key_range.rows
+    return snapshot_inserts(messages, [load]).count()
+
+
+def load_counts(loads, loaded: dict, messages) -> list[SlotCount]:
+    """The batch's snapshot Inserts as count rows, for the transactions log: what a table's one load
+    wrote (``loaded``, by (source, txn)), else what the snapshot holds (its chunk's count, or bronze's)."""
+    out = []
+    for load in loads:
+        n = loaded.get((load.source, load.txn))
+        if n is None:
+            n = count_snapshot_rows(messages(), load)
+        if n:
+            out.append(SlotCount(load.source, load.txn, load.slot, "I", n))
+    return out

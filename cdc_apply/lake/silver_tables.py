@@ -1,0 +1,335 @@
+"""Silver tables: where each relation lands, its schema, and one batch's truncate + MERGE.
+
+A silver table belongs to a relation OID of a source and lives where the
+relation's *first* name puts it (``<silver root>/<namespace>/<relation>``).
+A table renamed in PostgreSQL keeps its silver table (the ``cdc_apply.relation``
+property shows its current name); a new relation under a name that already has
+a silver table (DROP TABLE + CREATE TABLE) replaces that table, as in
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cdc_apply.planning.decode_plan import pool_columns
+from cdc_apply.planning.plan import BatchPlan
+from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.table_plan import TablePlan, TableRules, TableWork, plan_table, touch_relations
+from cdc_apply.planning.tables import SilverColumn, evolve
+from cdc_apply.config import Config
+from cdc_apply.lake.silver.appends import append_new_keys, append_rows
+from cdc_apply.lake.batch_context import BatchContext
+from cdc_apply.lake.history.tables import HistoryTables, history_app_id
+from cdc_apply.lake.silver.merge import (
+    BATCH_SETTINGS, NEW_KEYS_APPEND_MIN, PERSISTENT_DVS, MergeResult, key_range,
+    collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
+)
+from cdc_apply.lake.books.ledger import (
+    MAX_SEGMENTS, SilverLedger, batch_tag, merge_step, new_keys_step, snapshot_step, truncate_step,
+)
+from cdc_apply.lake.books.state_match import check_tables
+from cdc_apply.lake.silver.snapshot_loads import clear_ranges, drop_cleared, load_snapshots
+from cdc_apply.lake.silver.merge_moves import resolve_moves
+from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
+from cdc_apply.delta.ddl import create_table, set_properties, silver_properties, table_properties
+from cdc_apply.delta.log import delta_version, files_bytes
+from cdc_apply.delta.refs import TableRef, silver_ref
+from cdc_apply.lake.silver.schema_changes import apply_schema_ops
+from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
+from cdc_apply.pgoutput.types import TypeOptions
+from cdc_apply.planning import columns as cc
+
+PROP_SOURCE = "cdc_apply.source"
+PROP_RELATION = "cdc_apply.relation"
+PROP_RELATION_ID = "cdc_apply.relation_id"
+PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
+
+
+@dataclass
+class TableStats:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    truncated: bool = False
+    seconds: float = 0.0  # wall time of the table's work (tables run in parallel: they overlap)
+    delta_version: int | None = None    # the silver table's Delta version after the batch
+    history_version: int | None = None  # the history table's, when it keeps one
+    last_commit_lsn: int | None = None  # of the batch's last change (or truncate) of the table
+    # Rows the table's snapshot load wrote, by the snapshot's transaction index, when it had one load: the
+    # transactions log counts them from here instead of from bronze.
+    loaded: dict[int, int] = field(default_factory=dict, repr=False)
+
+
+class SilverTables:
+    """The silver tables of one apply job: plans each batch's tables and applies them, one call per table
+    (in threads). Keeps only what this process knows of the tables across batches; the batch itself
+    comes in a :class:`~cdc_apply.lake.batch_context.BatchContext`."""
+
+    def __init__(self, spark, config: Config) -> None:
+        self.spark = spark
+        self.config = config
+        self.type_options = TypeOptions(numeric=config.apply.numeric)
+        self._names: dict[tuple[str, int], str] = {}   # (source, relation id) -> its newest qualified name
+        # What this process knows a silver table to look like: table -> (source, relation id, version seq).
+        # Saves reading each table's properties and schema every batch.
+        self._known: dict[str, tuple[str, int, int]] = {}
+        self._checked: set[str] = set()  # tables checked against the state (check_tables)
+        self.ledger = SilverLedger()
+        # Tables this process created or emptied and has not written since: a MERGE into them is an append.
+        self._empty: set[str] = set()
+        self.history = HistoryTables(config, self.metadata(), self.ledger)
+        # The properties this process last set on each table (set again only when they change).
+        self._properties: dict[str, dict[str, str]] = {}
+
+    def names_of(self, source: str, relation_ids) -> list[str]:
+        return [self._names[(source, rid)] for rid in relation_ids if (source, rid) in self._names]
+
+    def metadata(self) -> tuple[tuple[str, str, str], ...]:
+        """(silver column, decoded column, Spark type) of the metadata columns."""
+        p = self.config.silver.metadata_prefix
+        meta = [(p + "commit_lsn", cc.COMMIT_LSN, "BIGINT"), (p + "commit_ts", cc.COMMIT_TS, "TIMESTAMP")]
+        if self.config.silver.include_xid:
+            meta.append((p + "xid", cc.XID, "BIGINT"))
+        if self.config.silver.include_origin:
+            meta.append((p + "origin", cc.ORIGIN, "STRING"))
+        if self.config.gaussdb.include_user and "gaussdb" in self.config.formats.values():
+            meta.append((p + "user", cc.USER, "STRING"))
+        return tuple(meta)
+
+    # -- planning (driver) -----------------------------------------------------------
+    def plan_tables(self, plan: BatchPlan, histories: dict[str, SchemaHistory], counts, truncates) -> list[TablePlan]:
+        """The batch's part of each silver table it touches (``counts``, ``truncates``: the decode's)."""
+        tables = []
+        pool = pool_columns(plan.decode)
+        meta = tuple((c, d) for c, d, _ in self.metadata())
+        for (source, rid), touch in sorted(touch_relations(plan, counts, truncates).items()):
+            history = histories[source].relations.get(rid)
+            if history is None:
+                continue  # a truncate of a relation never described: nothing in silver to empty
+            latest = touch.latest_version(history, plan.sources[source].last_seq + 1)
+            if not self.config.table_selected(latest.qualified_name):
+                continue
+            first = history.versions[0]
+            self._names[(source, rid)] = latest.qualified_name
+            rules = TableRules(self.config.key_for(latest.qualified_name), self.config.silver.drop_columns,
+                               self.config.silver.retype, meta, self.type_options,
+                               self.config.history_for(latest.qualified_name))
+            planned = plan_table(source, history, latest, histories[source], plan, touch, pool,
+                                 silver_ref(self.config, first.namespace, first.name, source), rules)
+            tables.append(planned)
+        return tables
+
+    # -- applying (one thread per table) -------------------------------------------------
+    def apply_table(self, batch: BatchContext, planned: TablePlan) -> TableStats:
+        """The batch's changes to one silver table: schema, truncate, MERGE(s), properties. A Spark
+        failure becomes an :class:`ApplyError` naming the table (usually one changed outside cdc_apply)."""
+        work = planned.work
+        try:
+            return self._apply_table(batch, planned)
+        except CdcApplyError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a JVM error: name the table, keep the cause
+            text = error_text(exc)
+            if any(marker in text for marker in ("Concurrent", "CONCURRENT")):
+                raise  # another writer: the pipeline names it
+            if driver_stopped(exc, text):  # out of memory, most often: the JVM printed why
+                raise driver_stopped_error(text, table=work.qualified_name, source=work.source) from exc
+            cause = resource_cause(text)
+            if cause:  # a full disk, an exhausted heap: nothing is wrong with the table
+                raise ApplyError(f"silver table {work.ref} could not take the batch: {cause}; free space or give "
+                                 "the driver more memory and run the job again: it completes the batch, skipping "
+                                 "the writes this run committed", table=work.qualified_name,
+                                 source=work.source) from exc
+            first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+            raise ApplyError(f"silver table {work.ref} could not take the batch ({first[:400]}); if it was changed "
+                             "outside cdc_apply (columns dropped or retyped, properties or protocol changed), "
+                             "restore it or remove it and rebuild it from bronze",
+                             table=work.qualified_name, source=work.source) from exc
+
+    def _apply_table(self, batch: BatchContext, planned: TablePlan) -> TableStats:
+        work, version = planned.work, batch.version
+        session = self.spark.newSession()
+        # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
+        session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+        for key, value in BATCH_SETTINGS.items():  # the MERGE itself plans here
+            session.conf.set(key, value)
+        app_id = self.app_id(work)
+        self._ensure_schema(session, planned)
+        stats = TableStats(truncated=work.truncate_after is not None, last_commit_lsn=planned.last_commit_lsn)
+        if planned.history is not None:  # before silver's writes: see cdc_apply.lake.history.tables
+            silver_newest = self.ledger.newest(session, work.ref, app_id)
+            stats.history_version = self.history.apply(session, batch.decoded, planned, version,
+                                                       None if silver_newest < 0 else silver_newest,
+                                                       planned.previous_lsn, self._new_keys_are_new(batch, work))
+            batch.fault(f"history:{work.qualified_name}")
+        tag = batch_tag(work.source, work.qualified_name, planned.last_commit_lsn)
+
+        def write(step: int, action):
+            """Run ``action(metadata)`` as the write of ``step`` unless the table has it (a re-run)."""
+            return self.ledger.write(session, work.ref, app_id, step, tag, action)
+
+        if work.truncate_after is not None:
+            if write(truncate_step(version), lambda _: work.ref.delta_table(session).delete()) is not None:
+                self._empty.add(str(work.ref))
+        elif work.clears and str(work.ref) not in self._empty:   # key-range chunks: only their ranges are emptied
+            write(truncate_step(version), lambda _: clear_ranges(session, work))
+        loads = [load for load in batch.loads_of(work) if load.in_force(work.truncate_after)]
+        if loads:
+            # The snapshots' rows go in right after their Truncate (or ranges) emptied the table.
+            loaded = write(snapshot_step(version), lambda meta: load_snapshots(
+                session, batch.messages(), loads, work.clears, planned.segments, meta))
+            if loaded is not None:
+                stats.inserted += loaded
+                if len(loads) == 1:
+                    stats.loaded[loads[0].txn] = loaded
+            self._empty.discard(str(work.ref))
+        if planned.has_rows:
+            for segment_index, segment in enumerate(planned.segments):
+                result = self._merge(session, batch, segment, planned, segment_index, write)
+                self._empty.discard(str(work.ref))
+                stats.inserted += result.inserted
+                stats.updated += result.updated
+                stats.deleted += result.deleted
+        props = {PROP_SOURCE: work.source, PROP_RELATION: work.qualified_name,
+                 PROP_RELATION_ID: str(work.relation_id), PROP_VERSION_SEQ: str(planned.chain[-1].seq)}
+        # A property commit only when what it says changes (new table, rename, new relation version):
+        # the per-batch commit LSN rides on the data commits' userMetadata instead.
+        if self._properties.get(str(work.ref)) != props:
+            set_properties(session, work.ref, props)
+            self._properties[str(work.ref)] = props
+        stats.delta_version = delta_version(session, work.ref)
+        return stats
+
+    def check_tables(self, batch: BatchContext, tables: list[TablePlan], written) -> None:
+        """Before the batch's first write: the state must match every table it writes
+        (:mod:`cdc_apply.lake.books.state_match`); checked once per table and process, as this process's own
+        writes keep the two matching after."""
+        version, bounds = batch.version, batch.bounds
+        targets = []
+        for planned in tables:
+            work = planned.work
+            targets.append(("silver table", work.ref, self.app_id(work), work))
+            if planned.history is not None:
+                self.history.check_spec(planned)   # track_columns naming no column: before any table is made
+                targets.append(("history table", self.history.ref(planned),
+                                history_app_id(self.config, work.source, work.relation_id), work))
+        for _, _, app_id, work in targets:
+            self.ledger.expect(app_id, version, bounds[work.source])
+        fresh = [t for t in targets if str(t[1]) not in self._checked]
+        check_tables(self.spark, self.ledger, fresh, version, bounds, written,
+                     self.config.state.path or self.config.state.schema, self.config.apply.parallelism)
+        self._checked.update(str(t[1]) for t in fresh)
+
+    def app_id(self, work: TableWork) -> str:
+        return f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
+
+    def _new_keys_are_new(self, batch: BatchContext, work: TableWork) -> bool:
+        """Whether a key the batch inserts first cannot be in silver: the key is the relation's own
+        replica identity (unique in PostgreSQL; a configured key need not be), and no change of the
+        source was ever quarantined (silver might then hold a row PostgreSQL deleted). It also takes
+        silver to be written by cdc_apply alone."""
+        return not self.config.key_for(work.qualified_name) and work.source not in batch.quarantined_sources
+
+    def _merge(self, session, batch: BatchContext, work: TableWork, planned: TablePlan, segment: int,
+               write) -> MergeResult:
+        """One identity segment's writes, each through ``write(step, action)`` (skipped when done)."""
+        projected = project(batch.decoded, work)
+        empty = str(work.ref) in self._empty
+        insert_only = planned.ops <= {"I"}
+        version = batch.version
+        step = merge_step(version, segment)
+        done = MergeResult(0)
+        if work.key is None:
+            if work.clears:
+                raise ApplyError(f"a key-range snapshot chunk of {work.qualified_name}, which is applied without a "
+                                 "key: set source.snapshot_chunk_rows = 0 for this source so that tables are copied "
+                                 "whole", table=work.qualified_name, source=work.source)
+            if insert_only:  # each Insert adds one copy: exactly an append
+                return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
+            self._choose_deletion_vectors(session, work, planned)
+            return write(step, lambda _: merge_keyless(session, projected, work, target_empty=empty)) or done
+        new_keys = segment < MAX_SEGMENTS and self._new_keys_are_new(batch, work)
+        if insert_only and (empty or new_keys) and not work.clears:  # every key is new: one append, no join
+            return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
+        events = drop_cleared(key_events(projected, work), work)
+        if work.toast_moves:
+            target = None if work.truncate_after is not None else work.ref.read(session)
+            events = resolve_moves(events, work, target)
+        # Materialised once: MERGE reads its source more than once, and a plain scan plans fast.
+        partitions = collapse_partitions(planned.rows, len(work.columns),
+                                         int(session.conf.get("spark.sql.shuffle.partitions")))
+        collapsed = collapse(events, work, work.has_toast, partitions).localCheckpoint()
+        self._choose_deletion_vectors(session, work, planned)  # only a MERGE writes deletion vectors
+        if not (new_keys and planned.inserts >= NEW_KEYS_APPEND_MIN):
+            rows, low, high = key_range(collapsed, work)
+            return write(step, lambda _: merge_keyed(session, collapsed, work, (low, high))) or done
+        # Keys the batch inserted first are appended; only the others are joined with silver.
+        rest = collapsed.where("NOT _new")
+        rows, low, high = key_range(rest, work)
+        merged = (write(step, lambda _: merge_keyed(session, rest, work, (low, high))) if rows else None) or done
+        appended = write(new_keys_step(version, segment), lambda meta: append_new_keys(session, collapsed, work, meta))
+        return MergeResult(merged.inserted + (appended or 0), merged.updated, merged.deleted)
+
+    def _choose_deletion_vectors(self, session, work: TableWork, planned: TablePlan) -> None:
+        """Once per table and batch, before its MERGEs: mark rows, or rewrite the files they touch."""
+        def table_rows() -> int:
+            if str(work.ref) in self._empty:  # created, or truncated by this batch, and not written since
+                return 0
+            # Answered from the file statistics of the snapshot the MERGE is about to read.
+            return work.ref.read(session).count()
+
+        def table_bytes() -> int | None:
+            return 0 if str(work.ref) in self._empty else files_bytes(session, work.ref)
+
+        silver = self.config.silver
+        marks = writes_deletion_vectors(planned.rows, table_rows, silver.rewrite_share, table_bytes,
+                                        silver.rewrite_table_bytes)
+        session.conf.set(PERSISTENT_DVS, str(marks).lower())
+
+    def _ensure_schema(self, session, planned: TablePlan) -> None:
+        work = planned.work
+        ref = work.ref
+        shape = (work.source, work.relation_id, planned.chain[-1].seq)
+        if self._known.get(str(ref)) == shape:
+            return
+        self._create_or_evolve(session, planned)
+        self._known[str(ref)] = shape
+
+    def _create_or_evolve(self, session, planned: TablePlan) -> None:
+        work = planned.work
+        ref = work.ref
+        meta = [(c, t) for c, _, t in self.metadata()]
+        names = {c.name for c in work.columns}
+        for col, _, _ in self.metadata():
+            if col in names:
+                raise SchemaError(f"column {col!r} of {work.qualified_name} collides with a metadata column; "
+                                  f"set silver.metadata_prefix", table=work.qualified_name)
+        columns = [(c.name, c.spark_ddl) for c in work.columns] + meta
+        comment = f"cdc_apply silver table of {work.source}:{work.qualified_name}"
+        if not ref.exists(session):
+            create_table(session, ref, columns, silver_properties(self.config), comment=comment)
+            self._empty.add(str(ref))
+            return
+        props = table_properties(session, ref)
+        if props.get(PROP_RELATION_ID) not in (None, str(work.relation_id)) or props.get(PROP_SOURCE) not in (
+                None, work.source):
+            # A new relation under a name that had a silver table: it replaces it, as in PostgreSQL.
+            create_table(session, ref, columns, silver_properties(self.config), comment=comment, replace=True)
+            self._empty.add(str(ref))
+            return
+        reflected = props.get(PROP_VERSION_SEQ)
+        chain = planned.chain
+        start = 0
+        if reflected is not None:
+            start = next((i for i, v in enumerate(chain) if v.seq == int(reflected)), 0)
+        columns, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype,
+                              start=start)
+        # Rows silver holds existed before a column added since: they read its missing value.
+        fills = [(columns[c], value) for c, added, value in work.defaults if added > chain[start].seq]
+        if ops or fills:
+            # Named by where the chain starts and ends: the table's commits say which steps are done.
+            apply_schema_ops(session, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills)
+
+
+__all__ = ["SilverTables", "TableStats", "SilverColumn", "TableRef"]

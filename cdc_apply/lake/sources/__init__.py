@@ -1,0 +1,1 @@
+"""Bronze as the apply job reads it: source formats, the contract checks, the lag, payload columns."""

@@ -1,0 +1,65 @@
+"""The bronze contract checked on every batch: (source, seq) unique, rows appended in seq order.
+
+A replay of bronze (a lost checkpoint) is told from rows appended late, below the applied seq, by the
+number of bronze rows at or below that seq: bronze only grows, so a replay finds as many rows as when
+they were applied (the count the progress row's state carries), a late append more.
+"""
+
+from __future__ import annotations
+
+from cdc_apply.planning.state import SourceState
+from cdc_apply.config import Config
+from cdc_apply.delta.refs import TableRef
+from cdc_apply.errors import BronzeError
+
+
+def check_late_rows(spark, bronze: TableRef, config: Config, states: dict[str, SourceState], stats) -> None:
+    """Rows at or below a source's applied seq in a micro-batch (``stats``: per source its first seq)
+    are a replay (nothing to do) or rows appended below what was applied: a :class:`BronzeError`."""
+    from pyspark.sql import functions as F
+
+    for source, row in stats.items():
+        state = states.get(source)
+        if (state is None or row.first is None or int(row.first) > state.applied_seq
+                or config.format_of(source) != "pgoutput"):
+            continue
+        now = rows_through(spark, bronze, source, state.applied_seq)
+        if state.applied_rows is not None and now > state.applied_rows:
+            late = sorted(int(r.seq) for r in bronze.read(spark).where(
+                (F.col("source") == source) & (F.col("seq") <= state.applied_seq)
+                & (F.col("seq") >= int(row.first))).select("seq").limit(10_000).collect())
+            raise BronzeError(
+                f"{now - state.applied_rows} row(s) were appended below the applied seq {state.applied_seq} "
+                "(bronze rows must be appended in seq order; these would never be applied)",
+                source=source, seq=late[0] if late else int(row.first), applied_rows=state.applied_rows,
+                bronze_rows=now)
+
+
+def rows_through(spark, bronze: TableRef, source: str, seq: int) -> int:
+    from pyspark.sql import functions as F
+
+    return bronze.read(spark).where((F.col("source") == source) & (F.col("seq") <= seq)).count()
+
+
+def applied_rows(spark, bronze: TableRef, source: str, previous: SourceState) -> int:
+    """Bronze rows of ``source`` with seq <= its previous applied seq (counted once for older states)."""
+    if previous.applied_rows is not None:
+        return previous.applied_rows
+    if previous.applied_seq < 0:
+        return 0
+    return rows_through(spark, bronze, source, previous.applied_seq)
+
+
+def count_rows(fresh) -> dict[str, int]:
+    """Rows per source among a batch's new bronze rows; a (source, seq) found twice is a
+    :class:`BronzeError` before anything is applied (a keyless table would take the change twice)."""
+    from pyspark.sql import functions as F
+
+    per_seq = fresh.groupBy("source", "seq").agg(F.count(F.lit(1)).alias("n"))
+    counted = per_seq.groupBy("source").agg(F.sum("n").alias("rows"), F.max("n").alias("most")).collect()
+    for r in counted:
+        if r.most > 1:
+            dup = per_seq.where((F.col("source") == r.source) & (F.col("n") > 1)).orderBy("seq").first()
+            raise BronzeError(f"(source, seq) landed more than once ({dup.n} rows); (source, seq) must be "
+                              "unique", source=r.source, seq=int(dup.seq))
+    return {r.source: int(r.rows) for r in counted}

@@ -1,0 +1,187 @@
+"""Bronze's newest seq per source — the lag in each batch's progress — followed through the Delta log;
+and how old the oldest change past the applied point is (:func:`unapplied_ages`).
+
+A query for ``max(seq)`` per source costs a running job up to a dozen small Spark jobs a batch
+(Delta's file filtering, the scan, the aggregate's stages), on the same two cores as the batch it
+reports on. The files bronze adds already say the same in their statistics: a file whose
+``source`` bounds are one source (what the lander and any single-source writer produce) holds that
+source's rows up to its ``maxValues.seq``. So after one query the tail is followed by reading the
+commits added since (``DeltaLog.getChanges``: the commit files only, no Spark job). A compaction
+(``dataChange = false``) changes no rows and is passed over; a commit that removes rows (bronze was
+rewritten or cleaned up), a file without those statistics, a gap in the log or no JVM to ask (Spark
+Connect) falls back to the query, which is always right.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timezone
+
+from cdc_apply.errors import CdcApplyError
+from cdc_apply.delta.log import delta_log, delta_version, log_changes
+from cdc_apply.delta.refs import TableRef
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.decoder import decode_message
+
+# The messages that make a transaction's changes due in silver (Rollback Prepared and Stream Abort make
+# none due), as Spark shows a payload's first byte (``hex``).
+_COMMIT_HEX = tuple(f"{ord(kind.TYPE):02X}" for kind in (m.Commit, m.StreamCommit, m.CommitPrepared))
+
+
+class BronzeTail:
+    """The newest seq of each source in one bronze table (one per job; calls may come from any thread)."""
+
+    def __init__(self, spark, ref: TableRef) -> None:
+        self.spark = spark
+        self.ref = ref
+        self.queries = 0                  # how often the fallback query ran (for tests and diagnostics)
+        self._version: int | None = None  # the bronze version ``_newest`` describes
+        self._newest: dict[str, int] = {}
+        self._asked: set[str] = set()      # sources the last query covered
+        self._lock = threading.Lock()
+
+    def newest(self, floors: dict[str, int]) -> dict[str, int]:
+        """Bronze's newest seq for each source of ``floors`` that has rows at or past its floor."""
+        with self._lock:
+            # A source the query did not cover is known from the commits only if they added its rows
+            # (seq grows per source, so its newest rows are in them).
+            unknown = set(floors) - self._asked - set(self._newest)
+            if self._version is None or unknown or not self._follow():
+                self._query(floors)
+            return {s: seq for s, seq in self._newest.items() if s in floors and seq >= floors[s]}
+
+    def _follow(self) -> bool:
+        """Read the commits after ``_version``; False when only the query can answer."""
+        log = delta_log(self.spark, self.ref)
+        if log is None:
+            return False
+        try:
+            commits = log_changes(self.spark, log, self._version + 1)
+        except Exception:  # noqa: BLE001 - commits cleaned up past our version: ask the table
+            return False
+        newest, version = dict(self._newest), self._version
+        for version, actions in commits:
+            for action in actions:
+                found = _added(action)
+                if found is False:
+                    return False
+                if found is not None:
+                    source, seq = found
+                    newest[source] = max(seq, newest.get(source, seq))
+        self._newest, self._version = newest, version
+        return True
+
+    def _query(self, floors: dict[str, int]) -> None:
+        from pyspark.sql import functions as F
+
+        self.queries += 1
+        # The JVM's cached snapshot may be a little behind: the commits after it are followed next time.
+        version = delta_version(self.spark, self.ref)
+        df = self.ref.read(self.spark) if version is None else _read_version(self.spark, self.ref, version)
+        since = None
+        for source, floor in floors.items():
+            cond = (F.col("source") == source) & (F.col("seq") >= floor)
+            since = cond if since is None else since | cond
+        rows = df.where(since).groupBy("source").agg(F.max("seq").alias("m")).collect()
+        self._newest, self._asked = {r.source: int(r.m) for r in rows}, set(floors)
+        # Without a version the query cannot be followed: ask again next time.
+        self._version = version
+
+
+def newest_seqs(spark, ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
+    """One query for bronze's newest seq per source (see :class:`BronzeTail` for a job that follows it)."""
+    if not floors or not ref.exists(spark):
+        return {}
+    return BronzeTail(spark, ref).newest(floors)
+
+
+def _added(action: dict):
+    """``(source, max seq)`` of an added file; None for an action that changes no rows; False when
+    the action cannot be followed (a removed file, a file without single-source statistics)."""
+    changed = action.get("remove") or action.get("add")
+    if changed is not None and changed.get("dataChange") is False:
+        return None   # a compaction (OPTIMIZE) rewrote rows bronze already had
+    if "remove" in action:
+        return False
+    add = action.get("add")
+    if add is None:
+        return None
+    try:
+        stats = json.loads(add.get("stats") or "{}")
+        if int(stats["numRecords"]) == 0:
+            return None
+        low, high = stats["minValues"], stats["maxValues"]
+        source = high["source"]
+        # Delta keeps a 32-character prefix of strings; a longer value's bounds differ (the maximum gets
+        # a tie-breaking character), so equal bounds are the whole value.
+        if low["source"] != source:
+            return False
+        return source, int(high["seq"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _read_version(spark, ref: TableRef, version: int):
+    reader = spark.read.format("delta").option("versionAsOf", version)
+    return reader.load(ref.path) if ref.path else reader.table(ref.name)
+
+
+def unapplied_ages(spark, ref: TableRef, applied: dict[str, int], newest: dict[str, int], now: datetime,
+                   landed_only: frozenset[str] | set[str] = frozenset()) -> dict[str, float]:
+    """Per source of ``applied``: the seconds since its oldest change in bronze that is not yet in silver
+    became due — 0 when bronze holds nothing past the applied seq (caught up), or only transactions not
+    committed yet (an open head, a prepared transaction, aborts).
+
+    A change is due when its transaction commits: the age is ``now`` minus the commit timestamp of the
+    first Commit, Stream Commit or Commit Prepared in ``(applied, newest]`` (the source's clock, as the
+    time since the last applied commit is; a commit stamped after ``now`` counts 0). Sources in
+    ``landed_only`` (formats whose bronze rows are not pgoutput messages: GaussDB) count from when
+    their first row past the applied seq was landed. One query, and only for sources behind: a caught-up
+    source costs nothing, and the query reads bronze's files past the applied seqs only."""
+    behind = {s: (a, newest[s]) for s, a in applied.items() if newest.get(s, a) > a}
+    ages = {s: 0.0 for s in applied}
+    if not behind:
+        return ages
+    for source, due in _first_due(spark, ref, behind, frozenset(landed_only)).items():
+        if due is not None:
+            ages[source] = max((now - due).total_seconds(), 0.0)
+    return ages
+
+
+def _first_due(spark, ref: TableRef, behind: dict[str, tuple[int, int]],
+               landed_only: frozenset[str]) -> dict[str, datetime | None]:
+    from pyspark.sql import functions as F
+
+    df = ref.read(spark)
+    commit = F.hex(F.substring(F.col("payload"), 1, 1)).isin(*_COMMIT_HEX)
+    wanted = None
+    for source, (after, upto) in behind.items():
+        cond = (F.col("source") == source) & (F.col("seq") > after) & (F.col("seq") <= upto)
+        if source not in landed_only:
+            cond = cond & commit
+        wanted = cond if wanted is None else wanted | cond
+    # ``landed_at`` is optional in the bronze contract; the file's own time says when it was landed too.
+    landed = F.col("_metadata.file_modification_time")
+    if "landed_at" in df.columns:
+        landed = F.coalesce(F.col("landed_at"), landed)
+    rows = (df.where(wanted).groupBy("source")
+            .agg(F.min_by(F.struct(F.col("payload"), landed.alias("landed")), F.col("seq")).alias("first"))
+            .collect())
+    return {r.source: _due_at(r.first.payload, r.first.landed, r.source in landed_only) for r in rows}
+
+
+def _due_at(payload, landed: datetime | None, landed_only: bool) -> datetime | None:
+    if not landed_only:
+        try:
+            return m.pg_timestamp_to_datetime(decode_message(bytes(payload)).commit_ts)
+        except CdcApplyError:   # a malformed commit stops its batch; until then, its landing says when it came
+            pass
+    return as_utc(landed)
+
+
+def as_utc(ts: datetime | None) -> datetime | None:
+    """A timestamp Spark collected (naive, in the driver process's local time) as an aware UTC one."""
+    if ts is None:
+        return None
+    return ts.astimezone(timezone.utc)

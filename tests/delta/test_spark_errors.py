@@ -1,0 +1,48 @@
+"""A driver JVM that died mid-batch reaches the user as a named error saying what to do (no JVM needed)."""
+
+from __future__ import annotations
+
+from py4j.protocol import Py4JError, Py4JNetworkError
+
+from cdc_apply.delta.spark_errors import jvm_gone, resource_cause, unwrap_error
+from cdc_apply.errors import ApplyError
+
+
+def test_py4j_losing_the_jvm_is_an_apply_error_naming_driver_memory():
+    err = unwrap_error(Py4JNetworkError("Answer from Java side is empty"))
+    assert isinstance(err, ApplyError)
+    text = str(err)
+    assert text.startswith("cannot apply change: Spark's driver stopped during the batch")
+    assert "Answer from Java side is empty" in text and "spark.driver.memory" in text
+
+
+def test_other_py4j_errors_are_left_alone():
+    assert jvm_gone(Py4JError("An error occurred while calling o12.load: Answer from Java side is empty"))
+    assert not jvm_gone(Py4JError("An error occurred while calling o12.load"))
+    plain = Py4JError("An error occurred while calling o12.load")
+    assert unwrap_error(plain) is plain
+    assert not jvm_gone(ValueError("Connection refused"))
+    assert jvm_gone(ConnectionResetError())
+
+
+def test_a_full_disk_or_an_exhausted_heap_is_found_in_a_java_stack_trace():
+    trace = ("An error occurred while calling o1938.execute.\n: org.apache.spark.SparkException: [TASK_WRITE_FAILED]\n"
+             "\tat org.apache.spark.sql.execution.datasources.FileFormatWriter...\n"
+             "Caused by: org.apache.hadoop.fs.FSError: java.io.IOException: No space left on device\n")
+    assert resource_cause(trace) == "No space left on device"
+    assert resource_cause("Caused by: java.lang.OutOfMemoryError: Java heap space") == \
+        "java.lang.OutOfMemoryError: Java heap space"
+    assert resource_cause("An error occurred while calling o1.execute.\n: DELTA_MISSING_COLUMN") is None
+
+
+def test_a_sparkcontext_shut_down_under_the_job_is_the_same_error():
+    trace = ("An error occurred while calling o1266.execute.\n: org.apache.spark.SparkException: Job 56 cancelled "
+             "because SparkContext was shut down\n\tat org.apache.spark.scheduler.DAGScheduler...")
+    err = unwrap_error(RuntimeError(trace))
+    assert isinstance(err, ApplyError)
+    assert "(org.apache.spark.SparkException: Job 56 cancelled because SparkContext was shut down)" in str(err)
+
+
+def test_py4j_reconnecting_to_a_dead_jvm_is_the_same_error():
+    err = unwrap_error(ConnectionRefusedError(111, "Connection refused"))
+    assert isinstance(err, ApplyError) and "Spark's driver stopped during the batch" in str(err)
