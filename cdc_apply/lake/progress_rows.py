@@ -9,7 +9,7 @@ from cdc_apply.lake.batch_context import Landed
 from cdc_apply.lake.books.batch_logs import now as _now
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lake.report import BatchReport
-from cdc_apply.lake.sources import SourceFormats
+from cdc_apply.lake.sources.formats import SourceFormats
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.planning.plan import BatchPlan
 
