@@ -62,9 +62,12 @@ def read_status(spark, config: Config, quarantine_window: timedelta = timedelta(
 
         return read_status_files(config, quarantine_window, max_lag_seconds)
     if spark is None:
-        where = next(str(r) for r in status_refs(config) if local_path(r) is None)
-        raise ConfigError(f"status reads {where} with Spark (a catalog table or a path on object storage), "
-                          "and no Spark session was given", key="state")
+        state = state_ref(config, "progress")
+        ref, key = ((state, "state.path" if config.state.path is not None else "state.schema")
+                    if local_path(state) is None else
+                    (bronze_ref(config), "bronze.path" if config.bronze.path is not None else "bronze.table"))
+        raise ConfigError(f"status reads {ref} with Spark (a catalog table or a path on object storage), "
+                          "and no Spark session was given", key=key)
     return read_status_spark(spark, config, quarantine_window, max_lag_seconds)
 
 
