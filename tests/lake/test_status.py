@@ -281,6 +281,40 @@ def test_a_gaussdb_source_behind_lags_from_when_its_first_unapplied_row_was_land
     assert (code, entry["health"]) == (0, "ok")
 
 
+@pytest.fixture(scope="module")
+def deleted(lake_factory):
+    """Bronze with deletion vectors: a transaction of six hours ago applied; transactions of ten minutes and
+    one minute ago landed in one file; then the newer one deleted from bronze (its rows marked in a
+    deletion vector: the file, and its statistics' newest seq, stay)."""
+    built = time.monotonic()
+    now = datetime.now(timezone.utc)
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    _commit_at(b, t, 1, now - timedelta(hours=6))
+    lake = lake_factory("deleted")
+    lake.land(b.rows())
+    bronze = lake.root / "bronze"
+    lake.spark.sql(f"ALTER TABLE delta.`{bronze}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    lake.apply()
+    done = len(b.rows())
+    _commit_at(b, t, 2, now - timedelta(minutes=10))
+    _commit_at(b, t, 3, now - timedelta(minutes=1))
+    lake.land(b.rows()[done:])
+    lake.spark.sql(f"DELETE FROM delta.`{bronze}` WHERE seq > {done + 2}")
+    deletion_vectors = lake.spark.sql(f"SELECT * FROM (DESCRIBE HISTORY delta.`{bronze}`) WHERE operation = 'DELETE'") \
+        .first().operationMetrics.get("numDeletionVectorsAdded")
+    return {"status": _status(lake, "--max-lag-seconds", "300"), "lake": lake, "kept_seq": done + 2,
+            "deletion_vectors": deletion_vectors, "elapsed": time.monotonic() - built}
+
+
+def test_rows_deleted_from_bronze_by_a_deletion_vector_are_not_lag(deleted):
+    code, (entry,) = deleted["status"]
+    assert deleted["deletion_vectors"] == "1"   # the rows were marked, not rewritten away
+    assert (entry["bronze_max_seq"], entry["lag_seq"]) == (deleted["kept_seq"], 3)
+    assert 600 <= entry["lag_seconds"] <= 600 + deleted["elapsed"] + 1
+    assert (code, entry["health"]) == (5, "lagging")
+
+
 # -- failures: on the source whose message failed ------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -355,7 +389,8 @@ def _assert_same(files: list[dict], spark: list[dict], apart: float) -> None:
                 assert (mine[key] == 0) == (theirs[key] == 0), (key, mine[key], theirs[key])
 
 
-@pytest.mark.parametrize("scenario", ["story", "quiet", "behind", "open_head", "gauss_lag", "two_sources"])
+@pytest.mark.parametrize("scenario", ["story", "quiet", "behind", "open_head", "gauss_lag", "deleted",
+                                      "two_sources"])
 def test_status_read_without_a_jvm_equals_status_read_with_spark(scenario, request):
     seen = request.getfixturevalue(scenario)
     if scenario == "two_sources":
