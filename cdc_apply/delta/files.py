@@ -46,9 +46,14 @@ def open_table(ref: TableRef):
 def read_rows(table, columns: list[str], predicate: str | None = None) -> pa.Table:
     """The rows of ``columns`` (those ``predicate``, DataFusion SQL, keeps), as Spark would read them;
     string and binary views as plain strings and binaries."""
-    got = pa.table(table.scan(columns=columns, predicate=predicate))
+    got = _arrow(table.scan(columns=columns, predicate=predicate))
     fields = [pa.field(f.name, _plain(f.type), f.nullable) for f in got.schema]
     return got.cast(pa.schema(fields)).select(columns)
+
+
+def _arrow(stream) -> pa.Table:
+    """delta-rs's Arrow stream (arro3) as a pyarrow table (``pa.table`` would import pandas to ask: 0.3 s)."""
+    return pa.RecordBatchReader.from_stream(stream).read_all()
 
 
 def _plain(kind: pa.DataType) -> pa.DataType:
@@ -78,7 +83,7 @@ class LiveFile:
 
 def live_files(table, columns: list[str]) -> list[LiveFile]:
     """The table's live files (its log replayed: removed files are gone) with their statistics."""
-    actions = pa.table(table.get_add_actions(flatten=True))
+    actions = _arrow(table.get_add_actions(flatten=True))
     names = set(actions.column_names)
     with_dv = _files_with_deletion_vectors(table)
     out = []
@@ -97,7 +102,7 @@ def _files_with_deletion_vectors(table) -> set[str]:
     protocol = table.protocol()
     if "deletionVectors" not in (protocol.reader_features or ()):
         return set()
-    found = pa.table(table.deletion_vectors())
+    found = _arrow(table.deletion_vectors())
     return {os.path.basename(uri) for uri in found.column("filepath").to_pylist()}
 
 
@@ -118,7 +123,7 @@ def file_rows(table, file: LiveFile, columns: list[str]) -> pa.Table:
     for c in columns:
         if c in partitions:
             arrays[c] = pa.array([file.low[c]] * data.num_rows)
-    out = pa.table({c: arrays[c] for c in columns})
+    out = pa.Table.from_pydict({c: arrays[c] for c in columns})
     if file.deleted_rows:
         keep = _selection(table, file.path)
         mask = keep + [True] * (out.num_rows - len(keep))   # rows past the vector's end are kept
@@ -127,7 +132,7 @@ def file_rows(table, file: LiveFile, columns: list[str]) -> pa.Table:
 
 
 def _selection(table, path: str) -> list[bool]:
-    found = pa.table(table.deletion_vectors())
+    found = _arrow(table.deletion_vectors())
     for uri, keep in zip(found.column("filepath").to_pylist(), found.column("selection_vector").to_pylist()):
         if os.path.basename(uri) == os.path.basename(path):
             return keep
