@@ -301,8 +301,8 @@ def deleted(lake_factory):
     _commit_at(b, t, 3, now - timedelta(minutes=1))
     lake.land(b.rows()[done:])
     lake.spark.sql(f"DELETE FROM delta.`{bronze}` WHERE seq > {done + 2}")
-    deletion_vectors = lake.spark.sql(f"SELECT * FROM (DESCRIBE HISTORY delta.`{bronze}`) WHERE operation = 'DELETE'") \
-        .first().operationMetrics.get("numDeletionVectorsAdded")
+    delete = lake.spark.sql(f"DESCRIBE HISTORY delta.`{bronze}`").where("operation = 'DELETE'").first()
+    deletion_vectors = delete.operationMetrics.get("numDeletionVectorsAdded")
     return {"status": _status(lake, "--max-lag-seconds", "300"), "lake": lake, "kept_seq": done + 2,
             "deletion_vectors": deletion_vectors, "elapsed": time.monotonic() - built}
 
