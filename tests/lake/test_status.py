@@ -294,7 +294,8 @@ def deleted(lake_factory):
     lake = lake_factory("deleted")
     lake.land(b.rows())
     bronze = lake.root / "bronze"
-    lake.spark.sql(f"ALTER TABLE delta.`{bronze}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    lake.spark.sql(f"ALTER TABLE delta.`{bronze}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
+                  "'delta.appendOnly' = 'false')")
     lake.apply()
     done = len(b.rows())
     _commit_at(b, t, 2, now - timedelta(minutes=10))
