@@ -128,10 +128,10 @@ def status(spark: Any | None, config: ConfigLike, *, quarantine_hours: float = 2
     When the state tables and bronze are local paths they are read without a JVM (delta-rs) and ``spark``
     may be None; catalog tables and paths on object storage are read with ``spark``.
     """
-    from cdc_apply.lake.books.status import needs_spark, read_status
+    from cdc_apply.lake.books.status import read_status
 
     config = as_config(config)
-    if needs_spark(config) and spark is not None:
+    if spark is not None:   # a session given is checked as every function checks it, used or not
         from cdc_apply.spark.session import require_classic
 
         require_classic(spark)
