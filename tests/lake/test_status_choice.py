@@ -25,7 +25,8 @@ def test_status_of_local_paths_reads_without_spark_and_answers_with_no_session(t
 
 
 def test_status_of_catalog_state_tables_reads_with_spark(tmp_path):
-    config = _config(tmp_path, state={"schema": "cdc_state", "checkpoint": str(tmp_path / "chk")}, silver={"table_template": "lake.{namespace}.{name}"})
+    config = _config(tmp_path, state={"schema": "cdc_state", "checkpoint": str(tmp_path / "chk")},
+                     silver={"table_template": "lake.{namespace}.{name}"})
     assert needs_spark(config)
     with pytest.raises(ConfigError, match="with Spark") as info:
         read_status(None, config)   # no session: the Spark read is what was chosen
