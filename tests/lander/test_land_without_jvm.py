@@ -33,7 +33,7 @@ path = "{root}/state"
 name = "pg"
 dsn = "{dsn}"
 slot = "nojvm"
-publication = "nojvm_pub"
+publication = "pub"
 [land]
 batch_seconds = 0.5
 idle_exit_seconds = 1.0
@@ -62,7 +62,7 @@ def test_the_land_command_lands_into_a_bronze_path_without_a_jvm_and_spark_reads
     db = "nojvm"
     postgres.create_database(db)
     postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v text)", dbname=db)
-    postgres.execute("CREATE PUBLICATION nojvm_pub FOR TABLE t", dbname=db)
+    postgres.execute("CREATE PUBLICATION pub FOR TABLE t", dbname=db)
     create_slot(postgres, db, "nojvm", twins=("nojvm_twin",))
     postgres.execute("INSERT INTO t SELECT g, 'row ' || g FROM generate_series(1, 200) g", dbname=db)
     postgres.execute("UPDATE t SET v = 'changed' WHERE id <= 50", dbname=db)
@@ -90,9 +90,9 @@ def test_optimize_of_bronze_while_the_lander_commits_loses_and_doubles_nothing(p
     db = "land_optimize"
     postgres.create_database(db)
     postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v text)", dbname=db)
-    postgres.execute("CREATE PUBLICATION opt_pub FOR TABLE t", dbname=db)
+    postgres.execute("CREATE PUBLICATION pub FOR TABLE t", dbname=db)
     create_slot(postgres, db, "opt", twins=("opt_twin",))
-    config = make_config(tmp_path, postgres.dsn(db), "pg", "opt", "opt_pub", land={"batch_seconds": 0.2})
+    config = make_config(tmp_path, postgres.dsn(db), "pg", "opt", "pub", land={"batch_seconds": 0.2})
     stop, writes_done = threading.Event(), threading.Event()
     landed = {}
 
