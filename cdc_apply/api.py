@@ -156,13 +156,17 @@ def land(config: ConfigLike, *, spark: Any = None, once: bool = True, stop: thre
 
     ``once=True`` stops when the slot has nothing more to send (``land.idle_exit_seconds``); otherwise
     it runs until ``stop`` is set. Everything that can be wrong with the source (slot, publication,
-    ``wal_level``, role, credentials, reachability) is checked before Spark starts, as a
-    :class:`~cdc_apply.errors.LandError` or ``ConfigError`` saying what to run. ``spark``: the session
-    to write bronze with (default :func:`cdc_apply.spark_session`). Each landed batch is logged on
+    ``wal_level``, role, credentials, reachability) is checked before bronze is opened, as a
+    :class:`~cdc_apply.errors.LandError` or ``ConfigError`` saying what to run. A bronze path is written
+    through delta-rs without Spark (no JVM starts); a catalog table, a path on object storage, or a table
+    with features delta-rs does not write here goes through Spark: ``spark`` is then the session to write
+    it with (default :func:`cdc_apply.spark_session`, built only then). Each landed batch is logged on
     ``cdc_apply.land`` (and written to ``out`` when given). The summary has ``batches`` (one report
     each: messages, bytes, seq range, flush LSN, slot lag), ``messages``, ``nbytes``, ``replayed``,
     ``reconnects``, ``seconds``.
     """
+    from cdc_apply.delta.refs import bronze_ref
+    from cdc_apply.lander.bronze_rs import spark_reason
     from cdc_apply.lander.dsn import resolve_dsn
     from cdc_apply.lander.lander import Lander
     from cdc_apply.lander.options import replication_options
@@ -180,9 +184,10 @@ def land(config: ConfigLike, *, spark: Any = None, once: bool = True, stop: thre
     if server.created:
         stream.write(f"[land {config.source.name}] created {' and '.join(server.created)}\n")
     if spark is None:
-        from cdc_apply.spark.session import spark_session
+        if spark_reason(bronze_ref(config)) is not None:
+            from cdc_apply.spark.session import spark_session
 
-        spark = spark_session(f"cdc_apply-land-{config.source.name}")
+            spark = spark_session(f"cdc_apply-land-{config.source.name}")
     else:
         from cdc_apply.spark.session import require_classic
 

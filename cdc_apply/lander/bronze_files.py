@@ -17,8 +17,7 @@ import pyarrow as pa
 
 from cdc_apply.errors import LandError
 from cdc_apply.delta.bronze_schema import ARROW_SCHEMA
-from cdc_apply.lander.bronze_commit import BronzeFile, commit_files, write_file
-from cdc_apply.lander.bronze_writer import BronzeWriter
+from cdc_apply.lander.bronze_commit import BronzeFile, write_file
 from cdc_apply.lander.state import ResumeState
 
 FILE_BYTES = 64 * 1024 * 1024      # payload bytes per Parquet file of a direct append
@@ -37,12 +36,13 @@ def bronze_batch(source: str, first_seq: int, payloads: pa.Array, landed_at: dat
 
 
 class ArrowAppender:
-    """Rows added in seq order, committed to bronze in one Delta commit per :meth:`commit`; see the module
-    docstring. Direct: rows go to Parquet files in the table's folder as they come (at most
+    """Rows added in seq order, committed to bronze in one Delta commit per :meth:`commit` by ``writer`` (a
+    :class:`~cdc_apply.lander.bronze_writer.BronzeWriter` or :class:`~cdc_apply.lander.bronze_rs.RsBronzeWriter`);
+    see the module docstring. Direct: rows go to Parquet files in the table's folder as they come (at most
     :data:`FILE_BYTES` held), and a commit only lists them; until then no reader sees them, and after a
     crash they stay unreferenced (VACUUM removes them). Through Spark: rows are held until the commit."""
 
-    def __init__(self, writer: BronzeWriter, direct: bool = True) -> None:
+    def __init__(self, writer, direct: bool = True) -> None:
         """``direct=False``: always through Spark (the fallback, also for tests)."""
         self.writer = writer
         self.spark = writer.spark
@@ -78,7 +78,7 @@ class ArrowAppender:
                             f"(through {None if self._next_seq is None else self._next_seq - 1})")
         if self._folder is not None:
             self._write_file()
-            commit_files(self.writer, self._files, state)
+            self.writer.commit_files(self._files, state)
         else:
             self.writer.append_table(pa.Table.from_batches(self._held_batches(), schema=ARROW_SCHEMA), state,
                                      files=max(1, self.spark.sparkContext.defaultParallelism))

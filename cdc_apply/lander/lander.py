@@ -2,7 +2,8 @@
 
 One loop: read messages (:class:`~cdc_apply.lander.reader.ReplicationReader`),
 filter and number them (:class:`~cdc_apply.lander.sequencer.Sequencer`), append
-a batch when it is big or old enough (one Delta commit,
+a batch when it is big or old enough (one Delta commit: through delta-rs,
+:class:`~cdc_apply.lander.bronze_rs.RsBronzeWriter`, for a bronze path it may write; else Spark's
 :class:`~cdc_apply.lander.bronze_writer.BronzeWriter`), and only then confirm
 the batch's resume LSN to the server. A lost connection is reopened with
 exponential backoff; each new session starts from what bronze holds.
@@ -20,7 +21,7 @@ from typing import Callable, TextIO
 from cdc_apply.config import Config
 from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import LandError
-from cdc_apply.lander.bronze_writer import BronzeWriter
+from cdc_apply.lander.bronze_rs import open_writer
 from cdc_apply.lander.dsn import Target, connection_error, is_transient, resolve_dsn, scrub
 from cdc_apply.lander.options import SESSION_SETTINGS, replication_options
 from cdc_apply.lander.reader import ReplicationReader, StreamInterrupted
@@ -89,9 +90,11 @@ class LandSummary:
 
 
 class Lander:
-    """Lands the configured source's slot into bronze. ``probe`` is called at each step (tests crash there)."""
+    """Lands the configured source's slot into bronze. ``probe`` is called at each step (tests crash there).
+    ``spark`` is used only where bronze needs Spark's writer (:func:`~cdc_apply.lander.bronze_rs.spark_reason`);
+    None is enough for a bronze path delta-rs writes."""
 
-    def __init__(self, config: Config, spark, out: TextIO | None = None, stop: threading.Event | None = None,
+    def __init__(self, config: Config, spark=None, out: TextIO | None = None, stop: threading.Event | None = None,
                  probe: Callable[..., None] | None = None) -> None:
         self.config = config
         self.source = config.source
@@ -103,7 +106,7 @@ class Lander:
         self.out = out or sys.stdout
         self.stop = stop or threading.Event()
         self.probe = probe or (lambda event, **info: None)
-        self.writer = BronzeWriter(spark, bronze_ref(config), config.source.name)
+        self.writer = open_writer(spark, bronze_ref(config), config.source.name, say=self.say)
         self.server = SourceServer(self.dsn, config.source, config.source.connect_timeout)
         self.server.source_file = config.origin_file
         self.state = ResumeState()
