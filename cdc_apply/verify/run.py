@@ -135,7 +135,9 @@ def _relations(spark, config: Config, source: str, tables: Sequence[str] | None)
     history = Bookkeeping(config).load_history(spark).get(source)
     known = {} if history is None else {r.latest.qualified_name: r for r in history.relations.values()}
     if tables is None:
-        names = [n for n in sorted(known) if config.table_selected(n)]
+        # A relation with no silver table (a partition whose root publishes it) is not one to verify.
+        names = [n for n in sorted(known) if config.table_selected(n) and silver_ref(
+            config, known[n].versions[0].namespace, known[n].versions[0].name, source).exists(spark)]
     else:
         names = list(tables)
         missing = [n for n in names if n not in known]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from cdc_apply.config import Config
-from cdc_apply.delta.refs import TableRef
+from cdc_apply.delta.refs import TableRef, bronze_ref
 from cdc_apply.errors import VerifyError
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lake.history.versions import HistoryColumns
@@ -19,24 +19,44 @@ HASH = "_verify_h"
 RANGE = "_verify_r"
 
 
-def applied_lsn(spark, config: Config, source: str) -> int | None:
-    """The commit LSN the apply job has applied this source to (its newest progress row), None before any."""
+def applied_position(spark, config: Config, source: str) -> tuple[int | None, int | None]:
+    """``(applied seq, applied commit LSN)`` of the source's newest progress row (None, None before any)."""
     from pyspark.sql import functions as F
 
     ref = Bookkeeping(config).ref("progress")
     if not ref.exists(spark):
-        return None
-    value = ref.read(spark).where(F.col("source") == source).agg(F.max("applied_commit_lsn")).first()[0]
-    return None if value is None else int(value)
+        return None, None
+    row = (ref.read(spark).where(F.col("source") == source).orderBy(F.desc("apply_version"))
+           .select("applied_seq", "applied_commit_lsn").first())
+    if row is None:
+        return None, None
+    return row[0], row[1]
 
 
-def wait_applied(spark, config: Config, source: str, lsn: int, timeout: float, poll: float = 1.0) -> int:
-    """Wait until the apply job has applied a commit at or past ``lsn`` (then every commit below it is in
-    silver: commits apply in LSN order); returns that applied LSN, a :class:`VerifyError` after ``timeout`` s."""
+def passed(spark, config: Config, source: str, lsn: int) -> tuple[bool, int | None]:
+    """Whether every commit below ``lsn`` is applied, and the applied commit LSN. True when a commit at or past
+    ``lsn`` is applied, or when the applied seq covers a bronze row the server sent from a WAL position at or
+    past ``lsn``: the walsender decodes WAL in order, so every commit below ``lsn`` was sent — and landed —
+    before it (a quiet source, whose transaction past the point changed no table, or one the apply skips)."""
+    from pyspark.sql import functions as F
+
+    seq, applied = applied_position(spark, config, source)
+    if applied is not None and applied >= lsn:
+        return True, applied
+    if seq is None:
+        return False, applied
+    bronze = bronze_ref(config).read(spark)
+    first = bronze.where((F.col("source") == source) & (F.col("lsn") >= lsn)).agg(F.min("seq")).first()[0]
+    return first is not None and int(first) <= int(seq), applied
+
+
+def wait_applied(spark, config: Config, source: str, lsn: int, timeout: float, poll: float = 1.0) -> int | None:
+    """Wait until every commit below ``lsn`` is applied (:func:`passed`); returns the applied commit LSN then,
+    a :class:`VerifyError` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
-        applied = applied_lsn(spark, config, source)
-        if applied is not None and applied >= lsn:
+        done, applied = passed(spark, config, source, lsn)
+        if done:
             return applied
         if time.monotonic() >= deadline:
             shown = format_lsn(applied) if applied is not None else "nothing"

@@ -25,9 +25,9 @@ from cdc_apply.verify.encoding import ColumnEncoding, pg_ident, pg_key_text, pg_
 SAMPLE_ROWS = 20000   # range cut points come from about this many sampled keys
 
 _SHAPE = """
-SELECT c.oid::int8, c.relkind, c.relreplident, GREATEST(c.reltuples, 0)::int8 +
-       COALESCE((SELECT sum(GREATEST(p.reltuples, 0))::int8 FROM pg_partition_tree(c.oid) t
-                 JOIN pg_class p ON p.oid = t.relid WHERE p.oid <> c.oid), 0),
+SELECT c.oid::int8, c.relkind, c.relreplident,
+       CASE WHEN c.relkind = 'p' THEN COALESCE((SELECT sum(GREATEST(p.reltuples, 0))::int8 FROM pg_partition_tree(c.oid) t
+                 JOIN pg_class p ON p.oid = t.relid WHERE p.relkind <> 'p'), 0) ELSE GREATEST(c.reltuples, 0)::int8 END,
        (SELECT i.indkey::int2[] FROM pg_index i WHERE i.indrelid = c.oid AND CASE c.relreplident
             WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END LIMIT 1)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s
