@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from cdc_apply.delta.refs import state_ref
 from cdc_apply.errors import VerifyError
 from cdc_apply.verify.run import verify
 from tests.lake.pg_lake import PgLake
@@ -74,11 +75,12 @@ def lake(postgres, spark, tmp_path_factory):
 
 
 def run_verify(lake, **kw):
-    return verify(lake.spark, lake.lander_config, range_rows=kw.pop("range_rows", 60), wait_seconds=120, **kw)
+    return verify(lake.spark, lake.lander_config, range_rows=kw.pop("range_rows", 60), wait_seconds=600, **kw)
 
 
-def apply_while(lake, work: list[str], seed: int):
-    """Run ``work`` in PostgreSQL and land/apply in a loop in a thread until ``stop`` is set."""
+def apply_while(lake, work: list[str], seed: int, steady: bool = True):
+    """Run ``work`` in PostgreSQL — then, when ``steady``, more of the workload — landing and applying between
+    every five statements, in a thread until ``stop`` is set."""
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -88,7 +90,7 @@ def apply_while(lake, work: list[str], seed: int):
         conn = lake.pg.connect(lake.dbname)
         try:
             while not stop.is_set():
-                for sql in pending[:5] or workload(rng, 5):
+                for sql in pending[:5] or (workload(rng, 5) if steady else []):
                     with conn.cursor() as cur:
                         cur.execute(sql)
                 del pending[:5]
@@ -131,14 +133,21 @@ def differences(run, table: str):
     return next(t for t in run.tables if t.table == table)
 
 
-def test_silver_damaged_in_four_ways_is_found_in_the_right_ranges(lake):
+def test_silver_damaged_in_five_ways_is_found_in_the_right_ranges(lake):
     lake.land_and_apply()
     damage(lake, "t_int", "DELETE FROM {t} WHERE id = 7")                        # a row deleted (the TOAST one)
     five = str(uuid.UUID(hashlib.md5(b"5").hexdigest()))
     damage(lake, "t_uuid", f"UPDATE {{t}} SET v = 'changed' WHERE id = '{five}'")   # a value changed
     damage(lake, "t_comp", "INSERT INTO {t} SELECT * FROM {t} WHERE a = 3 AND b = 'b3'")        # a duplicate
     damage(lake, "t_full", "INSERT INTO {t} SELECT * FROM {t} LIMIT 1")                         # a multiset copy
-    run = run_verify(lake)
+    damage(lake, "p", "DELETE FROM {t} WHERE id <= 40")         # the rows of a lost file: a range of keys gone
+    stop, thread, errors = apply_while(lake, [], 0, steady=False)   # the apply job runs; the source is quiet
+    try:
+        run = run_verify(lake)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
     print("\n".join(run.lines()))
     assert run.exit_code == 1
     t_int = differences(run, "public.t_int")
@@ -147,5 +156,11 @@ def test_silver_damaged_in_four_ways_is_found_in_the_right_ranges(lake):
     assert [(s.key, s.what) for s in differences(run, "public.t_uuid").samples] == [((five,), "changed")]
     assert [(s.key, s.what) for s in differences(run, "public.t_comp").samples] == [(("3", "b3"), "duplicated")]
     assert [s.what for s in differences(run, "public.t_full").samples] == ["duplicated"]
-    for equal in ("public.t_text", "public.p"):
+    p = differences(run, "public.p")
+    assert p.differing and all((d.low or 0) <= 40 for d in p.differing), p.line()
+    assert {s.what for s in p.samples} == {"missing"} and all(int(s.key[0]) <= 40 for s in p.samples)
+    for equal in ("public.t_text",):
         assert differences(run, equal).status == "equal", differences(run, equal).line()
+    recorded = state_ref(lake.config, "verifications").read(lake.spark).where(f"run_id = '{run.run_id}'")
+    assert sorted((r.table_name, r.status) for r in recorded.collect()) == sorted(
+        (t.table, t.status) for t in run.tables)
