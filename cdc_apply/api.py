@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # for annotations only: importing them at run time would impo
     from cdc_apply.lake.history.as_of import AsOf
     from cdc_apply.lake.report import BatchReport
     from cdc_apply.lander.lander import LandSummary
+    from cdc_apply.verify.run import Verification
 
 ConfigLike = Config | Mapping[str, Any] | str | os.PathLike
 
@@ -234,3 +235,13 @@ def register_lsn_functions(spark: Any, schema: str | None = None) -> None:
     from cdc_apply.lake.history.lsn import register_lsn_functions as _functions
 
     _functions(spark, schema)
+
+
+def verify(spark: Any, config: ConfigLike, tables: list[str] | None = None, **options: Any) -> "Verification":
+    """Compare silver with the live source at one consistent point (docs/VERIFY.md): a
+    :class:`~cdc_apply.verify.run.Verification` with one result per table (``lines()``, ``as_dict()``,
+    ``exit_code``: 0 equal, 1 differences, 2 errors). ``options``: ``range_rows``,
+    ``max_source_rows_per_second``, ``wait_seconds``, ``samples``, ``record``, ``dsn``."""
+    from cdc_apply.verify.run import verify as _verify
+
+    return _verify(spark, as_config(config), tables, **options)
