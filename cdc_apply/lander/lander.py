@@ -37,6 +37,8 @@ ORPHAN_CHECK_SECONDS = 5.0
 # this much WAL back: each such confirmation costs a bronze commit (see Lander._follow).
 FOLLOW_BYTES = 16 * 1024 * 1024
 MAX_DIVERGENCES = 3
+# Messages read at most between two passes of the session's checks (a batch due, an append done, stop).
+READ_MESSAGES = 2000
 
 
 def human_bytes(n: float | None) -> str:
@@ -106,6 +108,7 @@ class Lander:
         self.out = out or sys.stdout
         self.stop = stop or threading.Event()
         self.probe = probe or (lambda event, **info: None)
+        self._probe_messages = probe         # called for every message only when there is one to call
         self.writer = open_writer(spark, bronze_ref(config), config.source.name, say=self.say)
         self.server = SourceServer(self.dsn, config.source, config.source.connect_timeout)
         self.server.source_file = config.origin_file
@@ -252,17 +255,27 @@ class Lander:
             if self._inflight is None and seq.between_units and self.snapshots.due(self.state, now):
                 self._land(seq, reader)
                 return False
-            message = reader.read(POLL_SECONDS)
-            now = time.monotonic()
             flow = self.snapshots.flow
-            if flow is not None and self._inflight is None and flow.reached(message, seq, reader):
-                # The stream reached the point of the chunks copied meanwhile: they land before this
-                # message, which the walsender sends again in the next session.
-                self._land(seq, reader)
-                return False
-            if message is not None:
-                self.probe("message", lsn=message[0], payload=message[1])
-                seq.feed(*message)
+            if flow is None:
+                # All that has arrived, up to where the batch is full: the checks below run once per read.
+                messages = reader.read_many(POLL_SECONDS, max(1, min(READ_MESSAGES, land.batch_messages - seq.pending)),
+                                            max(1, land.batch_bytes - seq.nbytes))
+            else:
+                message = reader.read(POLL_SECONDS)
+                if self._inflight is None and flow.reached(message, seq, reader):
+                    # The stream reached the point of the chunks copied meanwhile: they land before this
+                    # message, which the walsender sends again in the next session.
+                    self._land(seq, reader)
+                    return False
+                messages = [message] if message is not None else []
+            now = time.monotonic()
+            if messages:
+                if self._probe_messages is None:
+                    seq.feed_many(messages)
+                else:
+                    for lsn, payload in messages:
+                        self._probe_messages("message", lsn=lsn, payload=payload)
+                        seq.feed(lsn, payload)
                 last_data, idle_target = now, None
             if now - orphan_check >= ORPHAN_CHECK_SECONDS:
                 self._resolve_orphans(seq)
@@ -280,7 +293,7 @@ class Lander:
                     not seq.in_block or seq.pending >= 2 * land.batch_messages or seq.nbytes >= 2 * land.batch_bytes):
                 self._land(seq, reader, wait=False)
                 pending_since = now if seq.pending else None
-            if message is not None:
+            if messages:
                 continue
             if self._may_follow(seq, reader) and (reader.reply_requested or (
                     reader.wal_end - reader.flush_lsn >= FOLLOW_BYTES and now - last_forward >= land.keepalive_seconds)):
