@@ -119,6 +119,7 @@ class Lander:
         # One append may run while the next batch is read: (future, batch, started).
         self._inflight: tuple[Future, Batch, float] | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._first_due = True               # the run's first batch is landed without waiting (see _session)
         self.snapshots = Snapshots(self)
 
     def say(self, text: str) -> None:
@@ -284,6 +285,10 @@ class Lander:
                 pending_since = now
             full = seq.pending >= land.batch_messages or seq.nbytes >= land.batch_bytes
             due = full or (pending_since is not None and now - pending_since >= land.batch_seconds)
+            if self._first_due and not due and seq.pending and flow is None and len(messages) < READ_MESSAGES:
+                # The run's first batch does not wait out batch_seconds: it is due once what has arrived is
+                # read, at a point between units (a fresh start shows its first rows in bronze at once).
+                due = seq.between_units
             # A batch ends only between stream blocks: wait for the block to end (it is at most
             # about logical_decoding_work_mem), unless the batch has grown twice too big.
             if self._inflight is not None and (self._inflight[0].done() or full):
@@ -292,6 +297,7 @@ class Lander:
             if seq.pending and due and self._inflight is None and (
                     not seq.in_block or seq.pending >= 2 * land.batch_messages or seq.nbytes >= 2 * land.batch_bytes):
                 self._land(seq, reader, wait=False)
+                self._first_due = False
                 pending_since = now if seq.pending else None
             if messages:
                 continue
