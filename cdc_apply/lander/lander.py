@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, TextIO
 
 from cdc_apply.config import Config
@@ -29,6 +29,7 @@ from cdc_apply.lander.sequencer import Batch, Sequencer, StreamDiverged
 from cdc_apply.lander.server import SourceServer
 from cdc_apply.lander.snapshots.take import Snapshots
 from cdc_apply.lander.state import ResumeState
+from cdc_apply.lander.summary import BatchReport, LandSummary, human_bytes
 from cdc_apply.pgoutput.messages import format_lsn
 
 POLL_SECONDS = 0.2
@@ -39,56 +40,6 @@ FOLLOW_BYTES = 16 * 1024 * 1024
 MAX_DIVERGENCES = 3
 # Messages read at most between two passes of the session's checks (a batch due, an append done, stop).
 READ_MESSAGES = 2000
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
-
-
-@dataclass(frozen=True)
-class BatchReport:
-    """One landed batch (also the progress line)."""
-
-    batch: int
-    messages: int
-    nbytes: int
-    first_seq: int
-    last_seq: int
-    last_lsn: int
-    flush_lsn: int
-    slot_lag: int | None
-    seconds: float
-
-    def line(self, source: str) -> str:
-        return (f"[land {source}] batch {self.batch}: {self.messages} messages, {human_bytes(self.nbytes)}, "
-                f"seq {self.first_seq}..{self.last_seq}, last lsn {format_lsn(self.last_lsn)}, "
-                f"flush {format_lsn(self.flush_lsn)}, slot lag {human_bytes(self.slot_lag)}, "
-                f"{self.seconds:.2f} s")
-
-
-@dataclass(frozen=True)
-class LandSummary:
-    """What one run of the lander did."""
-
-    batches: tuple[BatchReport, ...]
-    replayed: int
-    reconnects: int
-    seconds: float
-    state: ResumeState
-
-    @property
-    def messages(self) -> int:
-        return sum(b.messages for b in self.batches)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(b.nbytes for b in self.batches)
 
 
 class Lander:

@@ -125,13 +125,11 @@ class Sequencer:
             self._feed_outside(lsn, payload, kind)
 
     def feed_many(self, messages) -> None:
-        """:meth:`feed` each of ``messages`` in order. A row change inside a transaction being landed, most of
-        a stream, takes the short way (the same outcome as :meth:`feed`, without its dispatch per message)."""
+        """:meth:`feed` each message in order; a row change inside a transaction being landed takes the short way."""
         rows, out, changes, feed = self.rows, self._out, f.CHANGES, self.feed
         for lsn, payload in messages:
             txn = self._txn
-            if txn is not None and txn.mode == LAND and payload[:1] in changes and out.add_change(
-                    out.last_seq + 1, payload):
+            if txn is not None and txn.mode == LAND and payload[:1] in changes and out.add_change(out.last_seq + 1, payload):
                 rows.append((out.last_seq, lsn, payload))
                 self.nbytes += len(payload)
                 self._block_cut = None
