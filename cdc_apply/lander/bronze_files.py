@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from cdc_apply.errors import LandError
 from cdc_apply.delta.bronze_schema import ARROW_SCHEMA
-from cdc_apply.lander.bronze_commit import BronzeFile, write_file
+from cdc_apply.lander.bronze_commit import BronzeFile, repeated_string, repeated_timestamp, write_file
 from cdc_apply.lander.state import ResumeState
 
 FILE_BYTES = 64 * 1024 * 1024      # payload bytes per Parquet file of a direct append
@@ -26,12 +26,13 @@ FILE_BYTES = 64 * 1024 * 1024      # payload bytes per Parquet file of a direct 
 def bronze_batch(source: str, first_seq: int, payloads: pa.Array, landed_at: datetime) -> pa.RecordBatch:
     """Bronze rows for ``payloads`` numbered from ``first_seq`` (lsn 0: the lander wrote them)."""
     n = len(payloads)
+    # From buffers, as stream_batch: pa.array/pa.scalar of Python objects make pyarrow import pandas.
     return pa.RecordBatch.from_arrays([
-        pa.repeat(pa.scalar(source, pa.string()), n),
-        pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
-        pa.repeat(pa.scalar(0, pa.int64()), n),
+        repeated_string(source, n),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.arange(first_seq, first_seq + n, dtype=np.int64))]),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.zeros(n, dtype=np.int64))]),
         payloads,
-        pa.repeat(pa.scalar(landed_at, pa.timestamp("us", tz="UTC")), n),
+        repeated_timestamp(landed_at, n),
     ], schema=ARROW_SCHEMA)
 
 

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, TextIO
 
 from cdc_apply.config import Config
@@ -29,6 +29,7 @@ from cdc_apply.lander.sequencer import Batch, Sequencer, StreamDiverged
 from cdc_apply.lander.server import SourceServer
 from cdc_apply.lander.snapshots.take import Snapshots
 from cdc_apply.lander.state import ResumeState
+from cdc_apply.lander.summary import BatchReport, LandSummary, human_bytes
 from cdc_apply.pgoutput.messages import format_lsn
 
 POLL_SECONDS = 0.2
@@ -37,56 +38,8 @@ ORPHAN_CHECK_SECONDS = 5.0
 # this much WAL back: each such confirmation costs a bronze commit (see Lander._follow).
 FOLLOW_BYTES = 16 * 1024 * 1024
 MAX_DIVERGENCES = 3
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
-
-
-@dataclass(frozen=True)
-class BatchReport:
-    """One landed batch (also the progress line)."""
-
-    batch: int
-    messages: int
-    nbytes: int
-    first_seq: int
-    last_seq: int
-    last_lsn: int
-    flush_lsn: int
-    slot_lag: int | None
-    seconds: float
-
-    def line(self, source: str) -> str:
-        return (f"[land {source}] batch {self.batch}: {self.messages} messages, {human_bytes(self.nbytes)}, "
-                f"seq {self.first_seq}..{self.last_seq}, last lsn {format_lsn(self.last_lsn)}, "
-                f"flush {format_lsn(self.flush_lsn)}, slot lag {human_bytes(self.slot_lag)}, "
-                f"{self.seconds:.2f} s")
-
-
-@dataclass(frozen=True)
-class LandSummary:
-    """What one run of the lander did."""
-
-    batches: tuple[BatchReport, ...]
-    replayed: int
-    reconnects: int
-    seconds: float
-    state: ResumeState
-
-    @property
-    def messages(self) -> int:
-        return sum(b.messages for b in self.batches)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(b.nbytes for b in self.batches)
+# Messages read at most between two passes of the session's checks (a batch due, an append done, stop).
+READ_MESSAGES = 2000
 
 
 class Lander:
@@ -106,6 +59,7 @@ class Lander:
         self.out = out or sys.stdout
         self.stop = stop or threading.Event()
         self.probe = probe or (lambda event, **info: None)
+        self._probe_messages = probe         # called for every message only when there is one to call
         self.writer = open_writer(spark, bronze_ref(config), config.source.name, say=self.say)
         self.server = SourceServer(self.dsn, config.source, config.source.connect_timeout)
         self.server.source_file = config.origin_file
@@ -116,6 +70,7 @@ class Lander:
         # One append may run while the next batch is read: (future, batch, started).
         self._inflight: tuple[Future, Batch, float] | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._first_due = True               # the run's first batch is landed without waiting (see _session)
         self.snapshots = Snapshots(self)
 
     def say(self, text: str) -> None:
@@ -252,17 +207,27 @@ class Lander:
             if self._inflight is None and seq.between_units and self.snapshots.due(self.state, now):
                 self._land(seq, reader)
                 return False
-            message = reader.read(POLL_SECONDS)
-            now = time.monotonic()
             flow = self.snapshots.flow
-            if flow is not None and self._inflight is None and flow.reached(message, seq, reader):
-                # The stream reached the point of the chunks copied meanwhile: they land before this
-                # message, which the walsender sends again in the next session.
-                self._land(seq, reader)
-                return False
-            if message is not None:
-                self.probe("message", lsn=message[0], payload=message[1])
-                seq.feed(*message)
+            if flow is None:
+                # All that has arrived, up to where the batch is full: the checks below run once per read.
+                messages = reader.read_many(POLL_SECONDS, max(1, min(READ_MESSAGES, land.batch_messages - seq.pending)),
+                                            max(1, land.batch_bytes - seq.nbytes))
+            else:
+                message = reader.read(POLL_SECONDS)
+                if self._inflight is None and flow.reached(message, seq, reader):
+                    # The stream reached the point of the chunks copied meanwhile: they land before this
+                    # message, which the walsender sends again in the next session.
+                    self._land(seq, reader)
+                    return False
+                messages = [message] if message is not None else []
+            now = time.monotonic()
+            if messages:
+                if self._probe_messages is None:
+                    seq.feed_many(messages)
+                else:
+                    for lsn, payload in messages:
+                        self._probe_messages("message", lsn=lsn, payload=payload)
+                        seq.feed(lsn, payload)
                 last_data, idle_target = now, None
             if now - orphan_check >= ORPHAN_CHECK_SECONDS:
                 self._resolve_orphans(seq)
@@ -271,6 +236,10 @@ class Lander:
                 pending_since = now
             full = seq.pending >= land.batch_messages or seq.nbytes >= land.batch_bytes
             due = full or (pending_since is not None and now - pending_since >= land.batch_seconds)
+            if self._first_due and not due and seq.pending and flow is None and len(messages) < READ_MESSAGES:
+                # The run's first batch does not wait out batch_seconds: it is due once what has arrived is
+                # read, at a point between units (a fresh start shows its first rows in bronze at once).
+                due = seq.between_units
             # A batch ends only between stream blocks: wait for the block to end (it is at most
             # about logical_decoding_work_mem), unless the batch has grown twice too big.
             if self._inflight is not None and (self._inflight[0].done() or full):
@@ -279,8 +248,9 @@ class Lander:
             if seq.pending and due and self._inflight is None and (
                     not seq.in_block or seq.pending >= 2 * land.batch_messages or seq.nbytes >= 2 * land.batch_bytes):
                 self._land(seq, reader, wait=False)
+                self._first_due = False
                 pending_since = now if seq.pending else None
-            if message is not None:
+            if messages:
                 continue
             if self._may_follow(seq, reader) and (reader.reply_requested or (
                     reader.wal_end - reader.flush_lsn >= FOLLOW_BYTES and now - last_forward >= land.keepalive_seconds)):
