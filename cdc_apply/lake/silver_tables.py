@@ -152,6 +152,9 @@ class SilverTables:
         session = self.spark.newSession()
         # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+        # A child session starts from the static configuration: the job's own session may have been
+        # given its cluster's shuffle partitions since (cdc_apply.spark.executors.cluster_settings).
+        session.conf.set("spark.sql.shuffle.partitions", self.spark.conf.get("spark.sql.shuffle.partitions"))
         for key, value in BATCH_SETTINGS.items():  # the MERGE itself plans here
             session.conf.set(key, value)
         app_id = self.app_id(work)
