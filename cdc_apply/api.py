@@ -85,9 +85,9 @@ def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | No
     executors = prepare_executors(spark)   # on a cluster: executors import cdc_apply, or a SetupError now
     fitted = cluster_settings(spark)
     if executors.action != "local master":
-        apply_log.info("%s; %s shuffle partitions%s", executors.line(), spark.conf.get("spark.sql.shuffle.partitions")
-                       if not fitted else fitted["spark.sql.shuffle.partitions"],
-                       " (the cluster's task slots)" if fitted else "")
+        partitions = fitted.get("spark.sql.shuffle.partitions") or spark.conf.get("spark.sql.shuffle.partitions")
+        apply_log.info("%s; %s shuffle partitions%s", executors.line(), partitions,
+                       " (the cluster's task slots)" if "spark.sql.shuffle.partitions" in fitted else "")
     with session_settings(spark, fitted):
         return _run_apply(spark, config, once, out, progress_seconds)
 

@@ -41,6 +41,11 @@ EXECUTOR_CODE_MODES = ("auto", "ship", "installed")
 # worker code comes with Spark).
 EXECUTOR_NEEDS = ("pyarrow", "numpy")
 SPARK_DEFAULT_SHUFFLE_PARTITIONS = "200"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+# The settings cluster_settings may give the job's session, which its child sessions (one per silver
+# table, started from the static configuration) take over from it.
+CLUSTER_KEYS = (SHUFFLE_PARTITIONS, SNAPSHOT_PARTITIONS)
 # Files of the package an executor needs: its code and the data files read at run time.
 _SHIPPED_SUFFIXES = (".py", ".properties", ".json", ".typed")
 
@@ -227,14 +232,19 @@ def prepare_executors(spark) -> ExecutorSetup:
 
 
 def cluster_settings(spark) -> dict[str, str]:
-    """Session settings the job applies on a cluster: shuffle partitions = the cluster's task slots
-    (``defaultParallelism``) when the user left Spark's default of 200 (a batch of a few hundred
-    messages otherwise runs each shuffle as 200 tiny tasks: minutes on a small cluster). Nothing for a
-    local master (:func:`cdc_apply.spark.session.spark_session` sizes those) or a value the user set."""
+    """Session settings the job applies on a cluster, each only where the user left Spark's (or Delta's)
+    default: shuffle partitions = the cluster's task slots (``defaultParallelism``) instead of 200, and
+    Delta's state-reconstruction partitions the same instead of 50 — a batch of a few hundred messages
+    otherwise runs each shuffle and each log replay as dozens of tiny tasks (minutes on a small
+    cluster). Nothing for a local master (:func:`cdc_apply.spark.session.spark_session` sizes those)."""
     sc = spark.sparkContext
-    key = "spark.sql.shuffle.partitions"
-    if is_local_master(sc.master) or sc.getConf().contains(key):
+    if is_local_master(sc.master):
         return {}
-    if spark.conf.get(key) != SPARK_DEFAULT_SHUFFLE_PARTITIONS:   # (get with a default answers the default)
-        return {}
-    return {key: str(max(1, sc.defaultParallelism))}
+    static = sc.getConf()
+    slots = str(max(1, sc.defaultParallelism))
+    settings = {}
+    if not static.contains(SHUFFLE_PARTITIONS) and spark.conf.get(SHUFFLE_PARTITIONS) == SPARK_DEFAULT_SHUFFLE_PARTITIONS:
+        settings[SHUFFLE_PARTITIONS] = slots   # (conf.get with a default answers that default, not Spark's)
+    if not static.contains(SNAPSHOT_PARTITIONS) and spark.conf.get(SNAPSHOT_PARTITIONS, None) is None:
+        settings[SNAPSHOT_PARTITIONS] = slots
+    return settings
