@@ -203,7 +203,8 @@ def prepare_executors(spark) -> ExecutorSetup:
     """Make sure the executors of ``spark`` import the cdc_apply the driver runs (see the module's
     docstring); a :class:`SetupError` before any work when they cannot."""
     sc = spark.sparkContext
-    mode = (sc.getConf().get(EXECUTOR_CODE_KEY, None) or spark.conf.get(EXECUTOR_CODE_KEY, None) or "auto")
+    # The session's value (set at run time in a notebook) before the static one (--conf).
+    mode = spark.conf.get(EXECUTOR_CODE_KEY, None) or sc.getConf().get(EXECUTOR_CODE_KEY, None) or "auto"
     mode = mode.strip().lower()
     if mode not in EXECUTOR_CODE_MODES:
         raise SetupError(f"{EXECUTOR_CODE_KEY} must be one of {', '.join(EXECUTOR_CODE_MODES)}", value=mode)

@@ -79,8 +79,10 @@ def s3_lake(s3_server, postgres, tmp_path_factory):
     (root / "pipeline.toml").write_text(CONFIG.format(
         bronze=server.url("shop/bronze"), silver=server.url("shop/silver"), state=server.url("shop/state"),
         dsn=postgres.dsn("s3lake")))
-    env = {"SPARK_CONF_DIR": str(conf_dir)}
-    land = _cli(root, "land", env).wait(600)
+    # These JVMs live a minute or two: C1 alone compiles what they run for a fraction of the CPU (as in
+    # tests/packaging). Nothing cdc_apply sees changes.
+    env = {"SPARK_CONF_DIR": str(conf_dir), "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"}
+    land = _cli(root, "land", env, "--once").wait(600)
     assert land.returncode == 0, land.describe()
     return root, env
 
@@ -94,14 +96,15 @@ def _cli(root: Path, command: str, env: dict, *extra: str, name: str | None = No
 def applied(s3_lake):
     """``cdc-apply apply --once`` SIGKILLed a few seconds into its first batch, then run again to its end."""
     root, env = s3_lake
-    first = _cli(root, "apply", env, "--once", name="apply-killed")
+    # A live line every second while a batch runs (on stderr: a log record) tells when the batch is under way.
+    first = _cli(root, "apply", env, "--once", "--progress-seconds", "1", name="apply-killed")
     seen: dict[str, float] = {}
 
     def in_first_batch() -> str | None:
-        if "cdc-apply: applying" in first.out_path.read_text(errors="replace"):
+        if "batch v1 running" in first.err_path.read_text(errors="replace"):
             seen.setdefault("at", time.monotonic())
             if time.monotonic() - seen["at"] > 4:
-                return "4s into the first batch"
+                return "5s into the first batch"
         return None
 
     killed = first.wait(600, kill_when=in_first_batch)

@@ -113,7 +113,7 @@ def _submit(cluster, jars: list[Path], root: Path, name: str, python: Path, *ext
             "--jars", ",".join(map(str, jars)), *extra,
             REPO / "jobs" / "apply_changes.py", "--config", root / "pipeline.toml", "--once"]
     # The driver imports this checkout (PYTHONPATH); the executors get only what the job ships them.
-    env = cluster_env(PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    env = cluster_env(PYTHONPATH=os.environ.get("PYTHONPATH", ""), JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1")
     return run_group(name, args, root / "logs", root, env, timeout=600)
 
 
