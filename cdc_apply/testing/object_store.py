@@ -9,10 +9,12 @@ writes it where a command line started from plain Python reads it (``$SPARK_CONF
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,13 @@ class S3Server:
                   "fs.s3a.access.key": ACCESS_KEY, "fs.s3a.secret.key": SECRET_KEY}
         return {"spark.jars": ",".join(str(j) for j in jars),
                 **{f"spark.hadoop.{key}": value for key, value in hadoop.items()}}
+
+    def list_keys(self, prefix: str) -> str:
+        """The bucket's keys under ``prefix``, one per line (a plain ListObjectsV2 request, first 1,000)."""
+        query = urllib.parse.urlencode({"list-type": "2", "prefix": prefix})
+        with urllib.request.urlopen(f"{self.endpoint}/{self.bucket}?{query}", timeout=5) as answer:
+            body = answer.read().decode()
+        return "\n".join(re.findall(r"<Key>([^<]*)</Key>", body))
 
     def stop(self) -> None:
         """Kill the server's group and wait until it is gone."""

@@ -93,18 +93,20 @@ def _cli(root: Path, command: str, env: dict, *extra: str, name: str | None = No
 
 
 @pytest.fixture(scope="module")
-def applied(s3_lake):
-    """``cdc-apply apply --once`` SIGKILLed a few seconds into its first batch, then run again to its end."""
+def applied(s3_server, s3_lake):
+    """``cdc-apply apply --once`` SIGKILLed in its first batch, the moment its first silver commit is on S3
+    (the batch's writes under way), then run again to its end."""
+    server, _ = s3_server
     root, env = s3_lake
-    # A live line every second while a batch runs (on stderr: a log record) tells when the batch is under way.
-    first = _cli(root, "apply", env, "--once", "--progress-seconds", "1", name="apply-killed")
-    seen: dict[str, float] = {}
+    first = _cli(root, "apply", env, "--once", name="apply-killed")
+    looked = [0.0]
 
     def in_first_batch() -> str | None:
-        if "batch v1 running" in first.err_path.read_text(errors="replace"):
-            seen.setdefault("at", time.monotonic())
-            if time.monotonic() - seen["at"] > 4:
-                return "5s into the first batch"
+        if time.monotonic() - looked[0] < 0.3:
+            return None
+        looked[0] = time.monotonic()
+        if "/_delta_log/00000000000000000000.json" in server.list_keys("shop/silver/"):
+            return "a silver table's first commit is on S3"
         return None
 
     killed = first.wait(600, kill_when=in_first_batch)
