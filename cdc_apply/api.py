@@ -78,12 +78,26 @@ def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | No
     session is a :class:`~cdc_apply.errors.SetupError` before anything runs. Errors are the
     ``cdc_apply.errors`` classes the command reports (``ConfigError``, ``ApplyError``, ``StateError`` ...).
     """
-    from cdc_apply.lake.pipeline import ApplyPipeline
-    from cdc_apply.spark.progress import BatchWatcher, query_name
-    from cdc_apply.spark.session import require_classic
+    from cdc_apply.spark.executors import cluster_settings, prepare_executors
+    from cdc_apply.spark.session import require_classic, session_settings
 
     config = as_config(config)
     require_classic(spark)
+    executors = prepare_executors(spark)   # on a cluster: executors import cdc_apply, or a SetupError now
+    fitted = cluster_settings(spark)
+    if executors.action != "local master":
+        partitions = fitted.get("spark.sql.shuffle.partitions") or spark.conf.get("spark.sql.shuffle.partitions")
+        apply_log.info("%s; %s shuffle partitions%s", executors.line(), partitions,
+                       " (the cluster's task slots)" if "spark.sql.shuffle.partitions" in fitted else "")
+    with session_settings(spark, fitted):
+        return _run_apply(spark, config, once, out, progress_seconds)
+
+
+def _run_apply(spark: Any, config: Config, once: bool, out: TextIO | None,
+               progress_seconds: float | None) -> list["BatchReport"]:
+    from cdc_apply.lake.pipeline import ApplyPipeline
+    from cdc_apply.spark.progress import BatchWatcher, query_name
+
     stream = LineLog(apply_log, copy=out)
     pipeline = ApplyPipeline(spark, config, out=stream)
     target = config.silver.path or config.silver.table_template
