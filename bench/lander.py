@@ -14,6 +14,10 @@ bronze at a local path (delta-rs: no JVM). Keys:
   writing a backlog of ``--backlog`` messages to a file, messages/s, over ``land --once`` landing the
   same backlog from a copy of its slot; ours is timed from process start to exit less
   ``land.idle_exit_seconds`` (how long ``--once`` waits to be sure nothing more comes).
+- ``lander_reader_floor_vs_recvlogical``: the floor under that ratio for a lander in Python on psycopg2,
+  measured in the same run: a fresh process that only reads the same backlog from a third copy of the
+  slot with the lander's own reader (``ReplicationReader.read_many``, messages dropped: no sequencing,
+  no Parquet, no commit), from process start to its last message.
 """
 
 from __future__ import annotations
@@ -160,6 +164,7 @@ def versus_recvlogical(work: Path, pg, backlog: int) -> dict:
 
     pg.execute("SELECT pg_create_logical_replication_slot('ours', 'pgoutput')", dbname="bench")
     pg.execute("SELECT pg_copy_logical_replication_slot('ours', 'theirs')", dbname="bench")
+    pg.execute("SELECT pg_copy_logical_replication_slot('ours', 'floor')", dbname="bench")
     _insert(pg, backlog // (ROWS_PER_TXN + 2), 20_000_000)
     end = pg.execute("SELECT pg_current_wal_lsn()::text", dbname="bench")[0][0]
     options = ["-o", "proto_version=4", "-o", "publication_names=bench_pub", "-o", "messages=true",
@@ -180,11 +185,41 @@ def versus_recvlogical(work: Path, pg, backlog: int) -> dict:
     from cdc_apply.delta.refs import TableRef
 
     messages = sum(f.records or 0 for f in live_files(open_table(TableRef(path=str(bronze))), ["seq"]))
-    return {"messages": messages, "recvlogical_seconds": round(theirs, 2), "lander_seconds": round(ours, 2),
+    floor = reader_floor(pg, messages)
+    return {"reader_floor_seconds": round(floor, 2),
+            "reader_floor_vs_recvlogical": round(floor / theirs, 2), "lander_vs_reader_floor": round(ours / floor, 2),
+            "messages": messages, "recvlogical_seconds": round(theirs, 2), "lander_seconds": round(ours, 2),
             "recvlogical_messages_per_second": round(messages / theirs),
             "lander_messages_per_second": round(messages / ours),
             "recvlogical_file_mb": round(target.stat().st_size / 2 ** 20, 1),
             "ratio": round((messages / theirs) / (messages / ours), 2)}
+
+
+# The floor process: the lander's reader and nothing else, until ``count`` messages have arrived.
+_FLOOR = """
+import sys
+from cdc_apply.lander.reader import ReplicationReader
+dsn, slot, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+options = {"proto_version": "4", "publication_names": "bench_pub", "messages": "true",
+           "streaming": "parallel", "two_phase": "on"}
+reader = ReplicationReader(dsn, slot, options, {})
+reader.start()
+seen = 0
+while seen < count:
+    got = reader.read_many(30.0, 2000)
+    if not got:
+        raise SystemExit(f"the reader floor stopped at {seen} of {count} messages")
+    seen += len(got)
+reader.close()
+"""
+
+
+def reader_floor(pg, messages: int) -> float:
+    """Seconds from process start to the ``messages``-th message for the lander's reader alone."""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", _FLOOR, pg.dsn("bench"), "floor", str(messages)], check=True,
+                   cwd=ROOT, timeout=600)
+    return time.monotonic() - started
 
 
 def run(reps: int, rate: int, seconds: float, backlog: int, write: bool) -> dict:
@@ -206,6 +241,7 @@ def run(reps: int, rate: int, seconds: float, backlog: int, write: bool) -> dict
         "lander_first_message_seconds": round(statistics.median(first), 2),
         "lander_rss_mb": rss["peak_mb"],
         "lander_vs_recvlogical": versus["ratio"],
+        "lander_reader_floor_vs_recvlogical": versus["reader_floor_vs_recvlogical"],
         "lander": {"first_message_seconds": [round(s, 2) for s in first], "steady": rss, "backlog": versus,
                    "bronze": "local path (delta-rs, no JVM)",
                    "measured_at": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
