@@ -200,21 +200,27 @@ class Lander:
         now = time.monotonic()
         last_data, pending_since, last_forward, orphan_check = now, None, now, 0.0
         idle_target, probe_at, stable = None, 0.0, (reader.wal_end, now)
+        # A snapshot found due waits for bronze to be between units; meanwhile messages are read one at a
+        # time, so that a busy stream (a read of all that arrived mostly ends inside a transaction, and an
+        # append is mostly in flight) cannot put the snapshot off for ever.
+        snapshot_due = False
         while True:
             if self.stop.is_set():
                 self._land(seq, reader)
                 return True
-            if self._inflight is None and seq.between_units and self.snapshots.due(self.state, now):
-                self._land(seq, reader)
-                return False
+            if snapshot_due or (seq.between_units and self.snapshots.due(self.state, now)):
+                snapshot_due = True
+                if seq.between_units:
+                    self._land(seq, reader)     # the append in flight first, then what is pending
+                    return False
             flow = self.snapshots.flow
-            if flow is None:
+            if flow is None and not snapshot_due:
                 # All that has arrived, up to where the batch is full: the checks below run once per read.
                 messages = reader.read_many(POLL_SECONDS, max(1, min(READ_MESSAGES, land.batch_messages - seq.pending)),
                                             max(1, land.batch_bytes - seq.nbytes))
             else:
                 message = reader.read(POLL_SECONDS)
-                if self._inflight is None and flow.reached(message, seq, reader):
+                if flow is not None and self._inflight is None and flow.reached(message, seq, reader):
                     # The stream reached the point of the chunks copied meanwhile: they land before this
                     # message, which the walsender sends again in the next session.
                     self._land(seq, reader)
