@@ -5,7 +5,8 @@ and the AWS SDK, ``python -m cdc_apply.spark.jars --s3``) reaches it, configured
 Spark for S3: ``spark-defaults.conf`` in ``$SPARK_CONF_DIR``. The commands run as a user runs them:
 ``cdc-apply land`` (Spark's writer: bronze is not on this machine's disk), ``cdc-apply apply`` killed in
 its first batch and run again, ``cdc-apply status --json`` (Spark: the state tables are on object
-storage). Silver is compared with PostgreSQL. ``make cluster`` runs these (marker ``cluster``).
+storage), ``cdc-apply optimize`` of silver and bronze, and a table copied again on request
+(``cdc-apply snapshot``, served by the next ``land``). Silver is compared with PostgreSQL. ``make cluster`` runs these (marker ``cluster``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ name = "shop"
 dsn = "{dsn}"
 slot = "s3_slot"
 publication = "s3_pub"
-snapshot = "never"
+snapshot = "initial"
 [land]
 batch_seconds = 1.0
 idle_exit_seconds = 1.0
@@ -114,20 +115,24 @@ def applied(s3_server, s3_lake):
     return killed, again
 
 
-def test_apply_killed_in_its_first_batch_on_s3a_runs_again_to_silver_equal_to_postgresql(applied, s3_lake, postgres,
-                                                                                          spark):
+def _silver_checks(spark, postgres, root: Path) -> list:
     from cdc_apply.config import load_config
     from cdc_apply.testing.compare import compare_with_postgres
 
+    conn = postgres.connect("s3lake")
+    try:
+        return compare_with_postgres(spark, load_config(root / "pipeline.toml"), conn, source="shop",
+                                     schemas=["public"])
+    finally:
+        conn.close()
+
+
+def test_apply_killed_in_its_first_batch_on_s3a_runs_again_to_silver_equal_to_postgresql(applied, s3_lake, postgres,
+                                                                                          spark):
     killed, again = applied
     assert killed.killed, killed.describe()     # the batch was still running when the kill came
     assert again.returncode == 0, again.describe()
-    conn = postgres.connect("s3lake")
-    try:
-        checks = compare_with_postgres(spark, load_config(s3_lake[0] / "pipeline.toml"), conn, source="shop",
-                                       schemas=["public"])
-    finally:
-        conn.close()
+    checks = _silver_checks(spark, postgres, s3_lake[0])
     assert len(checks) == 2 and all(c.equal for c in checks), "\n".join(c.line() for c in checks)
 
 
@@ -138,3 +143,37 @@ def test_status_reads_the_state_on_s3a_with_spark_and_reports_the_source_caught_
     entries = [json.loads(line) for line in run.stdout.splitlines()]
     assert [(e["source"], e["health"], e["lag_seq"]) for e in entries] == [("shop", "ok", 0)], run.stdout
     assert "Spark session" in run.stderr     # object storage: read with Spark, not delta-rs
+
+
+def test_optimize_on_s3a_compacts_silver_and_bronze_and_leaves_silver_equal(applied, s3_lake, postgres, spark):
+    from cdc_apply.config import load_config
+    from cdc_apply.delta.refs import bronze_ref
+
+    root, env = s3_lake
+    config = load_config(root / "pipeline.toml")
+    run = _cli(root, "optimize", env).wait(600)
+    assert run.returncode == 0, run.describe()
+    bronze = _cli(root, "optimize", env, "--bronze", name="optimize-bronze").wait(600)
+    assert bronze.returncode == 0, bronze.describe()
+    # Every silver table and bronze answered (the table's "N files -> M" line); bronze, a file per landed
+    # batch, was compacted.
+    assert {line.split(":")[0] for line in run.stdout.splitlines()} >= {"public.customers", "public.events",
+                                                                        "bronze"}, run.describe()
+    operations = [r.operation for r in bronze_ref(config).delta_table(spark).history().collect()]
+    assert "OPTIMIZE" in operations, operations
+    checks = _silver_checks(spark, postgres, root)
+    assert all(c.equal for c in checks), "\n".join(c.line() for c in checks)
+
+
+def test_a_table_copied_again_on_request_on_s3a_leaves_silver_equal_to_postgresql(applied, s3_lake, postgres, spark):
+    root, env = s3_lake
+    postgres.execute("UPDATE customers SET name = name || '!' WHERE id < 10", dbname="s3lake")
+    ask = _cli(root, "snapshot", env, "--table", "public.customers", name="snapshot").wait(600)
+    assert ask.returncode == 0, ask.describe()
+    land = _cli(root, "land", env, "--once", name="land-snapshot").wait(600)
+    assert land.returncode == 0, land.describe()
+    assert "snapshot of public.customers" in land.stdout + land.stderr, land.describe()
+    apply = _cli(root, "apply", env, "--once", name="apply-snapshot").wait(600)
+    assert apply.returncode == 0, apply.describe()
+    checks = _silver_checks(spark, postgres, root)
+    assert len(checks) == 2 and all(c.equal for c in checks), "\n".join(c.line() for c in checks)
