@@ -200,15 +200,15 @@ class Lander:
         now = time.monotonic()
         last_data, pending_since, last_forward, orphan_check = now, None, now, 0.0
         idle_target, probe_at, stable = None, 0.0, (reader.wal_end, now)
-        # A snapshot found due waits for bronze to be between units; meanwhile messages are read one at a
-        # time, so that a busy stream (a read of all that arrived mostly ends inside a transaction, and an
-        # append is mostly in flight) cannot put the snapshot off for ever.
+        # Whether a snapshot is due is asked at every pass, wherever the stream stands: a read of all that
+        # arrived mostly ends inside a transaction on a busy stream. A due snapshot then waits for bronze to be
+        # between units, messages read one at a time meanwhile, so the stream cannot put it off for ever.
         snapshot_due = False
         while True:
             if self.stop.is_set():
                 self._land(seq, reader)
                 return True
-            if snapshot_due or (seq.between_units and self.snapshots.due(self.state, now)):
+            if snapshot_due or self.snapshots.due(self.state, now):
                 snapshot_due = True
                 if seq.between_units:
                     self._land(seq, reader)     # the append in flight first, then what is pending
