@@ -34,6 +34,7 @@ from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lander.dsn import resolve_dsn
 from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.pgoutput.types import TypeOptions
+from cdc_apply.verify import bronze_keys
 from cdc_apply.verify import compare as cmp
 from cdc_apply.verify import silver as sv
 from cdc_apply.verify.encoding import cut_bounds, encode_column, pg_row_hash, range_bounds, range_kind, spark_range_index
@@ -121,7 +122,7 @@ def verify(spark, config: Config, tables: Sequence[str] | None = None, range_row
         run.applied_lsn = sv.wait_applied(spark, config, source, point.lsn, wait_seconds)
         for plan in plans:
             if plan.result.status != cmp.ERROR:
-                _compare(spark, config, snap, plan, point.lsn, samples)
+                _compare(spark, config, snap, plan, point.lsn, samples, wait_seconds)
         run.tables = [p.result for p in plans]
         run.source_rows_read = snap.limit.rows
     run.seconds = time.monotonic() - started
@@ -193,17 +194,18 @@ def _plan_source(spark, config: Config, snap: SourceSnapshot, name: str, ref, op
     return plan
 
 
-def _compare(spark, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int, samples: int) -> None:
+def _compare(spark, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int, samples: int,
+             wait_seconds: float) -> None:
     started = time.monotonic()
     result, shape = plan.result, plan.shape
     key = list(shape.key)
     try:
         result.silver_version, frame = sv.pin(spark, plan.silver)
         history = history_ref(config, *_first_names(spark, config, plan), config.source.name)
-        if config.history_for(result.table) is None or not history.exists(spark):
-            raise VerifyError("no history table to tell which keys changed past the point; keep one for this "
-                              "table ([tables.\"<name>\"] history = true)", table=result.table)
-        excluded = sv.changed_keys(spark, history, config.silver.metadata_prefix, lsn, plan.columns, key)
+        if config.history_for(result.table) is not None and history.exists(spark):
+            excluded = sv.changed_keys(spark, history, config.silver.metadata_prefix, lsn, plan.columns, key)
+        else:
+            excluded = _changed_from_bronze(spark, config, plan, lsn, key, wait_seconds)
         result.excluded_keys = len(excluded)
         source_sums = plan.sums
         if excluded:
@@ -233,6 +235,27 @@ def _compare(spark, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int,
     except CdcApplyError as err:
         result.status, result.error = cmp.ERROR, str(err)
     result.seconds += time.monotonic() - started
+
+
+def _changed_from_bronze(spark, config: Config, plan: _Plan, lsn: int, key: list[str], wait_seconds: float) -> list:
+    """Without a history table: the keys the logged transactions committed at or past ``lsn`` changed, decoded
+    from their bronze rows (:mod:`cdc_apply.verify.bronze_keys`), once the batch that wrote the pinned silver
+    version has logged them. A keyless table compares as a multiset of whole rows and needs its history."""
+    table = plan.result.table
+    if not key:
+        raise VerifyError("a table without a key is compared as a multiset of rows, which needs a history table to "
+                          "tell the rows changed past the point; keep one ([tables.\"<name>\"] history = true)",
+                          table=table)
+    source = config.source.name
+    relation = next((r for r in Bookkeeping(config).load_history(spark).get(source).relations.values()
+                     if r.latest.qualified_name == table), None)
+    if relation is None:
+        raise VerifyError("no relation of that name was applied", table=table, source=source)
+    sv.wait_logged(spark, config, plan.silver, plan.result.silver_version, wait_seconds)
+    names = sorted({v.qualified_name for v in relation.versions})
+    spans = bronze_keys.transactions_past(spark, config, source, names, lsn)
+    units = bronze_keys.bronze_units(spark, config, source, spans)
+    return sorted(bronze_keys.changed_keys(units, relation, bronze_keys.key_positions(relation, key)))
 
 
 def _first_names(spark, config: Config, plan: _Plan) -> tuple[str, str]:

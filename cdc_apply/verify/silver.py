@@ -65,6 +65,30 @@ def wait_applied(spark, config: Config, source: str, lsn: int, timeout: float, p
         time.sleep(poll)
 
 
+def wait_logged(spark, config: Config, ref: TableRef, version: int, timeout: float, poll: float = 1.0) -> None:
+    """Wait until the batch that wrote silver version ``version`` (the newest tagged commit at or below it) has
+    its progress row: its transactions log rows, written before that row, are then all there."""
+    from pyspark.sql import functions as F
+
+    from cdc_apply.lake.books.commit_tag import decode_tag
+    from cdc_apply.lake.books.ledger import STEPS_PER_VERSION
+
+    commits = (spark.sql(f"DESCRIBE HISTORY {ref.sql}").where(F.col("version") <= version)
+               .orderBy(F.desc("version")).select("userMetadata").limit(100).collect())
+    step = next((tag["apply_step"] for tag in (decode_tag(r.userMetadata) for r in commits)
+                 if tag and "apply_step" in tag), None)
+    if step is None:
+        return
+    wanted = int(step) // STEPS_PER_VERSION
+    progress = Bookkeeping(config).ref("progress")
+    deadline = time.monotonic() + timeout
+    while (progress.read(spark).agg(F.max("apply_version")).first()[0] or -1) < wanted:
+        if time.monotonic() >= deadline:
+            raise VerifyError(f"the batch that wrote silver version {version} did not finish within {timeout:g} s",
+                              table=str(ref))
+        time.sleep(poll)
+
+
 def pin(spark, ref: TableRef):
     """``(version, DataFrame)``: the table's newest Delta version, read at that version whatever comes later."""
     version = int(spark.sql(f"DESCRIBE HISTORY {ref.sql} LIMIT 1").first()["version"])
