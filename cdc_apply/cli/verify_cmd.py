@@ -1,6 +1,7 @@
 """``cdc-apply verify``: compare silver with the live source at one consistent point (docs/VERIFY.md).
 
-Exit code: 0 every table equal, 1 some table differs, 2 a table (or the run) could not be verified.
+Exit code: 0 every table equal, 1 some table differs, 2 a table (or the run) could not be verified; with
+``--repair``, of each repaired table's second verification.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ def run_verify(args) -> int:
     spark = spark_session(f"cdc_apply-verify-{config.pipeline}")
     run = verify(spark, config, args.table or None, range_rows=args.range_rows,
                  max_source_rows_per_second=args.max_source_rows_per_second, wait_seconds=args.wait_seconds,
-                 samples=args.samples, record=not args.no_record)
+                 samples=args.samples, record=not args.no_record, repair=args.repair)
     print_run(run, as_json=args.json)
     return run.exit_code
 
@@ -34,3 +35,6 @@ def add_arguments(parser) -> None:
                         help="how long to wait for the apply job to reach the source's point (default 300)")
     parser.add_argument("--samples", type=int, default=5, metavar="N", help="differing keys named per table")
     parser.add_argument("--no-record", action="store_true", help="do not append to the verifications table")
+    parser.add_argument("--repair", action="store_true",
+                        help="copy the differing key ranges again through the running lander, wait for the apply job "
+                             "to apply them, and verify those tables again")

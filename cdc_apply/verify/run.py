@@ -32,11 +32,13 @@ from cdc_apply.delta.refs import history_ref, silver_ref, state_ref
 from cdc_apply.errors import CdcApplyError, VerifyError
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lander.dsn import resolve_dsn
-from cdc_apply.pgoutput.messages import format_lsn
+from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
 from cdc_apply.pgoutput.types import TypeOptions
+from cdc_apply.lander.snapshots.requests import emit_request
 from cdc_apply.verify import bronze_keys
 from cdc_apply.verify import compare as cmp
 from cdc_apply.verify import silver as sv
+from cdc_apply.verify.repair import repair_targets, wait_repaired
 from cdc_apply.verify.encoding import cut_bounds, encode_column, pg_row_hash, range_bounds, range_kind, spark_range_index
 from cdc_apply.verify.source import SourceSnapshot, SourceTable, excluded_predicate, key_predicate
 
@@ -55,21 +57,36 @@ class Verification:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     seconds: float = 0.0
     source_rows_read: int = 0
+    repair: dict | None = None             # --repair: what was copied again ({"tables", "ranges", "lsn"})
+    repaired: "Verification | None" = None  # --repair: the differing tables verified again after the copy
 
     @property
     def exit_code(self) -> int:
-        return cmp.exit_code(self.tables)
+        """Of each table's last verification: after a repair, the repaired tables' second one."""
+        again = {t.table: t for t in self.repaired.tables} if self.repaired else {}
+        return cmp.exit_code([again.get(t.table, t) for t in self.tables])
 
     def lines(self) -> list[str]:
         head = (f"source {self.source}: verified at {format_lsn(self.lsn)} (silver applied to "
                 f"{format_lsn(self.applied_lsn) if self.applied_lsn is not None else '-'}) in {self.seconds:.1f} s")
-        return [head] + [t.line() for t in self.tables]
+        out = [head] + [t.line() for t in self.tables]
+        if self.repair:
+            ranges = self.repair["ranges"]
+            parts = ([f"{len(ranges)} key ranges of {', '.join(sorted({r[0] for r in ranges}))}"] if ranges else []) + \
+                [f"{t} whole" for t in self.repair["tables"]]
+            out.append(f"repair: copied again {'; '.join(parts)} (request at {self.repair['lsn']})")
+        if self.repaired:
+            out += ["after repair: " + line for line in self.repaired.lines()]
+        return out
 
     def as_dict(self) -> dict:
-        return {"run_id": self.run_id, "source": self.source, "lsn": format_lsn(self.lsn),
-                "applied_lsn": format_lsn(self.applied_lsn) if self.applied_lsn is not None else None,
-                "seconds": round(self.seconds, 3), "exit_code": self.exit_code,
-                "tables": [t.as_dict() for t in self.tables]}
+        out = {"run_id": self.run_id, "source": self.source, "lsn": format_lsn(self.lsn),
+               "applied_lsn": format_lsn(self.applied_lsn) if self.applied_lsn is not None else None,
+               "seconds": round(self.seconds, 3), "exit_code": self.exit_code,
+               "tables": [t.as_dict() for t in self.tables]}
+        if self.repair:
+            out["repair"] = {**self.repair, "after": self.repaired.as_dict() if self.repaired else None}
+        return out
 
 
 @dataclass
@@ -100,12 +117,14 @@ class _Plan:
 
 def verify(spark, config: Config, tables: Sequence[str] | None = None, range_rows: int | None = None,
            max_source_rows_per_second: float | None = None, wait_seconds: float | None = None, samples: int = 5,
-           record: bool = True, dsn: str | None = None) -> Verification:
+           record: bool = True, dsn: str | None = None, repair: bool = False) -> Verification:
     """Compare each silver table of ``config``'s source (or ``tables``, qualified names) with the live
     PostgreSQL table at one consistent point; append the results to the ``verifications`` state table
     (``record``). Differences are in the result, not raised; a :class:`VerifyError` when no point can be
     taken or the apply job does not reach it within ``wait_seconds``. ``range_rows``, ``wait_seconds`` and
-    ``max_source_rows_per_second`` default to the configuration's ``[verify]`` section."""
+    ``max_source_rows_per_second`` default to the configuration's ``[verify]`` section. ``repair``: copy the
+    differing ranges again through the lander (:mod:`cdc_apply.verify.repair`; the lander and the apply job
+    must be running), wait for them to be applied, and verify those tables again (``repaired``)."""
     started = time.monotonic()
     source = config.source.name
     dsn = dsn or resolve_dsn(config.source)
@@ -128,6 +147,13 @@ def verify(spark, config: Config, tables: Sequence[str] | None = None, range_row
     run.seconds = time.monotonic() - started
     if record:
         record_run(spark, config, run)
+    whole, ranges, entries = repair_targets(plans) if repair else ([], [], [])
+    if entries:
+        at = emit_request(config, whole, ranges)
+        run.repair = {"tables": whole, "ranges": [list(r) for r in ranges], "lsn": at}
+        wait_repaired(spark, config, entries, parse_lsn(at), wait_seconds)
+        run.repaired = verify(spark, config, [p.result.table for p in plans if p.result.status == cmp.DIFFERS],
+                              range_rows, max_source_rows_per_second, wait_seconds, samples, record, dsn)
     return run
 
 

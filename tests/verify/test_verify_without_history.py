@@ -56,3 +56,27 @@ def test_damage_to_a_table_without_history_is_found(lake):
     t_text = differences(run, "public.t_text")
     assert t_text.status == "differs" and [s.what for s in t_text.samples] == ["missing"], t_text.line()
     assert differences(run, "public.t_int").status == "equal", differences(run, "public.t_int").line()
+
+
+def test_verify_repair_copies_the_differing_ranges_again_and_then_verifies_equal(lake):
+    lake.land_and_apply()
+    damage(lake, "t_int", "DELETE FROM {t} WHERE id BETWEEN 100 AND 104")   # integer key: its ranges copied
+    damage(lake, "t_uuid", "DELETE FROM {t} WHERE v = 'v20'")                # uuid key: copied whole
+    stop, thread, errors = apply_while(lake, [], 0, steady=False)            # the lander and apply job run
+    try:
+        run = run_verify(lake, tables=["public.t_int", "public.t_uuid", "public.t_comp"], repair=True)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+    print("\n".join(run.lines()))
+    t_int = differences(run, "public.t_int")
+    assert t_int.status == "differs" and differences(run, "public.t_uuid").status == "differs"
+    assert run.repair["tables"] == ["public.t_uuid"]
+    copied = run.repair["ranges"]
+    assert copied and {(t, c) for t, c, _, _ in copied} == {("public.t_int", "id")}
+    assert len(copied) < t_int.ranges, "only the differing ranges are copied again"
+    assert all((low is None or low <= 104) and (high is None or high > 100) for _, _, low, high in copied)
+    assert sorted(t.table for t in run.repaired.tables) == ["public.t_int", "public.t_uuid"]
+    assert all(t.status == "equal" for t in run.repaired.tables), run.lines()
+    assert run.exit_code == 0
