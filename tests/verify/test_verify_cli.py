@@ -16,7 +16,8 @@ def test_the_verify_command_takes_its_options():
                                       "--json", "--max-source-rows-per-second", "5000", "--range-rows", "1000"])
     assert (args.table, args.json, args.max_source_rows_per_second, args.range_rows) == (
         ["public.a", "public.b"], True, 5000.0, 1000)
-    assert args.wait_seconds is None and not args.no_record
+    assert args.wait_seconds is None and not args.no_record and not args.repair
+    assert build_parser().parse_args(["verify", "--config", "f.toml", "--repair"]).repair
 
 
 def test_the_verify_section_bounds_the_source_reads():
