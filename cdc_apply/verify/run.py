@@ -34,6 +34,7 @@ from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lander.dsn import resolve_dsn
 from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
 from cdc_apply.pgoutput.types import TypeOptions
+from cdc_apply.lander.options import publication_names
 from cdc_apply.lander.snapshots.requests import emit_request
 from cdc_apply.verify import bronze_keys
 from cdc_apply.verify import compare as cmp
@@ -183,7 +184,7 @@ def _plan_source(spark, config: Config, snap: SourceSnapshot, name: str, ref, op
     started = time.monotonic()
     try:
         namespace, relname = name.split(".", 1)
-        shape = snap.table(namespace, relname, options)
+        shape = snap.table(namespace, relname, options, publication_names(config.source))
         if shape is None:
             raise VerifyError("the table is not in the source (dropped?)", table=name)
         if not ref.exists(spark):

@@ -32,6 +32,12 @@ SELECT c.oid::int8, c.relkind, c.relreplident,
             WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END LIMIT 1)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s
 """
+# The publications' row filters of a table: none when any publication publishes it unfiltered (the
+# filters of several publications are OR-ed, as the walsender applies them).
+_ROW_FILTER = """
+SELECT bool_or(rowfilter IS NULL), array_agg(rowfilter) FILTER (WHERE rowfilter IS NOT NULL)
+FROM pg_publication_tables WHERE pubname = ANY(%s) AND schemaname = %s AND tablename = %s
+"""
 _COLUMNS = """
 SELECT a.attnum, a.attname, a.atttypid::int8, a.atttypmod, format_type(a.atttypid, NULL)
 FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum
@@ -55,10 +61,15 @@ class SourceTable:
     columns: tuple[SourceColumn, ...]
     key: tuple[str, ...]
     estimated_rows: int
+    row_filter: str | None = None   # the publications' row filter (SQL): silver holds only the rows it passes
 
     @property
     def sql(self) -> str:
         return f"{pg_ident(self.namespace)}.{pg_ident(self.name)}"
+
+    def where(self, predicate: str) -> str:
+        """``predicate`` and the row filter, as a WHERE clause's body (for a query with parameters)."""
+        return predicate if self.row_filter is None else f"({predicate}) AND ({self.row_filter.replace('%', '%%')})"
 
     @property
     def qualified_name(self) -> str:
@@ -141,15 +152,17 @@ class SourceSnapshot:
 
         try:
             with self.conn.cursor() as cur:
-                cur.execute(sql, params or None)
+                cur.execute(sql, tuple(params))   # always formatted: a row filter's % is written %%
                 return cur.fetchall()
         except psycopg2.Error as exc:
             lsn = format_lsn(self.point.lsn) if self.point else None
             raise VerifyError(f"reading the source failed: {scrub(str(exc), self.dsn).splitlines()[0]}",
                               lsn=lsn) from None
 
-    def table(self, namespace: str, name: str, options: TypeOptions = TypeOptions()) -> SourceTable | None:
-        """The table's shape under the snapshot (None: no such table now)."""
+    def table(self, namespace: str, name: str, options: TypeOptions = TypeOptions(),
+              publications: tuple[str, ...] = ()) -> SourceTable | None:
+        """The table's shape under the snapshot (None: no such table now), with the row filter
+        ``publications`` give it."""
         rows = self._query(_SHAPE, (namespace, name))
         if not rows:
             return None
@@ -160,7 +173,12 @@ class SourceSnapshot:
             columns.append(column)
             by_attnum[int(attnum)] = column
         key = () if identity in ("f", "n") or not key_attnums else tuple(by_attnum[int(a)].name for a in key_attnums)
-        return SourceTable(namespace, name, int(oid), tuple(columns), key, int(estimate))
+        row_filter = None
+        if publications:
+            unfiltered, filters = self._query(_ROW_FILTER, (list(publications), namespace, name))[0]
+            if not unfiltered and filters:
+                row_filter = " OR ".join(f"({f})" for f in filters)
+        return SourceTable(namespace, name, int(oid), tuple(columns), key, int(estimate), row_filter)
 
     def sample(self, table: SourceTable, column: str) -> list:
         """Values of ``column`` from a block sample of about :data:`SAMPLE_ROWS` rows (all rows of a small table)."""
@@ -177,9 +195,9 @@ class SourceSnapshot:
         h = pg_row_hash(columns)
         if buckets:
             sql = (f"SELECT mod(mod(h, {buckets}) + {buckets}, {buckets}), count(*), sum(h) "
-                   f"FROM (SELECT {h} AS h FROM {table.sql} WHERE {where}) r GROUP BY 1")
+                   f"FROM (SELECT {h} AS h FROM {table.sql} WHERE {table.where(where)}) r GROUP BY 1")
         else:
-            sql = f"SELECT 0, count(*), COALESCE(sum({h}), 0) FROM {table.sql} WHERE {where}"
+            sql = f"SELECT 0, count(*), COALESCE(sum({h}), 0) FROM {table.sql} WHERE {table.where(where)}"
         out = {int(r): (int(n), int(s)) for r, n, s in self._query(sql, params) if n}
         self.limit.read(sum(n for n, _ in out.values()))
         return out
@@ -190,7 +208,8 @@ class SourceSnapshot:
         from cdc_apply.verify.encoding import pg_row_text
 
         keys = [pg_key_text(k, "") for k in key] or [pg_row_text(columns)]
-        out = self._query(f"SELECT {', '.join(keys)}, {pg_row_hash(columns)} FROM {table.sql} WHERE {where}", params)
+        out = self._query(f"SELECT {', '.join(keys)}, {pg_row_hash(columns)} FROM {table.sql} "
+                          f"WHERE {table.where(where)}", params)
         self.limit.read(len(out))
         return out
 

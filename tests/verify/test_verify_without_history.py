@@ -1,6 +1,7 @@
 """`cdc_apply.verify` of tables that keep no history table: the keys changed past the source's point come from
 the transactions log and bronze, so a clean pipeline under a concurrent workload still verifies equal, and
-damage is still found; a keyless table says it needs a history table."""
+damage is still found; a keyless table says it needs a history table. The publication has a row filter and
+a column list, which the source's side follows; `--repair` copies differing ranges again."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 @pytest.fixture(scope="module")
 def lake(postgres, spark, tmp_path_factory):
-    setup = SETUP + ["CREATE PUBLICATION verify_nh_pub FOR ALL TABLES WITH (publish_via_partition_root = true)"]
+    # A row filter and a column list, as a user's publication has: silver holds only what they pass.
+    setup = SETUP + ["CREATE PUBLICATION verify_nh_pub FOR TABLE t_int, t_uuid, t_text WHERE (k NOT LIKE 'k1%'), "
+                     "t_comp (a, b), t_full, p WITH (publish_via_partition_root = true)"]
     lake = PgLake(postgres, spark, tmp_path_factory.mktemp("verify_nh"), "verify_nh", setup)
     lake.land_and_apply()
     yield lake
@@ -40,11 +43,16 @@ def test_tables_without_history_verify_equal_under_a_concurrent_workload(lake):
     assert sum(t.excluded_keys for t in keyed) > 0, "the workload changed keys past the point"
     keyless = differences(run, "public.t_full")
     assert keyless.status == "error" and "needs a history table" in keyless.error
+    t_text = differences(run, "public.t_text")
+    assert 0 < t_text.source_rows < 299, "the row filter leaves the k1... keys out of the source's side"
+    assert differences(run, "public.t_comp").source_only_columns == ["v"], "v is not in the column list"
 
 
 def test_damage_to_a_table_without_history_is_found(lake):
     lake.land_and_apply()
-    damage(lake, "t_text", "DELETE FROM {t} WHERE v = 150")
+    path = f"{lake.config.silver.path}/public/t_text"
+    victim = lake.spark.read.format("delta").load(path).where("k NOT LIKE 'k1%'").orderBy("v").first().v
+    damage(lake, "t_text", f"DELETE FROM {{t}} WHERE v = {victim}")
     stop, thread, errors = apply_while(lake, ["UPDATE t_int SET name = 'late' WHERE id = 3"], 0, steady=False)
     try:
         run = run_verify(lake, tables=["public.t_text", "public.t_int"])
