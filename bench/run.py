@@ -97,6 +97,9 @@ STEPS: tuple[Step, ...] = (
     Step("snapshot", "snapshot", ("--rows", "10000000"),
          what="a 10M-row table PostgreSQL -> bronze -> silver by the initial snapshot, vs binary COPY into Parquet "
               "and a Delta append of it"),
+    Step("verify", "verify", ("--rows", "10000000"),
+         what="`cdc-apply verify` of a 10M-row table with an apply job running, vs PostgreSQL's count(*) plus one "
+              "Spark scan of silver"),
     Step("status", "status", ("--reps", "7"),
          what="`cdc-apply status --json`, process start to exit, on a lake of three sources with quarantined "
               "messages and a lag (local paths: no JVM)"),

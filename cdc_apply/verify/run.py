@@ -23,6 +23,7 @@ import math
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Sequence
@@ -138,8 +139,14 @@ def verify(spark, config: Config, tables: Sequence[str] | None = None, range_row
         snap.emit_marker()
         run = Verification(source, point.lsn)
         options = TypeOptions(numeric=config.apply.numeric)
-        plans = [_plan_source(spark, config, snap, name, ref, options, range_rows) for name, ref in relations]
-        run.applied_lsn = sv.wait_applied(spark, config, source, point.lsn, wait_seconds)
+        # The source's sums are read while the apply job catches up with the point: both take seconds.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-source") as pool:
+            planned = pool.submit(lambda: [_plan_source(spark, config, snap, name, ref, options, range_rows)
+                                           for name, ref in relations])
+            try:
+                run.applied_lsn = sv.wait_applied(spark, config, source, point.lsn, wait_seconds)
+            finally:
+                plans = planned.result()
         for plan in plans:
             if plan.result.status != cmp.ERROR:
                 _compare(spark, config, snap, plan, point.lsn, samples, wait_seconds)

@@ -1,0 +1,183 @@
+"""``cdc-apply verify`` of a large table against the floor of reading both sides once.
+
+An embedded PostgreSQL 18 holds one table of ``--rows`` rows (bigint key, int, text, timestamptz, numeric),
+landed by the lander's initial snapshot and applied to silver. Then, interleaved (``--rounds`` times, the
+best of each kept), in the same process:
+
+* **floor** — ``SELECT count(*)`` of the table in PostgreSQL plus one Spark scan of the silver table that
+  reads every column (a sum of ``hash(*)``; a bare ``count()`` would answer from Delta's statistics):
+  the least a comparison of both sides has to read.
+* **source hashing** — one query hashing every row with verify's canonical text (no ranges): the least
+  the source's side of this design costs, reported beside the floor.
+* **verify** — :func:`cdc_apply.verify` of the table (ranges of ``--range-rows``), with an apply job
+  applying in a thread meanwhile (verify waits for it to pass the source's point).
+
+    .venv/bin/python -m bench.verify --rows 10000000
+
+Keys merged into bench/results.json: ``verify_rows_per_second`` (rows / verify seconds),
+``verify_vs_floor`` (verify / floor seconds) and the details under ``verify``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from bench.results import merge_results
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = Path(os.environ.get("CDC_APPLY_BENCH_WORK", ROOT / "bench" / "work")) / "verify"
+
+TOML = """pipeline = "bench_verify"
+[bronze]
+path = "{root}/bronze"
+[silver]
+path = "{root}/silver"
+[state]
+path = "{root}/state"
+[source]
+name = "bench"
+dsn = "{dsn}"
+slot = "bench_slot"
+publication = "bench_pub"
+create_slot = true
+snapshot = "initial"
+[land]
+idle_exit_seconds = 1.0
+"""
+
+
+def _load(pg, rows: int) -> None:
+    pg.create_database("bench")
+    pg.execute("CREATE TABLE big (id bigint PRIMARY KEY, a int, t text, at timestamptz, amount numeric(12,2))",
+               dbname="bench")
+    step = 1_000_000
+    for low in range(1, rows + 1, step):
+        high = min(rows, low + step - 1)
+        pg.execute("INSERT INTO big SELECT g, (g * 7) % 100000, 'row ' || md5(g::text), "
+                   "'2026-01-01 00:00:00+00'::timestamptz + g * interval '1 second', g / 100.0 "
+                   f"FROM generate_series({low}, {high}) g", dbname="bench")
+    pg.execute("VACUUM ANALYZE big", dbname="bench")
+    pg.execute("CREATE PUBLICATION bench_pub FOR TABLE big", dbname="bench")
+
+
+def _floor(pg, spark, silver_path: str) -> float:
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    pg.execute("SELECT count(*) FROM big", dbname="bench")
+    frame = spark.read.format("delta").load(silver_path)
+    frame.select(F.sum(F.hash(*frame.columns).cast("long"))).first()
+    return time.monotonic() - started
+
+
+def _hash_floor(spark, config, silver_path: str) -> float:
+    """One PostgreSQL query hashing every row with verify's own encoding (no ranges, no Spark side): what the
+    source's side costs at the least, one session."""
+    from cdc_apply.lander.dsn import resolve_dsn
+    from cdc_apply.verify.encoding import encode_column
+    from cdc_apply.verify.silver import silver_columns
+    from cdc_apply.verify.source import SourceSnapshot
+
+    types = silver_columns(spark.read.format("delta").load(silver_path), config.silver.metadata_prefix)
+    with SourceSnapshot(resolve_dsn(config.source)) as snap:
+        snap.open()
+        shape = snap.table("public", "big")
+        columns = [e for e in (encode_column(c.name, c.type, types[c.name]) for c in shape.columns) if e]
+        started = time.monotonic()
+        snap.range_sums(shape, columns, "TRUE", [])
+        return time.monotonic() - started
+
+
+def run(rows: int, range_rows: int, rounds: int, keep: bool) -> dict:
+    from cdc_apply.testing.postgres import start_postgres
+
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    pg = start_postgres(WORK / "pg" / "data", max_wal_size="4GB", shared_buffers="512MB")
+    try:
+        started = time.monotonic()
+        _load(pg, rows)
+        print(f"loaded {rows:,} rows in {time.monotonic() - started:.0f} s", flush=True)
+
+        from cdc_apply.api import apply, land, verify
+        from cdc_apply.config import load_config
+        from cdc_apply.delta.refs import silver_ref
+        from cdc_apply.spark import spark_session
+
+        toml = WORK / "bench.toml"
+        toml.write_text(TOML.format(root=WORK, dsn=pg.dsn("bench")))
+        config = load_config(toml)
+        spark = spark_session("cdc_apply-bench-verify")
+        log = io.StringIO()
+        started = time.monotonic()
+        land(config, spark=spark, once=True, out=log)
+        apply(spark, config, once=True, out=log)
+        print(f"landed and applied in {time.monotonic() - started:.0f} s", flush=True)
+        silver_path = silver_ref(config, "public", "big").path
+
+        stop = threading.Event()
+
+        def keep_applying():   # the apply job verify waits for: it must pass the source's point
+            while not stop.is_set():
+                land(config, spark=spark, once=True, out=io.StringIO())
+                apply(spark, config, once=True, out=io.StringIO())
+                stop.wait(0.5)
+
+        applier = threading.Thread(target=keep_applying, daemon=True)
+        applier.start()
+        hashing = _hash_floor(spark, config, silver_path)
+        print(f"PostgreSQL hashing every row once: {hashing:.1f} s", flush=True)
+        floors, verifies, last = [], [], None
+        try:
+            for round_ in range(rounds):
+                floors.append(_floor(pg, spark, silver_path))
+                started = time.monotonic()
+                last = verify(spark, config, range_rows=range_rows, wait_seconds=600, record=False)
+                verifies.append(time.monotonic() - started)
+                print(f"round {round_ + 1}: floor {floors[-1]:.1f} s, verify {verifies[-1]:.1f} s", flush=True)
+                print("\n".join(last.lines()), flush=True)
+        finally:
+            stop.set()
+            applier.join()
+        assert last is not None and last.exit_code == 0, last.lines()
+        floor, seconds = min(floors), min(verifies)
+        details = {
+            "measured_at": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                          text=True).stdout.strip(),
+            "rows": rows, "range_rows": range_rows, "rounds": rounds, "ranges": last.tables[0].ranges,
+            "floor_seconds": [round(s, 2) for s in floors], "verify_seconds": [round(s, 2) for s in verifies],
+            "source_hash_seconds": round(hashing, 2),
+            "lines": last.lines(),
+        }
+        out = {"verify_rows_per_second": round(rows / seconds), "verify_vs_floor": round(seconds / floor, 2),
+               "verify": details}
+        merge_results(out)
+        print(json.dumps(out, indent=2))
+        return out
+    finally:
+        pg.destroy()
+        if not keep:
+            shutil.rmtree(WORK, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.verify", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=10_000_000, help="rows of the table (default 10,000,000)")
+    parser.add_argument("--range-rows", type=int, default=100_000, help="rows per compared range (default 100,000)")
+    parser.add_argument("--rounds", type=int, default=2, help="floor and verify runs, interleaved (default 2)")
+    parser.add_argument("--keep", action="store_true", help="keep bench/work/verify (server, bronze, silver)")
+    args = parser.parse_args(argv)
+    run(args.rows, args.range_rows, args.rounds, args.keep)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
