@@ -26,6 +26,8 @@ def lake(postgres, spark, tmp_path_factory):
     lake.close()
 
 
+# Minutes of concurrent workload belong in make system (as test_verify_spark's other seeds).
+@pytest.mark.system
 def test_tables_without_history_verify_equal_under_a_concurrent_workload(lake):
     seed = 21
     print(f"seed {seed}")
