@@ -31,27 +31,11 @@ import time
 from pathlib import Path
 
 from bench.results import merge_results
+from bench.snapshot import TOML   # the same pipeline: one source, the initial snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = Path(os.environ.get("CDC_APPLY_BENCH_WORK", ROOT / "bench" / "work")) / "verify"
 
-TOML = """pipeline = "bench_verify"
-[bronze]
-path = "{root}/bronze"
-[silver]
-path = "{root}/silver"
-[state]
-path = "{root}/state"
-[source]
-name = "bench"
-dsn = "{dsn}"
-slot = "bench_slot"
-publication = "bench_pub"
-create_slot = true
-snapshot = "initial"
-[land]
-idle_exit_seconds = 1.0
-"""
 
 
 def _load(pg, rows: int) -> None:
@@ -113,7 +97,7 @@ def run(rows: int, range_rows: int, rounds: int, keep: bool) -> dict:
         from cdc_apply.spark import spark_session
 
         toml = WORK / "bench.toml"
-        toml.write_text(TOML.format(root=WORK, dsn=pg.dsn("bench")))
+        toml.write_text(TOML.format(root=WORK, dsn=pg.dsn("bench"), workers=2))
         config = load_config(toml)
         spark = spark_session("cdc_apply-bench-verify")
         log = io.StringIO()

@@ -105,6 +105,19 @@ def apply_while(lake, work: list[str], seed: int, steady: bool = True):
     return stop, thread, errors
 
 
+def verify_while_applying(lake, work: list[str], seed: int, steady: bool = True, **kw):
+    """:func:`run_verify` while :func:`apply_while` lands and applies (and runs ``work``); the run, printed."""
+    stop, thread, errors = apply_while(lake, work, seed, steady)
+    try:
+        run = run_verify(lake, **kw)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+    print("\n".join(run.lines()))
+    return run
+
+
 # One seed in make test; the others in make system, where minutes of concurrent workload belong.
 @pytest.mark.parametrize("seed", [11, pytest.param(12, marks=pytest.mark.system),
                                   pytest.param(13, marks=pytest.mark.system)])
@@ -143,14 +156,7 @@ def test_silver_damaged_in_five_ways_is_found_in_the_right_ranges(lake):
     damage(lake, "t_comp", "INSERT INTO {t} SELECT * FROM {t} WHERE a = 3 AND b = 'b3'")        # a duplicate
     damage(lake, "t_full", "INSERT INTO {t} SELECT * FROM {t} LIMIT 1")                         # a multiset copy
     damage(lake, "p", "DELETE FROM {t} WHERE id <= 40")         # the rows of a lost file: a range of keys gone
-    stop, thread, errors = apply_while(lake, [], 0, steady=False)   # the apply job runs; the source is quiet
-    try:
-        run = run_verify(lake)
-    finally:
-        stop.set()
-        thread.join()
-    assert not errors, errors
-    print("\n".join(run.lines()))
+    run = verify_while_applying(lake, [], 0, steady=False)   # the apply job runs; the source is quiet
     assert run.exit_code == 1
     t_int = differences(run, "public.t_int")
     assert [(s.key, s.what) for s in t_int.samples] == [(("7",), "missing")]

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from tests.lake.pg_lake import PgLake
-from tests.verify.test_verify_spark import SETUP, TABLES, apply_while, damage, differences, run_verify, workload
+from tests.verify.test_verify_spark import SETUP, TABLES, damage, differences, verify_while_applying, workload
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -31,14 +31,7 @@ def lake(postgres, spark, tmp_path_factory):
 def test_tables_without_history_verify_equal_under_a_concurrent_workload(lake):
     seed = 21
     print(f"seed {seed}")
-    stop, thread, errors = apply_while(lake, workload(random.Random(seed), 30), seed)
-    try:
-        run = run_verify(lake)
-    finally:
-        stop.set()
-        thread.join()
-    assert not errors, errors
-    print("\n".join(run.lines()))
+    run = verify_while_applying(lake, workload(random.Random(seed), 30), seed)
     assert {t.table for t in run.tables} == set(TABLES)
     keyed = [t for t in run.tables if t.table != "public.t_full"]
     assert all(t.status == "equal" for t in keyed), run.lines()
@@ -55,14 +48,8 @@ def test_damage_to_a_table_without_history_is_found(lake):
     path = f"{lake.config.silver.path}/public/t_text"
     victim = lake.spark.read.format("delta").load(path).where("k NOT LIKE 'k1%'").orderBy("v").first().v
     damage(lake, "t_text", f"DELETE FROM {{t}} WHERE v = {victim}")
-    stop, thread, errors = apply_while(lake, ["UPDATE t_int SET name = 'late' WHERE id = 3"], 0, steady=False)
-    try:
-        run = run_verify(lake, tables=["public.t_text", "public.t_int"])
-    finally:
-        stop.set()
-        thread.join()
-    assert not errors, errors
-    print("\n".join(run.lines()))
+    run = verify_while_applying(lake, ["UPDATE t_int SET name = 'late' WHERE id = 3"], 0, steady=False,
+                                tables=["public.t_text", "public.t_int"])
     t_text = differences(run, "public.t_text")
     assert t_text.status == "differs" and [s.what for s in t_text.samples] == ["missing"], t_text.line()
     assert differences(run, "public.t_int").status == "equal", differences(run, "public.t_int").line()
@@ -72,14 +59,9 @@ def test_verify_repair_copies_the_differing_ranges_again_and_then_verifies_equal
     lake.land_and_apply()
     damage(lake, "t_int", "DELETE FROM {t} WHERE id BETWEEN 100 AND 104")   # integer key: its ranges copied
     damage(lake, "t_uuid", "DELETE FROM {t} WHERE v = 'v20'")                # uuid key: copied whole
-    stop, thread, errors = apply_while(lake, [], 0, steady=False)            # the lander and apply job run
-    try:
-        run = run_verify(lake, tables=["public.t_int", "public.t_uuid", "public.t_comp"], repair=True)
-    finally:
-        stop.set()
-        thread.join()
-    assert not errors, errors
-    print("\n".join(run.lines()))
+    # The lander and the apply job run meanwhile; the source is quiet.
+    run = verify_while_applying(lake, [], 0, steady=False, tables=["public.t_int", "public.t_uuid", "public.t_comp"],
+                                repair=True)
     t_int = differences(run, "public.t_int")
     assert t_int.status == "differs" and differences(run, "public.t_uuid").status == "differs"
     assert run.repair["tables"] == ["public.t_uuid"]
