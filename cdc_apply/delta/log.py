@@ -195,8 +195,9 @@ def commit_user_metadata(spark, ref: TableRef, limit: int | None = None) -> list
 # -- the same facts through SQL alone (Spark Connect) ---------------------------------------------------
 
 # What Delta says (its error class, or the message of an older path) when there is no Delta table to describe.
-_NO_TABLE = ("DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_NOT_FOUND", "TABLE_OR_VIEW_NOT_FOUND", "PATH_NOT_FOUND",
-             "is not a Delta table", "doesn't exist")
+# (DESCRIBE HISTORY of a path without one: DELTA_TABLE_ONLY_OPERATION; DESCRIBE DETAIL: DELTA_MISSING_DELTA_TABLE.)
+_NO_TABLE = ("DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_ONLY_OPERATION", "DELTA_TABLE_NOT_FOUND",
+             "TABLE_OR_VIEW_NOT_FOUND", "PATH_NOT_FOUND", "is not a Delta table", "doesn't exist")
 
 
 def _no_table(exc: Exception) -> bool:

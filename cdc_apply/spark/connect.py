@@ -33,6 +33,9 @@ def local_connect_settings(master: str = "local[2]", **overrides: Any) -> dict[s
     what to pass when none are found), the Delta extension and catalog, and everything a classic session
     this package launches gets (UTC, task counts for ``master``'s cores, the JVM's options, Python
     workers on this interpreter). ``overrides`` win; the master is ``master``, given to ``remote``.
+
+    The server's Python workers (``mapInArrow``, UDFs) run ``$PYSPARK_PYTHON`` (else ``python3``), not
+    ``spark.pyspark.python``: set it in the environment before ``remote()`` starts the server.
     """
     settings = plan_settings({}, {"spark.master": master, **overrides}, launching=True)
     settings.pop("spark.master")
@@ -41,7 +44,7 @@ def local_connect_settings(master: str = "local[2]", **overrides: Any) -> dict[s
         if not search.jars:
             raise SetupError(search.missing_message())
         settings["spark.jars"] = ",".join(str(j) for j in search.jars)
-    for key, value in (("spark.driver.extraJavaOptions", JAVA_OPTIONS), ("spark.executor.extraJavaOptions", JAVA_OPTIONS),
-                       ("spark.pyspark.python", sys.executable)):
+    for key, value in (("spark.driver.extraJavaOptions", JAVA_OPTIONS),
+                       ("spark.executor.extraJavaOptions", JAVA_OPTIONS), ("spark.pyspark.python", sys.executable)):
         settings.setdefault(key, value)
     return settings

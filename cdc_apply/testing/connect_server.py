@@ -123,7 +123,8 @@ def _serve(master: str, folder: Path) -> None:
                                                  "spark.sql.warehouse.dir": str(folder / "warehouse"),
                                                  "spark.driver.memory": "2g"})
     ConnectSession._start_connect_server(master, settings)
-    service = getattr(getattr(SparkContext._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$"), "MODULE$")
+    service_class = getattr(SparkContext._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
+    service = getattr(service_class, "MODULE$")
     partial = folder / (_PORT_FILE + ".partial")
     partial.write_text(json.dumps({"port": int(service.localPort())}))
     partial.rename(folder / _PORT_FILE)
