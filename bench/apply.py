@@ -313,7 +313,8 @@ def delta_metrics(spark, table: Path) -> dict:
 
 def decode_floor(spark, captured: list, reps: int) -> dict:
     """Decode stage vs an identity mapInArrow over the same bronze rows, interleaved."""
-    from cdc_apply.decode.changes import decode_batches, output_ddl
+    from cdc_apply.decode.changes import decode_batches
+    from cdc_apply.planning.decode_plan import output_ddl
     from cdc_apply.lake.sources.payload_columns import is_change
 
     def identity(batches):

@@ -97,6 +97,9 @@ STEPS: tuple[Step, ...] = (
     Step("snapshot", "snapshot", ("--rows", "10000000"),
          what="a 10M-row table PostgreSQL -> bronze -> silver by the initial snapshot, vs binary COPY into Parquet "
               "and a Delta append of it"),
+    Step("status", "status", ("--reps", "7"),
+         what="`cdc-apply status --json`, process start to exit, on a lake of three sources with quarantined "
+              "messages and a lag (local paths: no JVM)"),
     # Not a measure of speed, and it mounts a small filesystem (root): run by name.
     Step("faults", "faults", (), default=False,
          what="faults: the apply SIGKILLed mid-batch, a 200 MiB value, a full disk during a MERGE (~1 hour, root)"),

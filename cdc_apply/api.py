@@ -110,7 +110,7 @@ def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | No
     return list(pipeline.reports)
 
 
-def status(spark: Any, config: ConfigLike, *, quarantine_hours: float = 24.0,
+def status(spark: Any | None, config: ConfigLike, *, quarantine_hours: float = 24.0,
            max_lag_seconds: float | None = None) -> list[dict[str, Any]]:
     """Where the apply stands, one dict per source (``[]`` before the first batch attempt; a failure whose
     error names no source is an entry of its own with ``source`` None).
@@ -124,12 +124,17 @@ def status(spark: Any, config: ConfigLike, *, quarantine_hours: float = 24.0,
     (since the last applied commit), ``quarantined``,
     ``quarantined_recently``, ``last_error``, ``updated_at``. :func:`exit_code` turns the list into the
     command's exit code.
+
+    When the state tables and bronze are local paths they are read without a JVM (delta-rs) and ``spark``
+    may be None; catalog tables and paths on object storage are read with ``spark``.
     """
     from cdc_apply.lake.books.status import read_status
-    from cdc_apply.spark.session import require_classic
 
     config = as_config(config)
-    require_classic(spark)
+    if spark is not None:   # a session given is checked as every function checks it, used or not
+        from cdc_apply.spark.session import require_classic
+
+        require_classic(spark)
     entries = read_status(spark, config, timedelta(hours=quarantine_hours), max_lag_seconds)
     for entry in entries:
         status_log.info("source %s: %s, applied seq %s, lag %s msgs", entry["source"], entry["health"],

@@ -49,6 +49,14 @@ def test_the_delta_primitives_and_the_lander_import_with_pyspark_unimportable():
     assert proc.stdout.strip() == "ok"
 
 
+def test_status_s_read_without_a_jvm_imports_with_pyspark_unimportable():
+    # `cdc-apply status` on local paths: the command, its reader and the rules it shares with the Spark read.
+    proc = _probe(["cdc_apply.cli.main", "cdc_apply.cli.apply_cmd", "cdc_apply.lake.books.status",
+                   "cdc_apply.lake.books.status_files", "cdc_apply.lake.sources.bronze_files"], walk=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
 def test_importing_the_package_does_not_import_spark():
     proc = _probe(["cdc_apply", "cdc_apply.errors"], walk=False)
     assert proc.returncode == 0, proc.stderr

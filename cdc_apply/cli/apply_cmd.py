@@ -26,12 +26,17 @@ def run_status(config_path: str, as_json: bool = False, quarantine_hours: float 
 
     ``as_json``: one JSON object per source, one per line (nothing when the pipeline has applied
     nothing yet); timestamps as ``YYYY-MM-DD HH:MM:SS[.ffffff]`` strings in the driver process's local time.
+    Tables at local paths are read without a JVM (no Spark session is built).
     """
     from cdc_apply.api import exit_code, status
-    from cdc_apply.spark import spark_session
+    from cdc_apply.lake.books.status import needs_spark
 
     config = load_config(config_path)
-    spark = spark_session(f"cdc_apply-status-{config.pipeline}")
+    spark = None
+    if needs_spark(config):   # catalog tables (or object storage): otherwise no JVM is started
+        from cdc_apply.spark import spark_session
+
+        spark = spark_session(f"cdc_apply-status-{config.pipeline}")
     entries = status(spark, config, quarantine_hours=quarantine_hours, max_lag_seconds=max_lag_seconds)
     for entry in entries:
         if as_json:

@@ -26,17 +26,7 @@ from typing import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from cdc_apply.planning.decode_plan import (  # noqa: F401  (re-exported: the plan's types live here for callers)
-    COMMON_FIELDS,
-    QUARANTINE,
-    SKIP,
-    DecodePlan,
-    Slot,
-    SourcePlan,
-    output_ddl,
-    output_schema,
-    pool_columns,
-)
+from cdc_apply.planning.decode_plan import SKIP, DecodePlan, output_schema
 from cdc_apply.decode.changes_rows import Rows, common_batch, context, decode_row, typed_struct
 from cdc_apply.decode.changes_vector import (
     PlanArrays,

@@ -2,7 +2,7 @@
 (:class:`BatchContext`).
 
 The pipeline builds one :class:`BatchContext` per batch once the decode's counts are in, and hands it
-to :class:`~cdc_apply.lake.silver.SilverTables` for each table (tables run in threads: nothing in it
+to :class:`~cdc_apply.lake.silver_tables.SilverTables` for each table (tables run in threads: nothing in it
 changes, and each table returns what it did instead of writing shared state).
 """
 

@@ -27,7 +27,8 @@ from dataclasses import replace
 from functools import partial
 from typing import Callable, TextIO
 
-from cdc_apply.decode.changes import SKIP, decode_batches, output_ddl, output_schema
+from cdc_apply.decode.changes import decode_batches
+from cdc_apply.planning.decode_plan import SKIP, output_ddl, output_schema
 from cdc_apply.planning.plan import BatchPlan, plan_batch
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads

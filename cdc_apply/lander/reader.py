@@ -22,8 +22,8 @@ import struct
 import time
 
 from cdc_apply.errors import LandError
+from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS
 
-PG_EPOCH_UNIX = 946_684_800   # 2000-01-01 00:00:00 UTC, the epoch of the protocol's timestamps
 
 
 class StreamInterrupted(Exception):
@@ -211,7 +211,7 @@ class ReplicationReader:
         """A Standby Status Update: write = flush = apply = the confirmed flush LSN."""
         if self._ptr is None:
             return
-        now = int((time.time() - PG_EPOCH_UNIX) * 1_000_000)
+        now = time.time_ns() // 1000 - PG_EPOCH_UNIX_MICROS
         lsn = self.flush_lsn
         message = b"r" + struct.pack("!QQQqB", lsn, lsn, lsn, now, 1 if reply else 0)
         if self._lib.PQputCopyData(self._ptr, message, len(message)) != 1 or self._lib.PQflush(self._ptr) != 0:

@@ -14,6 +14,7 @@ A TupleData is a tuple with one item per column: ``None`` (``n``, NULL),
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Union
@@ -61,12 +62,17 @@ def format_lsn(lsn: int) -> str:
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
+# pg_lsn_in's grammar: two runs of 1–8 hex digits around a slash, nothing else (no sign, no 0x, no
+# underscores, no spaces) — what int(x, 16) alone would let through.
+_LSN_TEXT = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
+
+
 def parse_lsn(text: str) -> int:
-    """Parse PostgreSQL's ``X/Y`` notation."""
-    high, _, low = text.partition("/")
-    if not _ or not high or not low:
+    """Parse PostgreSQL's ``X/Y`` notation as ``pg_lsn`` input does; ``ValueError`` for anything else."""
+    match = _LSN_TEXT.fullmatch(text)
+    if match is None:
         raise ValueError(f"not an LSN: {text!r}")
-    return (int(high, 16) << 32) | int(low, 16)
+    return (int(match.group(1), 16) << 32) | int(match.group(2), 16)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from cdc_apply.decode import changes
-from cdc_apply.decode.changes import SKIP, DecodePlan, Slot, SourcePlan, output_schema, pool_columns
+from cdc_apply.planning.decode_plan import COMMON_FIELDS, SKIP, DecodePlan, Slot, SourcePlan, output_schema, pool_columns
 from cdc_apply.decode.changes_rows import _convert  # the stage's own per-column conversion
 from cdc_apply.planning.plan import plan_batch
 from cdc_apply.planning.schema import SchemaHistory
@@ -42,7 +42,7 @@ CHANGE_KINDS = frozenset(bytes([k]) for k in CHANGE)
 
 class _Rows:
     def __init__(self) -> None:
-        self.cols: dict[str, list] = {n: [] for n, _, _ in changes.COMMON_FIELDS}
+        self.cols: dict[str, list] = {n: [] for n, _, _ in COMMON_FIELDS}
 
     def add(self, **values) -> None:
         for name, column in self.cols.items():

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cdc_apply.decode import changes
 from cdc_apply.decode.changes_vector import first_bytes, source_codes
+from cdc_apply.planning.decode_plan import output_schema
 from cdc_apply.planning.plan import plan_batch
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.state import SourceState
@@ -266,7 +266,7 @@ def test_random_streams_decode_the_same(data):
     draw(st.randoms(use_true_random=False)).shuffle(rows)
     size = draw(st.integers(1, len(rows)))
     got, err = check_batches([bronze(rows[i:i + size]) for i in range(0, len(rows), size)], plan.decode)
-    out = pa.Table.from_batches(got, schema=changes.output_schema(plan.decode))
+    out = pa.Table.from_batches(got, schema=output_schema(plan.decode))
     event(f"quarantine={quarantine} raised={type(err).__name__ if err else None}")
     event(f"slots={min(len(plan.decode.slots), 3)}")
     for op in sorted(set(out.column("op").to_pylist()), key=repr):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdc_apply.decode.changes import SKIP
+from cdc_apply.planning.decode_plan import SKIP
 from cdc_apply.planning.plan import plan_batch
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.state import SourceState

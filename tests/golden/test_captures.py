@@ -327,3 +327,9 @@ def test_capture_machinery_end_to_end(postgres, tmp_path):
     expected = load_expected("selftest", tmp_path)
     assert [c["name"] for c in expected] == ["insert", "update"]
     assert expected[-1]["tables"]["public.t"]["rows"] == [["1", "b"]]
+
+
+@pytest.mark.parametrize("text", ["0x1/2", "+1/2", "1_0/2", "123456789/0", "1/", "/1", " 1/2", "1/2 ", "g/1", "1/2/3"])
+def test_lsn_text_outside_pg_lsn_grammar_is_refused(text):
+    with pytest.raises(ValueError, match="not an LSN"):
+        parse_lsn(text)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import subprocess
 import sys
 import time
 from contextlib import redirect_stdout
@@ -17,7 +18,10 @@ from pathlib import Path
 import pytest
 
 from cdc_apply.cli.main import main
+from cdc_apply.config import load_config
 from cdc_apply.lake.books.bookkeeping import failed_source
+from cdc_apply.lake.books.status import read_status_spark
+from cdc_apply.lake.books.status_files import read_status_files
 from cdc_apply.lake.pipeline import ApplyPipeline
 from cdc_apply.errors import ConfigError, DecodeError, error_from_text
 from cdc_apply.pgoutput.messages import PG_EPOCH
@@ -26,16 +30,39 @@ from cdc_apply.testing.stream import StreamBuilder
 pytestmark = pytest.mark.spark
 
 
-def _status(lake, *args: str) -> tuple[int, list[dict]]:
+# Per lake (its root): each status taken, read both ways — (without a JVM, with Spark, seconds between).
+COMPARED: dict[Path, list[tuple[list[dict], list[dict], float]]] = {}
+
+
+def _config_file(lake) -> Path:
     path = lake.root / "pipeline.toml"
     on_error = lake.extra.get("apply", {}).get("on_error", "fail")
     formats = "".join(f'{s} = "{f}"\n' for s, f in lake.extra.get("bronze", {}).get("formats", {}).items())
     path.write_text(f'[bronze]\npath = "bronze"\n[bronze.formats]\n{formats}[silver]\npath = "silver"\n'
                     f'[state]\npath = "state"\n[apply]\non_error = "{on_error}"\n')
+    return path
+
+
+def _status(lake, *args: str) -> tuple[int, list[dict]]:
+    """``cdc-apply status --json`` (local paths: read without a JVM); the same status is also read both
+    ways directly and kept in ``COMPARED`` for the comparison tests."""
+    path = _config_file(lake)
     out = io.StringIO()
     with redirect_stdout(out):
         code = main(["status", "--config", str(path), "--json", *args])
+    COMPARED.setdefault(lake.root, []).append(_both_ways(lake, *args))
     return code, [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def _both_ways(lake, *args: str) -> tuple[list[dict], list[dict], float]:
+    options = dict(zip(args[::2], args[1::2]))
+    window = timedelta(hours=float(options.get("--quarantine-hours", 24)))
+    max_lag = float(options["--max-lag-seconds"]) if "--max-lag-seconds" in options else None
+    config = load_config(_config_file(lake))
+    started = time.monotonic()
+    files = read_status_files(config, window, max_lag)
+    spark = read_status_spark(lake.spark, config, window, max_lag)
+    return files, spark, time.monotonic() - started
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +91,7 @@ def story(lake_factory):
     lake.apply()
     seen["quarantined"] = _status(lake)
     seen["quarantine_window_0"] = _status(lake, "--quarantine-hours", "0")
+    seen["lake"] = lake
     return seen, last
 
 
@@ -140,6 +168,7 @@ def quiet(lake_factory):
     _commit_at(b, t, 2, now - timedelta(minutes=1))
     lake.land(b.rows()[done:])
     seen["landed"] = _status(lake, "--max-lag-seconds", "1800")
+    seen["lake"] = lake
     return seen, time.monotonic() - built
 
 
@@ -185,6 +214,7 @@ def behind(lake_factory):
     pipeline, _ = lake.apply()
     seen["batches"] = pipeline.reports
     seen["after"] = _status(lake, "--max-lag-seconds", "300")
+    seen["lake"] = lake
     return seen, time.monotonic() - built
 
 
@@ -205,7 +235,9 @@ def test_a_batch_that_leaves_bronze_rows_behind_reports_the_age_of_the_oldest_of
     assert (code, entry["health"], entry["lag_seconds"]) == (0, "ok", 0)
 
 
-def test_a_transaction_whose_commit_has_not_landed_is_not_lag(lake_factory):
+@pytest.fixture(scope="module")
+def open_head(lake_factory):
+    """A transaction of six hours ago applied; then a Begin and an Insert landed, their Commit still to come."""
     b = StreamBuilder("src")
     t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
     _commit_at(b, t, 1, datetime.now(timezone.utc) - timedelta(hours=6))
@@ -216,11 +248,17 @@ def test_a_transaction_whose_commit_has_not_landed_is_not_lag(lake_factory):
     with b.transaction() as tx:
         tx.insert(t, {"id": 2, "v": "x"})
     lake.land(b.rows()[done:-1])   # Begin and Insert: the Commit is still to come
-    code, (entry,) = _status(lake, "--max-lag-seconds", "1800")
+    return {"status": _status(lake, "--max-lag-seconds", "1800"), "lake": lake}
+
+
+def test_a_transaction_whose_commit_has_not_landed_is_not_lag(open_head):
+    code, (entry,) = open_head["status"]
     assert (code, entry["lag_seq"], entry["lag_seconds"]) == (0, 2, 0)
 
 
-def test_a_gaussdb_source_behind_lags_from_when_its_first_unapplied_row_was_landed(lake_factory):
+@pytest.fixture(scope="module")
+def gauss_lag(lake_factory):
+    """A GaussDB source: half its rows applied, the other half landed after."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gaussdb"))
     from gaussdb_workload import build
 
@@ -232,10 +270,50 @@ def test_a_gaussdb_source_behind_lags_from_when_its_first_unapplied_row_was_land
     lake.apply()
     landing = time.monotonic()
     lake.land([("gauss", i, 0, payloads[i]) for i in range(half, len(payloads))])
-    code, (entry,) = _status(lake, "--max-lag-seconds", "3600")
-    assert entry["lag_seq"] == len(payloads) - half
-    assert 0 < entry["lag_seconds"] <= time.monotonic() - landing + 1
+    return {"status": _status(lake, "--max-lag-seconds", "3600"), "lake": lake, "landing": landing,
+            "unapplied": len(payloads) - half, "asked": time.monotonic()}
+
+
+def test_a_gaussdb_source_behind_lags_from_when_its_first_unapplied_row_was_landed(gauss_lag):
+    code, (entry,) = gauss_lag["status"]
+    assert entry["lag_seq"] == gauss_lag["unapplied"]
+    assert 0 < entry["lag_seconds"] <= gauss_lag["asked"] - gauss_lag["landing"] + 1
     assert (code, entry["health"]) == (0, "ok")
+
+
+@pytest.fixture(scope="module")
+def deleted(lake_factory):
+    """Bronze with deletion vectors: a transaction of six hours ago applied; transactions of ten minutes and
+    one minute ago landed in one file; then the newer one deleted from bronze (its rows marked in a
+    deletion vector: the file, and its statistics' newest seq, stay)."""
+    built = time.monotonic()
+    now = datetime.now(timezone.utc)
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    _commit_at(b, t, 1, now - timedelta(hours=6))
+    lake = lake_factory("deleted")
+    lake.land(b.rows())
+    bronze = lake.root / "bronze"
+    lake.spark.sql(f"ALTER TABLE delta.`{bronze}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
+                  "'delta.appendOnly' = 'false')")
+    lake.apply()
+    done = len(b.rows())
+    _commit_at(b, t, 2, now - timedelta(minutes=10))
+    _commit_at(b, t, 3, now - timedelta(minutes=1))
+    lake.land(b.rows()[done:])
+    lake.spark.sql(f"DELETE FROM delta.`{bronze}` WHERE seq > {done + 2}")
+    delete = lake.spark.sql(f"DESCRIBE HISTORY delta.`{bronze}`").where("operation = 'DELETE'").first()
+    deletion_vectors = delete.operationMetrics.get("numDeletionVectorsAdded")
+    return {"status": _status(lake, "--max-lag-seconds", "300"), "lake": lake, "kept_seq": done + 2,
+            "deletion_vectors": deletion_vectors, "elapsed": time.monotonic() - built}
+
+
+def test_rows_deleted_from_bronze_by_a_deletion_vector_are_not_lag(deleted):
+    code, (entry,) = deleted["status"]
+    assert deleted["deletion_vectors"] == "1"   # the rows were marked, not rewritten away
+    assert (entry["bronze_max_seq"], entry["lag_seq"]) == (deleted["kept_seq"], 3)
+    assert 600 <= entry["lag_seconds"] <= 600 + deleted["elapsed"] + 1
+    assert (code, entry["health"]) == (5, "lagging")
 
 
 # -- failures: on the source whose message failed ------------------------------------------------------------
@@ -291,3 +369,57 @@ def test_the_source_of_a_worker_s_error_is_read_back_from_its_text_whatever_the_
         assert failed_source(error_from_text(str(error))) == name
     assert failed_source(error_from_text(str(DecodeError("truncated", seq=7)))) is None
     assert failed_source(RuntimeError("source=shop, seq=1")) is None
+
+
+# -- the same status without a JVM as with Spark ---------------------------------------------------------
+
+# Keys measured against the time of asking: the two reads ask a moment apart.
+_CLOCK_KEYS = ("lag_seconds", "applied_commit_age_seconds")
+
+
+def _assert_same(files: list[dict], spark: list[dict], apart: float) -> None:
+    assert [list(e) for e in files] == [list(e) for e in spark]
+    for mine, theirs in zip(files, spark):
+        assert {k: v for k, v in mine.items() if k not in _CLOCK_KEYS} == \
+               {k: v for k, v in theirs.items() if k not in _CLOCK_KEYS}
+        for key in _CLOCK_KEYS:
+            if theirs[key] is None or mine[key] is None:
+                assert mine[key] == theirs[key], key
+            else:   # read first without a JVM, then with Spark: Spark's clock is up to ``apart`` later
+                assert abs(mine[key] - theirs[key]) <= apart + 1, (key, mine[key], theirs[key])
+                assert (mine[key] == 0) == (theirs[key] == 0), (key, mine[key], theirs[key])
+
+
+@pytest.mark.parametrize("scenario", ["story", "quiet", "behind", "open_head", "gauss_lag", "deleted",
+                                      "two_sources"])
+def test_status_read_without_a_jvm_equals_status_read_with_spark(scenario, request):
+    seen = request.getfixturevalue(scenario)
+    if scenario == "two_sources":
+        lake = seen[0]
+    else:
+        lake = (seen[0] if isinstance(seen, tuple) else seen)["lake"]
+    taken = [*COMPARED.get(lake.root, []), _both_ways(lake), _both_ways(lake, "--quarantine-hours", "0",
+                                                                          "--max-lag-seconds", "0")]
+    for files, spark, apart in taken:
+        assert files, f"{scenario}: no status entries to compare"
+        _assert_same(files, spark, apart)
+
+
+_NO_SPARK = ("import sys\n"
+             "sys.modules['pyspark'] = sys.modules['py4j'] = sys.modules['delta'] = None  # no JVM can start\n"
+             "from cdc_apply.cli.main import main\n"
+             "raise SystemExit(main(sys.argv[1:]))\n")
+
+
+def test_status_json_on_local_paths_answers_with_pyspark_unimportable(story):
+    seen, _ = story
+    lake = seen["lake"]
+    path = _config_file(lake)
+    proc = subprocess.run([sys.executable, "-c", _NO_SPARK, "status", "--config", str(path), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr   # the story ends with a message quarantined just now
+    (entry,) = [json.loads(line) for line in proc.stdout.splitlines()]
+    (expected,) = json.loads(json.dumps(read_status_files(load_config(path)), default=str))
+    assert {k: v for k, v in entry.items() if k not in _CLOCK_KEYS} == \
+           {k: v for k, v in expected.items() if k not in _CLOCK_KEYS}
+    assert (entry["health"], entry["quarantined"], entry["lag_seq"]) == ("quarantining", 1, 0)

@@ -52,6 +52,16 @@ def test_a_bronze_killed_before_its_first_commit_is_created_by_the_next_lander(s
     assert spark.read.format("delta").load(str(tmp_path / "bronze")).columns[:4] == ["source", "seq", "lsn", "payload"]
 
 
+def test_a_create_meeting_another_creators_table_with_other_properties_is_a_race_to_retry():
+    from cdc_apply.delta.table_create import _is_race
+
+    # The error a lander met when the other lander's bronze commit landed during its CREATE ... IF NOT EXISTS.
+    seen = ("[DELTA_CREATE_TABLE_WITH_DIFFERENT_PROPERTY] The specified properties do not match the existing "
+            "properties at /lake/bronze.\n\n== Specified ==\ndelta.appendOnly=true\n\n== Existing ==\n"
+            "delta.appendOnly=true\ndelta.enableChangeDataFeed=false\n")
+    assert _is_race(RuntimeError(seen))
+
+
 def test_a_folder_of_files_that_is_no_delta_table_is_named_and_left_as_it_is(spark, tmp_path):
     folder = tmp_path / "someone_elses"
     folder.mkdir()

@@ -54,7 +54,7 @@ def workload(pg) -> None:
                     change = ("DELETE FROM dups WHERE ctid = " if i % 3 == 0 else
                               "UPDATE dups SET b = 'one of three' WHERE ctid = ")
                     run(change + ONE_COPY.format(a=i % 2, b="dup"))
-                run(f"UPDATE dups SET a = a + 10 WHERE b = 'one of three' AND a < 10")    # every copy
+                run("UPDATE dups SET a = a + 10 WHERE b = 'one of three' AND a < 10")    # every copy
                 if part == 1:
                     run("BEGIN; UPDATE t SET v = 'prepared' WHERE id < 3; "
                         "DELETE FROM dups WHERE ctid = " + ONE_COPY.format(a=0, b="dup") + "; "

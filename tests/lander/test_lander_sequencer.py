@@ -215,7 +215,6 @@ def test_a_batch_never_ends_inside_a_stream_block():
 
 
 def test_a_prepared_transaction_in_bronze_is_not_landed_again_before_its_commit_prepared():
-    w = Wire()
     b = encode(m.BeginPrepare(1100, 1116, 1, 702, "g1"))
     p = encode(m.Prepare(0, 1100, 1116, 1, 702, "g1"))
     k = encode(m.CommitPrepared(0, 1200, 1216, 2, 702, "g1"))

@@ -8,7 +8,10 @@ caught up; :func:`~cdc_apply.lake.sources.bronze_tail.unapplied_ages`) and is wh
 The time since the last applied commit is shown beside it as ``applied_commit_age_seconds``: after a
 quiet hour it is an hour while nothing is behind. Quarantined messages and the last failed batch come
 from their bookkeeping tables. Each source gets a ``health`` that the command turns into its exit
-code, so a scheduler can alert on it.
+code, so a scheduler can alert on it (the rules: :mod:`~cdc_apply.lake.books.status_rules`).
+
+:func:`read_status` reads without a JVM (:mod:`~cdc_apply.lake.books.status_files`, delta-rs) when the
+tables it reads — progress, failures, quarantine and bronze — are local paths, and with Spark otherwise.
 """
 
 from __future__ import annotations
@@ -16,28 +19,30 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from cdc_apply.planning.state import SourceState
 from cdc_apply.config import Config
+from cdc_apply.delta.files import local_path
+from cdc_apply.delta.refs import TableRef, bronze_ref, state_ref
+from cdc_apply.errors import ConfigError
+from cdc_apply.lake.books import status_rules as rules
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
-from cdc_apply.lake.sources.bronze_tail import as_utc, newest_seqs, unapplied_ages
-from cdc_apply.delta.refs import bronze_ref
+from cdc_apply.lake.books.status_rules import EXIT_CODES, KEYS, SEVERITY, worst_exit_code
+from cdc_apply.lake.sources.bronze_tail import newest_seqs, unapplied_ages
 from cdc_apply.lake.sources.formats import SourceFormats
-from cdc_apply.pgoutput.messages import format_lsn
 
-# Exit codes of ``cdc-apply status``, worst first (the command exits with the worst source's code).
-EXIT_CODES = {"failing": 4, "quarantining": 3, "lagging": 5, "ok": 0}
-SEVERITY = ("failing", "quarantining", "lagging", "ok")
+__all__ = ["EXIT_CODES", "KEYS", "SEVERITY", "needs_spark", "read_status", "read_status_spark", "worst_exit_code"]
 
-KEYS = ("source", "health", "apply_version", "applied_seq", "applied_commit_lsn", "applied_commit_ts",
-        "pending_open", "pending_streamed", "pending_prepared", "prepared_gids", "oldest_needed_seq",
-        "bronze_max_seq", "lag_seq", "lag_seconds", "applied_commit_age_seconds", "quarantined",
-        "quarantined_recently", "last_error", "updated_at")
+# The bookkeeping tables status reads (and bronze).
+STATUS_TABLES = ("progress", "failures", "quarantine")
 
 
-def worst_exit_code(entries: list[dict[str, Any]]) -> int:
-    """The exit code of the least healthy source (0 when there is none)."""
-    states = {e["health"] for e in entries}
-    return next((EXIT_CODES[h] for h in SEVERITY if h in states), 0)
+def status_refs(config: Config) -> list[TableRef]:
+    return [*(state_ref(config, t) for t in STATUS_TABLES), bronze_ref(config)]
+
+
+def needs_spark(config: Config) -> bool:
+    """True when a table status reads is a catalog table or a path off this machine (object storage,
+    whose credentials are Spark's): status then reads with Spark; otherwise with delta-rs, no JVM."""
+    return any(local_path(ref) is None for ref in status_refs(config))
 
 
 def read_status(spark, config: Config, quarantine_window: timedelta = timedelta(hours=24),
@@ -48,7 +53,27 @@ def read_status(spark, config: Config, quarantine_window: timedelta = timedelta(
     quarantined within the window), ``lagging`` (``max_lag_seconds`` given and ``lag_seconds`` above it)
     or ``ok``. Sources with a progress row, plus one the failing attempt names that has none yet (its
     first batch failed); a failing attempt whose error names no source is an entry of its own with
-    ``source`` None, rather than a failure of sources it did not name."""
+    ``source`` None, rather than a failure of sources it did not name.
+
+    Without a JVM when the tables are local paths (``spark`` is then not used and may be None); with
+    ``spark`` otherwise (:func:`needs_spark`)."""
+    if not needs_spark(config):
+        from cdc_apply.lake.books.status_files import read_status_files
+
+        return read_status_files(config, quarantine_window, max_lag_seconds)
+    if spark is None:
+        state = state_ref(config, "progress")
+        ref, key = ((state, "state.path" if config.state.path is not None else "state.schema")
+                    if local_path(state) is None else
+                    (bronze_ref(config), "bronze.path" if config.bronze.path is not None else "bronze.table"))
+        raise ConfigError(f"status reads {ref} with Spark (a catalog table or a path on object storage), "
+                          "and no Spark session was given", key=key)
+    return read_status_spark(spark, config, quarantine_window, max_lag_seconds)
+
+
+def read_status_spark(spark, config: Config, quarantine_window: timedelta = timedelta(hours=24),
+                      max_lag_seconds: float | None = None) -> list[dict[str, Any]]:
+    """:func:`read_status` read with Spark, whatever the tables are."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
@@ -56,16 +81,14 @@ def read_status(spark, config: Config, quarantine_window: timedelta = timedelta(
     if not books.ref("progress").exists(spark):
         return []
     now = datetime.now(timezone.utc)
-    latest = {row.source: row for row in (
-        books.ref("progress").read(spark)
+    latest = {row.source: row.asDict() for row in (
+        books.ref("progress").read(spark).select(*rules.PROGRESS_COLUMNS)
         .withColumn("_r", F.row_number().over(Window.partitionBy("source").orderBy(F.desc("apply_version"))))
-        .where("_r = 1").collect())}
-    failure = _current_failure(spark, books, max((r.apply_version for r in latest.values()), default=0))
-    sources = sorted(latest)
-    if failure is not None and failure.source is not None and failure.source not in latest:
-        sources = sorted([*sources, failure.source])
+        .where("_r = 1").drop("_r").collect())}
+    failure = rules.current_failure(_newest_failure(spark, books), latest)
+    sources = rules.shown_sources(latest, failure)
+    states = rules.source_states(latest, sources)
     formats = SourceFormats(config)
-    states = {s: SourceState.from_json(latest[s].state) if s in latest else SourceState() for s in sources}
     # How far into bronze's own seqs each source is applied (GaussDB sources count transcoded messages in
     # a seq space of their own; their bronze position is kept in the format state).
     applied = {s: formats.of(s).bronze_seq(states[s]) for s in sources}
@@ -74,41 +97,8 @@ def read_status(spark, config: Config, quarantine_window: timedelta = timedelta(
     ages = unapplied_ages(spark, bronze, applied, bronze_max, now,
                           landed_only={s for s in sources if formats.of(s).name != "pgoutput"})
     quarantined = _quarantined(spark, books, now - quarantine_window)
-    out = []
-    for source in sources:
-        row, state = latest.get(source), states[source]
-        pending = state.describe_pending()
-        committed_at = as_utc(row.applied_commit_ts) if row is not None else None
-        total, recent = quarantined.get(source, (0, 0))
-        failing = failure is not None and failure.source == source
-        health = ("failing" if failing else "quarantining" if recent else
-                  "lagging" if max_lag_seconds is not None and ages[source] > max_lag_seconds else "ok")
-        out.append({
-            "source": source,
-            "health": health,
-            "apply_version": row.apply_version if row is not None else None,
-            "applied_seq": row.applied_seq if row is not None else None,
-            "applied_commit_lsn": format_lsn(row.applied_commit_lsn)
-            if row is not None and row.applied_commit_lsn is not None else None,
-            "applied_commit_ts": row.applied_commit_ts if row is not None else None,
-            "pending_open": pending["open"],
-            "pending_streamed": pending["streamed"],
-            "pending_prepared": pending["prepared"],
-            "prepared_gids": [p.gid for p in state.prepared],
-            "oldest_needed_seq": row.oldest_needed_seq if row is not None else None,
-            "bronze_max_seq": bronze_max.get(source),
-            "lag_seq": max(bronze_max.get(source, applied[source]) - applied[source], 0),
-            "lag_seconds": ages[source],
-            "applied_commit_age_seconds": max((now - committed_at).total_seconds(), 0.0)
-            if committed_at is not None else None,
-            "quarantined": total,
-            "quarantined_recently": recent,
-            "last_error": failure.error if failing else None,
-            "updated_at": row.updated_at if row is not None else None,
-        })
-    if failure is not None and failure.source is None:
-        out.append({**dict.fromkeys(KEYS), "health": "failing", "last_error": failure.error})
-    return out
+    return rules.entries(latest, failure, sources, states, applied, bronze_max, ages, quarantined, now,
+                         max_lag_seconds)
 
 
 def _quarantined(spark, books: Bookkeeping, since: datetime) -> dict[str, tuple[int, int]]:
@@ -123,14 +113,14 @@ def _quarantined(spark, books: Bookkeeping, since: datetime) -> dict[str, tuple[
     return {r.source: (int(r.total), int(r.recent)) for r in rows}
 
 
-def _current_failure(spark, books: Bookkeeping, applied_version: int):
-    """The newest failed attempt, while no batch of its apply version has succeeded since (a re-run that
-    succeeds writes progress rows of that version); None otherwise. Only the newest: an earlier attempt's
-    error, on a source since left out or before the cause was fixed, no longer says why the job stops."""
+def _newest_failure(spark, books: Bookkeeping) -> dict | None:
+    """The newest failed attempt: the rows of the latest ``failed_at``, chosen among by the shared rule."""
     from pyspark.sql import functions as F
 
     ref = books.ref("failures")
     if not ref.exists(spark):
         return None
-    newest = ref.read(spark).orderBy(F.desc("failed_at"), F.desc("apply_version")).first()
-    return newest if newest is not None and newest.apply_version > applied_version else None
+    df = ref.read(spark).select(*rules.FAILURE_COLUMNS)
+    last = df.agg(F.max("failed_at")).first()[0]
+    rows = (df if last is None else df.where(F.col("failed_at") == F.lit(last))).collect()
+    return rules.newest_failure(r.asDict() for r in rows)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial, reduce
 
-from cdc_apply.decode.changes import decode_batches, output_ddl
+from cdc_apply.decode.changes import decode_batches
+from cdc_apply.planning.decode_plan import output_ddl
 from cdc_apply.lake.silver.appends import append_rows
 from cdc_apply.lake.silver.merge import project
 from cdc_apply.lake.sources.payload_columns import in_seq_ranges, is_insert

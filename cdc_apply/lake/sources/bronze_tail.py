@@ -26,7 +26,8 @@ from cdc_apply.pgoutput.decoder import decode_message
 
 # The messages that make a transaction's changes due in silver (Rollback Prepared and Stream Abort make
 # none due), as Spark shows a payload's first byte (``hex``).
-_COMMIT_HEX = tuple(f"{ord(kind.TYPE):02X}" for kind in (m.Commit, m.StreamCommit, m.CommitPrepared))
+COMMIT_TYPES = tuple(kind.TYPE for kind in (m.Commit, m.StreamCommit, m.CommitPrepared))
+_COMMIT_HEX = tuple(f"{ord(kind):02X}" for kind in COMMIT_TYPES)
 
 
 class BronzeTail:
@@ -139,13 +140,23 @@ def unapplied_ages(spark, ref: TableRef, applied: dict[str, int], newest: dict[s
     ``landed_only`` (formats whose bronze rows are not pgoutput messages: GaussDB) count from when
     their first row past the applied seq was landed. One query, and only for sources behind: a caught-up
     source costs nothing, and the query reads bronze's files past the applied seqs only."""
-    behind = {s: (a, newest[s]) for s, a in applied.items() if newest.get(s, a) > a}
+    behind = behind_sources(applied, newest)
+    due = _first_due(spark, ref, behind, frozenset(landed_only)) if behind else {}
+    return ages_of(applied, due, now)
+
+
+def behind_sources(applied: dict[str, int], newest: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """The sources bronze holds messages of past the applied seq: ``(applied seq, newest seq)``."""
+    return {s: (a, newest[s]) for s, a in applied.items() if newest.get(s, a) > a}
+
+
+def ages_of(applied: dict[str, int], due: dict[str, datetime | None], now: datetime) -> dict[str, float]:
+    """Per source of ``applied``: seconds since its first unapplied change became ``due`` (0 without one;
+    a time after ``now`` counts 0)."""
     ages = {s: 0.0 for s in applied}
-    if not behind:
-        return ages
-    for source, due in _first_due(spark, ref, behind, frozenset(landed_only)).items():
-        if due is not None:
-            ages[source] = max((now - due).total_seconds(), 0.0)
+    for source, at in due.items():
+        if at is not None:
+            ages[source] = max((now - at).total_seconds(), 0.0)
     return ages
 
 
@@ -168,10 +179,11 @@ def _first_due(spark, ref: TableRef, behind: dict[str, tuple[int, int]],
     rows = (df.where(wanted).groupBy("source")
             .agg(F.min_by(F.struct(F.col("payload"), landed.alias("landed")), F.col("seq")).alias("first"))
             .collect())
-    return {r.source: _due_at(r.first.payload, r.first.landed, r.source in landed_only) for r in rows}
+    return {r.source: due_at(r.first.payload, r.first.landed, r.source in landed_only) for r in rows}
 
 
-def _due_at(payload, landed: datetime | None, landed_only: bool) -> datetime | None:
+def due_at(payload, landed: datetime | None, landed_only: bool) -> datetime | None:
+    """When a source's first unapplied row made changes due: its Commit's timestamp, or when it was landed."""
     if not landed_only:
         try:
             return m.pg_timestamp_to_datetime(decode_message(bytes(payload)).commit_ts)

@@ -14,7 +14,6 @@ write one table's snapshot after another.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import deque
@@ -29,20 +28,20 @@ from cdc_apply.lander.snapshots.catalog import CopySource, TableShape
 from cdc_apply.lander.snapshots.copy_binary import CopySink, insert_payloads
 from cdc_apply.lander.dsn import connection_error, scrub
 from cdc_apply.lander.options import SESSION_SETTINGS, options_string, quote_ident
-from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS, format_lsn
+from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS, format_lsn, parse_lsn
 from cdc_apply.pgoutput.snapshot import KeyRange
 
 CHUNK_BLOCKS = 2048          # 16 MiB of heap per copied range (8 kB blocks)
 PROGRESS_SECONDS = 5.0       # how often a copy under way says how far it is
 SAMPLE_BLOCKS = 2000         # blocks sampled (TABLESAMPLE SYSTEM) to cut a table into key ranges
-_LSN = re.compile(r"^([0-9A-Fa-f]+)/([0-9A-Fa-f]+)$")
 
 
-def parse_lsn(text: str) -> int:
-    match = _LSN.match(text.strip())
-    if not match:
-        raise LandError(f"the server answered an LSN that cannot be read: {text!r}")
-    return (int(match.group(1), 16) << 32) | int(match.group(2), 16)
+def read_server_lsn(text: str) -> int:
+    """An LSN the server answered, as a number; a ``LandError`` when it cannot be read."""
+    try:
+        return parse_lsn(text.strip())
+    except ValueError:
+        raise LandError(f"the server answered an LSN that cannot be read: {text!r}") from None
 
 
 def eta(seconds: float) -> str:
@@ -111,7 +110,7 @@ class ExportSlot:
             self.close()
             raise LandError(f"creating replication slot {self.slot!r} with an exported snapshot failed: "
                             f"{scrub(str(exc), self.dsn).splitlines()[0]}", slot=self.slot) from None
-        return ConsistentPoint(slot, parse_lsn(lsn), snapshot, now_micros())
+        return ConsistentPoint(slot, read_server_lsn(lsn), snapshot, now_micros())
 
     def close(self) -> None:
         """End the session: the snapshot is gone, a temporary slot is dropped."""

@@ -1,0 +1,116 @@
+"""Bronze's newest seq per source and the age of the oldest unapplied change, read without a JVM
+(``cdc-apply status`` on a local bronze path): the same answers as :mod:`~cdc_apply.lake.sources.bronze_tail`'s
+queries, from delta-rs (:mod:`cdc_apply.delta.files`).
+
+The newest seqs come from the live files' statistics when every file that can hold a source's rows says
+it alone: one source (equal ``source`` bounds) and no deletion vector (its ``maxValues`` may be a deleted
+row's). Otherwise the rows are read, as Spark's query reads them. The first due change is read by one
+scan over the behind sources' seq ranges; where its landing time is needed (GaussDB sources, or a Commit
+that does not decode) and the row has no ``landed_at``, the time is its file's, as Spark's
+``_metadata.file_modification_time``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from cdc_apply.delta.files import LiveFile, file_rows, live_files, open_table, read_rows, sql_text
+from cdc_apply.delta.refs import TableRef
+from cdc_apply.lake.sources.bronze_tail import COMMIT_TYPES, ages_of, behind_sources, due_at
+
+
+def newest_seqs(ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
+    """Bronze's newest seq for each source of ``floors`` that has rows at or past its floor."""
+    table = open_table(ref) if floors else None
+    if table is None:
+        return {}
+    files = live_files(table, ["source", "seq"])
+    newest: dict[str, int] = {}
+    for file in files:
+        if not _may_hold(file, floors):
+            continue
+        if file.deleted_rows or file.records is None or not _one_source(file) or file.high.get("seq") is None:
+            return _query_newest(table, floors)
+        if file.records:
+            source, seq = file.low["source"], int(file.high["seq"])
+            newest[source] = max(seq, newest.get(source, seq))
+    return {s: seq for s, seq in newest.items() if s in floors and seq >= floors[s]}
+
+
+def _one_source(file: LiveFile) -> bool:
+    # Delta keeps a 32-character prefix of strings; a longer name's bounds differ, so equal bounds are the name.
+    low, high = file.low.get("source"), file.high.get("source")
+    return low is not None and low == high
+
+
+def _may_hold(file: LiveFile, floors: dict[str, int]) -> bool:
+    """False when the file's statistics show it holds no row of a source at or past its floor."""
+    low, high = file.low.get("source"), file.high.get("source")
+    if low is None or high is None or file.high.get("seq") is None:
+        return True
+    return any(low <= s <= high and int(file.high["seq"]) >= floor for s, floor in floors.items())
+
+
+def _query_newest(table, floors: dict[str, int]) -> dict[str, int]:
+    wanted = " OR ".join(f"(source = {sql_text(s)} AND seq >= {int(f)})" for s, f in floors.items())
+    rows = read_rows(table, ["source", "seq"], wanted)
+    newest: dict[str, int] = {}
+    for source, seq in zip(rows.column("source").to_pylist(), rows.column("seq").to_pylist()):
+        newest[source] = max(seq, newest.get(source, seq))
+    return newest
+
+
+def unapplied_ages(ref: TableRef, applied: dict[str, int], newest: dict[str, int], now: datetime,
+                   landed_only: frozenset[str] | set[str] = frozenset()) -> dict[str, float]:
+    """:func:`cdc_apply.lake.sources.bronze_tail.unapplied_ages` without a JVM: one scan, only for sources behind."""
+    behind = behind_sources(applied, newest)
+    table = open_table(ref) if behind else None
+    due = _first_due(table, behind, frozenset(landed_only)) if table is not None else {}
+    return ages_of(applied, due, now)
+
+
+def _first_due(table, behind: dict[str, tuple[int, int]], landed_only: frozenset[str]) -> dict[str, datetime | None]:
+    commits = " OR ".join(f"(payload >= X'{ord(t):02X}' AND payload < X'{ord(t) + 1:02X}')" for t in COMMIT_TYPES)
+    wanted = []
+    for source, (after, upto) in behind.items():
+        cond = f"source = {sql_text(source)} AND seq > {int(after)} AND seq <= {int(upto)}"
+        wanted.append(f"({cond})" if source in landed_only else f"({cond} AND ({commits}))")
+    has_landed = "landed_at" in [f.name for f in table.schema().fields]
+    columns = ["source", "seq", "payload"] + (["landed_at"] if has_landed else [])
+    rows = read_rows(table, columns, " OR ".join(wanted)).to_pylist()
+    first: dict[str, dict] = {}
+    for row in rows:
+        have = first.get(row["source"])
+        if have is None or row["seq"] < have["seq"]:
+            first[row["source"]] = row
+    out = {}
+    for source, row in first.items():
+        landed = row.get("landed_at")
+        if landed is None:
+            due = due_at(row["payload"], None, source in landed_only)
+            out[source] = due if due is not None else _file_time(table, source, row["seq"])
+        else:
+            out[source] = due_at(row["payload"], landed, source in landed_only)
+    return out
+
+
+def _file_time(table, source: str, seq: int) -> datetime | None:
+    """When the file holding ``(source, seq)`` was added (its statistics narrow the files to look in)."""
+    candidates = [f for f in live_files(table, ["source", "seq"]) if _may_contain(f, source, seq)]
+    if len(candidates) == 1:
+        return candidates[0].modified
+    for file in candidates:
+        rows = file_rows(table, file, ["source", "seq"])
+        if any(s == source and q == seq for s, q in zip(rows.column("source").to_pylist(),
+                                                          rows.column("seq").to_pylist())):
+            return file.modified
+    return None
+
+
+def _may_contain(file: LiveFile, source: str, seq: int) -> bool:
+    lows, highs = file.low, file.high
+    if None not in (lows.get("source"), highs.get("source")) and not lows["source"] <= source <= highs["source"]:
+        return False
+    if None not in (lows.get("seq"), highs.get("seq")) and not int(lows["seq"]) <= seq <= int(highs["seq"]):
+        return False
+    return True
