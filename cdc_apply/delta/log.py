@@ -18,12 +18,7 @@ from __future__ import annotations
 import json
 
 from cdc_apply.delta.refs import TableRef
-
-
-def is_connect(spark) -> bool:
-    """Whether ``spark`` is a Spark Connect session (pyspark's ``pyspark.sql.connect`` class): no JVM to
-    reach, Delta's log read through SQL."""
-    return (type(spark).__module__ or "").startswith("pyspark.sql.connect.")
+from cdc_apply.delta.sql_table import is_connect, no_table as _no_table
 
 
 def log_at(spark, location: str):
@@ -193,16 +188,6 @@ def commit_user_metadata(spark, ref: TableRef, limit: int | None = None) -> list
 
 
 # -- the same facts through SQL alone (Spark Connect) ---------------------------------------------------
-
-# What Delta says (its error class, or the message of an older path) when there is no Delta table to describe.
-# (DESCRIBE HISTORY of a path without one: DELTA_TABLE_ONLY_OPERATION; DESCRIBE DETAIL: DELTA_MISSING_DELTA_TABLE.)
-_NO_TABLE = ("DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_ONLY_OPERATION", "DELTA_TABLE_NOT_FOUND",
-             "TABLE_OR_VIEW_NOT_FOUND", "PATH_NOT_FOUND", "is not a Delta table", "doesn't exist")
-
-
-def _no_table(exc: Exception) -> bool:
-    return any(marker in str(exc) for marker in _NO_TABLE)
-
 
 def _history_sql(ref: TableRef, limit: int | None) -> str:
     return f"DESCRIBE HISTORY {ref.sql}" + (f" LIMIT {int(limit)}" if limit else "")

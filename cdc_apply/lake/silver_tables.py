@@ -34,6 +34,7 @@ from cdc_apply.lake.silver.merge_moves import resolve_moves
 from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.delta.ddl import create_table, set_properties, silver_properties, table_properties
 from cdc_apply.delta.log import delta_version, files_bytes
+from cdc_apply.spark.connect import child_session
 from cdc_apply.delta.refs import TableRef, silver_ref
 from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
@@ -149,7 +150,7 @@ class SilverTables:
 
     def _apply_table(self, batch: BatchContext, planned: TablePlan) -> TableStats:
         work, version = planned.work, batch.version
-        session = self.spark.newSession()
+        session = child_session(self.spark)   # newSession, or cloneSession over Spark Connect
         # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         for key, value in BATCH_SETTINGS.items():  # the MERGE itself plans here

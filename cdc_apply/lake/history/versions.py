@@ -331,9 +331,9 @@ def merge_versions(spark, target, versions, work: TableWork, h: HistoryColumns, 
     closing = [h.valid_to_lsn, h.valid_to_ts, h.closed_by, h.is_current]
     updated = (names if keyed else []) + closing
     builder = (target.delta_table(spark).alias("t").merge(versions.alias("s"), condition)
-               .whenMatchedUpdate(set={quote_ident(c): F.col(f"s.{quote_ident(c)}") for c in updated})
+               .whenMatchedUpdate(set={quote_ident(c): f"s.{quote_ident(c)}" for c in updated})
                .whenNotMatchedInsert(condition="NOT s._prior",
-                                     values={quote_ident(c): F.col(f"s.{quote_ident(c)}") for c in everything}))
+                                     values={quote_ident(c): f"s.{quote_ident(c)}" for c in everything}))
     if truncates.points:
         frm = F.col(f"t.{quote_ident(h.valid_from_lsn)}")
         target_key = lambda i: F.col(f"t.{quote_ident(work.columns[i].name)}")  # noqa: E731

@@ -10,7 +10,7 @@ from itertools import groupby
 from typing import Sequence
 
 from cdc_apply.delta.ddl import USER_METADATA
-from cdc_apply.delta.names import quote_ident
+from cdc_apply.delta.names import quote_ident, sql_literal
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.lake.books.commit_tag import decode_tag, encode_tag
 from cdc_apply.planning.schema_net import net_schema_ops
@@ -61,10 +61,18 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str |
 
 def _fill(spark, ref: TableRef, run: Sequence[SchemaOp], values: dict, where: str | None = None) -> None:
     """Set columns just added to their missing values in every row (or those ``where`` holds for; one UPDATE)."""
-    from pyspark.sql import functions as F
-
-    ref.delta_table(spark).update(condition=where, set={quote_ident(o.column): F.lit(values[o.column]).cast(o.spark_ddl)
+    ref.delta_table(spark).update(condition=where, set={quote_ident(o.column): _literal(values[o.column], o.spark_ddl)
                                                         for o in run})
+
+
+def _literal(value, ddl: str):
+    """SQL text (what a Spark Connect UPDATE takes); a value SQL text cannot hold (an array) as a Column."""
+    try:
+        return sql_literal(value, ddl)
+    except TypeError:
+        from pyspark.sql import functions as F
+
+        return F.lit(value).cast(ddl)
 
 
 def _steps_done(spark, ref: TableRef, chain: str, steps: int) -> int:
