@@ -1,5 +1,6 @@
 """Delta over a local Spark Connect server (the ``connect_spark`` fixture, docs/CONNECT.md), and what
-``cdc_apply.spark_session()`` does with Spark Connect today: it refuses it."""
+``cdc_apply.spark_session()`` does with Spark Connect: takes a running session as it is, and builds one
+with Delta when ``SPARK_REMOTE`` asks for a local server."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_apply import SetupError, spark_session
+from cdc_apply import SetupError
 from cdc_apply.spark.connect import USER_METADATA
 from cdc_apply.spark.session import CONNECT_UNSUPPORTED
 
@@ -70,21 +71,32 @@ def test_describe_history_shows_the_user_metadata_set_on_the_connect_session(con
         (0, "CREATE TABLE", None), (1, "WRITE", '{"app":"cdc_apply","apply_step":65}'), (2, "WRITE", None)]
 
 
-def test_spark_session_refuses_the_active_connect_session_with_what_is_needed(connect_spark):
+def test_the_lander_refuses_a_connect_session_with_what_is_needed(connect_spark):
+    from cdc_apply.spark.session import require_classic
+
     with pytest.raises(SetupError) as err:
-        spark_session()
+        require_classic(connect_spark)
     assert CONNECT_UNSUPPORTED in str(err.value)
 
 
-def test_spark_session_refuses_to_start_a_session_when_spark_remote_asks_for_a_local_connect_server(tmp_path):
-    # A fresh interpreter: the refusal comes before any JVM starts (this test process may run one already).
+_BUILD_SCRIPT = """
+import cdc_apply
+spark = cdc_apply.spark_session()
+spark.sql("SELECT 1").collect()
+print(type(spark).__module__, spark.conf.get("spark.sql.extensions"))
+spark.stop()
+"""
+
+
+@pytest.mark.system
+def test_spark_session_builds_a_connect_session_with_delta_when_spark_remote_asks_for_a_local_server(tmp_path):
+    # A fresh interpreter: this test process may run a classic JVM already.
     env = {**os.environ, "SPARK_REMOTE": "local[2]", "PYTHONPATH": str(CHECKOUT)}
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
-    proc = subprocess.run([sys.executable, "-c", "import cdc_apply; cdc_apply.spark_session()"], env=env,
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last == f"cdc_apply.errors.SetupError: runtime set-up problem: {CONNECT_UNSUPPORTED} [setting=SPARK_REMOTE]"
+    proc = subprocess.run([sys.executable, "-c", _BUILD_SCRIPT], env=env, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "pyspark.sql.connect.session io.delta.sql.DeltaSparkSessionExtension"
 
 
 _USER_SCRIPT = """
