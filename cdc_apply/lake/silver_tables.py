@@ -255,7 +255,8 @@ class SilverTables:
             return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
         events = drop_cleared(key_events(projected, work), work)
         if work.toast_moves:
-            target = None if work.truncate_after is not None else work.ref.read(session)
+            # In the decoded rows' session: over Spark Connect two sessions' DataFrames cannot be joined.
+            target = None if work.truncate_after is not None else work.ref.read(projected.sparkSession)
             events = resolve_moves(events, work, target)
         # Materialised once: MERGE reads its source more than once, and a plain scan plans fast.
         partitions = collapse_partitions(planned.rows, len(work.columns),

@@ -127,7 +127,8 @@ class HistoryTables:
         h = self.columns
         # Every change of the batch counts, those before a truncate too: each transaction is a version.
         projected = project(decoded, replace(work, truncate_after=None))
-        history = ref.read(session)
+        # In the decoded rows' session: over Spark Connect two sessions' DataFrames cannot be joined.
+        history = ref.read(decoded.sparkSession)
         small = planned.rows <= BROADCAST_KEYS
         if work.key is None:
             versions = keyless_versions(projected, history, work, h, truncates, small)

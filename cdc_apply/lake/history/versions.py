@@ -29,7 +29,7 @@ from typing import Sequence
 
 from cdc_apply.lake.silver.merge import null_safe_equal
 from cdc_apply.planning.table_plan import TableWork
-from cdc_apply.delta.names import quote_ident
+from cdc_apply.delta.names import quote_ident, sql_literal
 from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
 from cdc_apply.planning import columns as cc
@@ -90,6 +90,17 @@ class Truncates:
         if high is not None:
             cond = cond & (value < F.lit(high).cast(ddl))
         return F.coalesce(cond, F.lit(False))
+
+    def applies_sql(self, point, key) -> str:
+        """:meth:`_applies` as SQL text (``key(column index)``: the column's SQL), for a MERGE's clause."""
+        rng = point[4] if len(point) > 4 else None
+        if rng is None:
+            return "TRUE"
+        column, low, high = rng
+        value, ddl = key(column), self.ddls[column]
+        parts = ([f"{value} >= {sql_literal(low, ddl)}"] if low is not None else []) + \
+                ([f"{value} < {sql_literal(high, ddl)}"] if high is not None else [])
+        return f"coalesce({' AND '.join(parts) or 'TRUE'}, FALSE)"
 
     def epoch(self, key=None, lsn_col: str = cc.COMMIT_LSN, seq_col: str = cc.SEQ):
         """How many truncates of the row come before an event (at ``(lsn, seq)``) in commit order."""
@@ -317,8 +328,6 @@ def merge_versions(spark, target, versions, work: TableWork, h: HistoryColumns, 
                    keyed: bool) -> None:
     """One MERGE into the history table ``target`` (a TableRef): the prior versions' updates, the new
     versions, and — when the batch truncates the table — the close of every other open version."""
-    from pyspark.sql import functions as F
-
     if keyed:
         match = [f"t.{quote_ident(work.columns[i].name)} = s.{quote_ident(work.columns[i].name)}"
                  for i in work.key_index]
@@ -334,21 +343,21 @@ def merge_versions(spark, target, versions, work: TableWork, h: HistoryColumns, 
                .whenMatchedUpdate(set={quote_ident(c): f"s.{quote_ident(c)}" for c in updated})
                .whenNotMatchedInsert(condition="NOT s._prior",
                                      values={quote_ident(c): f"s.{quote_ident(c)}" for c in everything}))
-    if truncates.points:
-        frm = F.col(f"t.{quote_ident(h.valid_from_lsn)}")
-        target_key = lambda i: F.col(f"t.{quote_ident(work.columns[i].name)}")  # noqa: E731
-        lsn, ts, cause, closes = None, None, None, F.lit(False)
+    if truncates.points:   # SQL text: over Spark Connect the MERGE is a statement (delta/sql_table.py)
+        frm = f"t.{quote_ident(h.valid_from_lsn)}"
+        target_key = lambda i: f"t.{quote_ident(work.columns[i].name)}"  # noqa: E731
+        lsn, ts, cause, closes = "NULL", "NULL", "NULL", []
         for point in reversed(truncates.points):
             point_lsn, _, point_ts, point_cause = point[:4]
-            hit = (frm < point_lsn) & truncates._applies(point, target_key)
-            lsn = F.when(hit, F.lit(point_lsn).cast("bigint")).otherwise(lsn)
-            ts = F.when(hit, F.lit(point_ts).cast("timestamp")).otherwise(ts)
-            cause = F.when(hit, F.lit(point_cause)).otherwise(cause)
-            closes = closes | hit
+            hit = f"({frm} < {int(point_lsn)} AND {truncates.applies_sql(point, target_key)})"
+            lsn = f"CASE WHEN {hit} THEN CAST({int(point_lsn)} AS BIGINT) ELSE {lsn} END"
+            ts = f"CASE WHEN {hit} THEN {sql_literal(point_ts, 'timestamp')} ELSE {ts} END"
+            cause = f"CASE WHEN {hit} THEN {sql_literal(point_cause)} ELSE {cause} END"
+            closes.append(hit)
         builder = builder.whenNotMatchedBySourceUpdate(
-            condition=F.col(f"t.{quote_ident(h.is_current)}") & closes,
+            condition=f"t.{quote_ident(h.is_current)} AND ({' OR '.join(closes)})",
             set={quote_ident(h.valid_to_lsn): lsn, quote_ident(h.valid_to_ts): ts,
-                 quote_ident(h.closed_by): cause, quote_ident(h.is_current): F.lit(False)})
+                 quote_ident(h.closed_by): cause, quote_ident(h.is_current): "FALSE"})
     builder.execute()
 
 
