@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # in .tmp/pytest, emptied at each run: pytest's shared /tmp/pytest-of-<user> is pruned by other runs.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup demo test test-fast system bench soak wheel clean-setup
+.PHONY: setup demo test test-fast system cluster bench soak wheel clean-setup
 
 setup: $(VENV)/.installed
 	@$(VPY) -m cdc_apply.spark.jars
@@ -39,7 +39,22 @@ KILL_SEEDS ?= 1,2,3,4
 system: setup
 	@mkdir -p .tmp
 	@CDC_APPLY_KILL_SEEDS=$(KILL_SEEDS) $(VPY) -m pytest -n $(PYTEST_WORKERS) --dist load \
-		--basetemp "$(CURDIR)/.tmp/system" -m system $(PYTEST_ARGS)
+		--basetemp "$(CURDIR)/.tmp/system" -m "system and not cluster" $(PYTEST_ARGS)
+
+# The cluster tests (marker `cluster`, tests/cluster; docs/CLUSTER.md): the apply job under spark-submit on a
+# real standalone cluster (a master and two workers from pip's pyspark on 127.0.0.1) whose executors' Python
+# has no cdc_apply, and land / apply (killed and run again) / status with every table on s3a:// against
+# moto's S3 server. Set-up, done once: moto (the `cluster` extra), the s3a jars (hadoop-aws at Spark's
+# Hadoop version and the AWS SDK bundle, ~640 MB, into .jars-s3/), the executors' virtualenv
+# (.tmp/executor-python: pyarrow and numpy only). One test process: the s3a session is the fixture's.
+cluster: setup $(VENV)/.installed-cluster
+	@$(VPY) -m cdc_apply.spark.jars --s3
+	@mkdir -p .tmp
+	@$(VPY) -m pytest -n 0 --basetemp "$(CURDIR)/.tmp/cluster" -m cluster tests/cluster $(PYTEST_ARGS)
+
+$(VENV)/.installed-cluster: pyproject.toml $(VENV)/.installed
+	@$(VPY) -m pip install -q --disable-pip-version-check -e '.[dev,cluster]'
+	@touch $@
 
 # The fast lane: the tests that need no JVM, no PostgreSQL and no wheel build (pure Python; no Delta
 # jars needed). `make test` runs these and the rest.
@@ -75,4 +90,4 @@ soak: setup
 		$(if $(SOAK_HISTORY),--history)
 
 clean-setup:
-	rm -rf $(VENV) .jars
+	rm -rf $(VENV) .jars .jars-s3

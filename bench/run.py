@@ -100,6 +100,9 @@ STEPS: tuple[Step, ...] = (
     Step("status", "status", ("--reps", "7"),
          what="`cdc-apply status --json`, process start to exit, on a lake of three sources with quarantined "
               "messages and a lag (local paths: no JVM)"),
+    Step("lander", "lander", ("--reps", "3", "--rate", "5000", "--seconds", "40", "--backlog", "200000"),
+         what="`cdc-apply land` (bronze at a path: no JVM): process start to first bronze commit, peak memory at "
+              "5,000 messages/s, a 200,000-message backlog against pg_recvlogical"),
     # Not a measure of speed, and it mounts a small filesystem (root): run by name.
     Step("faults", "faults", (), default=False,
          what="faults: the apply SIGKILLed mid-batch, a 200 MiB value, a full disk during a MERGE (~1 hour, root)"),

@@ -10,6 +10,7 @@ The Python API (details in :mod:`cdc_apply.api`)::
     summary = cdc_apply.land("pipeline.toml")          # PostgreSQL slot -> bronze, until idle
     as_of = cdc_apply.read_as_of(spark, "pipeline.toml", "16/B374D848", ["public.orders"])  # docs/HISTORY.md
     as_of["public.orders"].show()                      # silver as of one source commit
+    run = cdc_apply.verify(spark, "pipeline.toml")     # silver vs the live source at one point (docs/VERIFY.md)
 
 ``as_of_views`` registers the same as SQL views, ``register_lsn_functions`` the SQL functions
 ``cdc_lsn_text`` / ``cdc_lsn`` (BIGINT LSN <-> PostgreSQL's ``X/Y``).
@@ -25,6 +26,7 @@ from typing import Any
 from cdc_apply.api import (
     apply, as_of_views, exit_code, land, load_config, read_as_of, register_lsn_functions, status,
 )
+from cdc_apply.api import verify
 from cdc_apply.errors import (
     ApplyError,
     AsOfError,
@@ -69,4 +71,5 @@ __all__ = [
     "register_lsn_functions",
     "spark_session",
     "status",
+    "verify",
 ]

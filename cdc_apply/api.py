@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # for annotations only: importing them at run time would impo
     from cdc_apply.lake.history.as_of import AsOf
     from cdc_apply.lake.report import BatchReport
     from cdc_apply.lander.lander import LandSummary
+    from cdc_apply.verify.run import Verification
 
 ConfigLike = Config | Mapping[str, Any] | str | os.PathLike
 
@@ -78,13 +79,30 @@ def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | No
     (docs/CONNECT.md). Errors are the ``cdc_apply.errors`` classes the command reports (``ConfigError``,
     ``ApplyError``, ``StateError`` ...).
     """
-    from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.spark.connect import is_connect_session
-    from cdc_apply.spark.progress import BatchWatcher, query_name
+    from cdc_apply.spark.executors import cluster_settings, prepare_executors
+    from cdc_apply.spark.session import session_settings
 
     config = as_config(config)
-    if is_connect_session(spark):   # the watcher follows a streaming query and the JVM's stages
-        progress_seconds = None
+    if is_connect_session(spark):
+        # No SparkContext to probe executors or count task slots through: the server's settings stand,
+        # and the watcher (a streaming query's and the JVM's stages) has nothing to follow.
+        return _run_apply(spark, config, once, out, None)
+    executors = prepare_executors(spark)   # on a cluster: executors import cdc_apply, or a SetupError now
+    fitted = cluster_settings(spark)
+    if executors.action != "local master":
+        partitions = fitted.get("spark.sql.shuffle.partitions") or spark.conf.get("spark.sql.shuffle.partitions")
+        apply_log.info("%s; %s shuffle partitions%s", executors.line(), partitions,
+                       " (the cluster's task slots)" if "spark.sql.shuffle.partitions" in fitted else "")
+    with session_settings(spark, fitted):
+        return _run_apply(spark, config, once, out, progress_seconds)
+
+
+def _run_apply(spark: Any, config: Config, once: bool, out: TextIO | None,
+               progress_seconds: float | None) -> list["BatchReport"]:
+    from cdc_apply.lake.pipeline import ApplyPipeline
+    from cdc_apply.spark.progress import BatchWatcher, query_name
+
     stream = LineLog(apply_log, copy=out)
     pipeline = ApplyPipeline(spark, config, out=stream)
     target = config.silver.path or config.silver.table_template
@@ -154,13 +172,17 @@ def land(config: ConfigLike, *, spark: Any = None, once: bool = True, stop: thre
 
     ``once=True`` stops when the slot has nothing more to send (``land.idle_exit_seconds``); otherwise
     it runs until ``stop`` is set. Everything that can be wrong with the source (slot, publication,
-    ``wal_level``, role, credentials, reachability) is checked before Spark starts, as a
-    :class:`~cdc_apply.errors.LandError` or ``ConfigError`` saying what to run. ``spark``: the session
-    to write bronze with (default :func:`cdc_apply.spark_session`). Each landed batch is logged on
+    ``wal_level``, role, credentials, reachability) is checked before bronze is opened, as a
+    :class:`~cdc_apply.errors.LandError` or ``ConfigError`` saying what to run. A bronze path is written
+    through delta-rs without Spark (no JVM starts); a catalog table, a path on object storage, or a table
+    with features delta-rs does not write here goes through Spark: ``spark`` is then the session to write
+    it with (default :func:`cdc_apply.spark_session`, built only then). Each landed batch is logged on
     ``cdc_apply.land`` (and written to ``out`` when given). The summary has ``batches`` (one report
     each: messages, bytes, seq range, flush LSN, slot lag), ``messages``, ``nbytes``, ``replayed``,
     ``reconnects``, ``seconds``.
     """
+    from cdc_apply.delta.refs import bronze_ref
+    from cdc_apply.lander.bronze_rs import spark_reason
     from cdc_apply.lander.dsn import resolve_dsn
     from cdc_apply.lander.lander import Lander
     from cdc_apply.lander.options import replication_options
@@ -178,9 +200,10 @@ def land(config: ConfigLike, *, spark: Any = None, once: bool = True, stop: thre
     if server.created:
         stream.write(f"[land {config.source.name}] created {' and '.join(server.created)}\n")
     if spark is None:
-        from cdc_apply.spark.session import spark_session
+        if spark_reason(bronze_ref(config)) is not None:
+            from cdc_apply.spark.session import spark_session
 
-        spark = spark_session(f"cdc_apply-land-{config.source.name}")
+            spark = spark_session(f"cdc_apply-land-{config.source.name}")
     else:
         from cdc_apply.spark.session import require_classic
 
@@ -227,3 +250,13 @@ def register_lsn_functions(spark: Any, schema: str | None = None) -> None:
     from cdc_apply.lake.history.lsn import register_lsn_functions as _functions
 
     _functions(spark, schema)
+
+
+def verify(spark: Any, config: ConfigLike, tables: list[str] | None = None, **options: Any) -> "Verification":
+    """Compare silver with the live source at one consistent point (docs/VERIFY.md): a
+    :class:`~cdc_apply.verify.run.Verification` with one result per table (``lines()``, ``as_dict()``,
+    ``exit_code``: 0 equal, 1 differences, 2 errors). ``options``: ``range_rows``,
+    ``max_source_rows_per_second``, ``wait_seconds``, ``samples``, ``record``, ``dsn``."""
+    from cdc_apply.verify.run import verify as _verify
+
+    return _verify(spark, as_config(config), tables, **options)

@@ -113,3 +113,9 @@ class AsOfError(CdcApplyError):
     """Silver tables cannot be read as of the LSN asked for (unknown table, history too short, vacuumed)."""
 
     summary = "cannot read as of that LSN"
+
+
+class VerifyError(CdcApplyError):
+    """``cdc-apply verify`` could not compare a table (no consistent point, silver not caught up, a key it cannot range)."""
+
+    summary = "cannot verify"

@@ -66,3 +66,17 @@ def postgres(tmp_path_factory):
     if log.exists():  # kept for a failed run: the data folder goes with the server
         (tmp_path_factory.getbasetemp() / "postgres-server.log").write_bytes(log.read_bytes())
     server.destroy()
+
+
+# Fixtures that start a JVM or a PostgreSQL server, and the marker a test using any of them (directly or
+# through another fixture) carries, so `make test-fast` (-m "not spark and not postgres") never starts one.
+_MARKER_OF_FIXTURE = {"spark": "spark", "lake": "spark", "connect_spark": "spark", "connect_session": "spark",
+                      "postgres": "postgres"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            marker = _MARKER_OF_FIXTURE.get(fixture)
+            if marker is not None and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)

@@ -1,4 +1,4 @@
-"""``cdc-apply``: apply, land, snapshot, inspect, status, optimize, as-of, demo.
+"""``cdc-apply``: apply, land, snapshot, inspect, status, optimize, as-of, verify, demo.
 
 Each subcommand lives in its own module and is imported only when used, so
 ``cdc-apply inspect --hex`` starts without a JVM.
@@ -92,6 +92,12 @@ def _optimize(args: argparse.Namespace) -> int:
         print("bronze: no table yet" if done is None else
               f"bronze: {done.files_removed} files -> {done.files_added} (bin-packing)", flush=True)
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from cdc_apply.cli.verify_cmd import run_verify
+
+    return run_verify(args)
 
 
 def _as_of(args: argparse.Namespace) -> int:
@@ -217,6 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
     as_of.add_argument("--show", type=int, default=20, metavar="N", help="rows printed per table (default 20)")
     as_of.add_argument("--out", default=None, metavar="DIR", help="write each table as Parquet under DIR instead")
     as_of.set_defaults(run=_as_of)
+
+    verify = command("verify", help="compare silver with the live source at one consistent point (docs/VERIFY.md)",
+                     description="Each table compared with PostgreSQL at one snapshot whose LSN is known, per key "
+                                 "range (count + hash), differing ranges row by row. Exit code: 0 equal, 1 "
+                                 "differences, 2 an error.")
+    from cdc_apply.cli.verify_cmd import add_arguments as verify_arguments
+
+    verify_arguments(verify)
+    verify.set_defaults(run=_verify)
 
     demo = command("demo", help="run the end-to-end demo on an embedded default")
     demo.add_argument("--workdir", default="demo-data", help="folder for the demo's tables (default: demo-data)")

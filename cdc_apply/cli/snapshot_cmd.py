@@ -10,12 +10,12 @@ for a superuser to run.
 
 from __future__ import annotations
 
-import json
 import sys
 
 from cdc_apply.config import load_config
 from cdc_apply.config.choices import Snapshot
-from cdc_apply.errors import ConfigError, LandError
+from cdc_apply.errors import ConfigError
+from cdc_apply.lander.snapshots.requests import emit_request
 
 
 def run_snapshot(config_path: str, tables: list[str], ddl_events_sql: bool = False) -> int:
@@ -32,41 +32,10 @@ def run_snapshot(config_path: str, tables: list[str], ddl_events_sql: bool = Fal
     if bad:
         raise ConfigError(f"tables are named namespace.name, got {', '.join(bad)}", file=config_path)
     source = config.source
-    lsn = _emit(config, tables)
+    lsn = emit_request(config, tables)
     print(f"[snapshot {source.name}] requested a snapshot of {', '.join(tables)} at lsn {lsn}: the lander copies "
           f"{'them' if len(tables) > 1 else 'it'} when it reads that position (at once if it is running)")
     if source.snapshot == Snapshot.NEVER:
         print(f"[snapshot {source.name}] note: source.snapshot is \"never\", so the lander will not serve it",
               file=sys.stderr)
     return 0
-
-
-def _emit(config, tables: list[str]) -> str:
-    import psycopg2
-
-    from cdc_apply.lander.snapshots import catalog
-    from cdc_apply.lander.dsn import Target, connection_error, resolve_dsn, scrub
-    from cdc_apply.lander.options import publication_names
-
-    dsn = resolve_dsn(config.source)
-    try:
-        conn = psycopg2.connect(dsn, connect_timeout=max(1, int(config.source.connect_timeout)),
-                                application_name=f"cdc_apply-snapshot-{config.source.name}"[:63])
-    except psycopg2.Error as exc:
-        raise connection_error(exc, dsn) from None
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            relations = catalog.published_relations(cur, publication_names(config.source))
-            missing = [t for t in tables if catalog.resolve_entry(t, relations, cur) is None]
-            if missing:
-                raise LandError(f"not in publication {config.source.publication!r}: {', '.join(missing)}",
-                                key="source.publication")
-            content = json.dumps({"source": config.source.name, "tables": tables})
-            cur.execute("SELECT pg_logical_emit_message(false, 'cdc_apply.snapshot_request', %s)::text", (content,))
-            return cur.fetchone()[0]
-    except psycopg2.Error as exc:
-        raise LandError(f"emitting the snapshot request failed: {scrub(str(exc), dsn).splitlines()[0]}",
-                        dsn=Target.of(dsn).shown) from None
-    finally:
-        conn.close()

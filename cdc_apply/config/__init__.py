@@ -162,6 +162,15 @@ class LandConfig:
 
 
 @dataclass(frozen=True)
+class VerifyConfig:
+    """``cdc-apply verify`` (docs/VERIFY.md): how hard it reads the source, how it cuts tables, how long it waits."""
+
+    max_source_rows_per_second: float | None = None   # None: unbounded
+    range_rows: int = 100_000            # rows per compared key range
+    wait_seconds: float = 300.0          # for the apply job to reach the source's point
+
+
+@dataclass(frozen=True)
 class Config:
     pipeline: str
     bronze: BronzeConfig
@@ -174,6 +183,7 @@ class Config:
     formats: Mapping[str, str] = field(default_factory=dict)   # bronze source -> "pgoutput" | "gaussdb"
     gaussdb: GaussdbConfig = GaussdbConfig()
     origin_file: str | None = None
+    verify: VerifyConfig = VerifyConfig()
 
     def format_of(self, source: str) -> str:
         return self.formats.get(source, "pgoutput")
@@ -241,7 +251,7 @@ def _resolve(path: str | None, base: Path) -> str | None:
 def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_file: str | None = None) -> Config:
     """Validate a parsed TOML document; ``base_dir`` anchors relative paths."""
     base = base_dir or Path.cwd()
-    allowed = {"pipeline", "bronze", "silver", "state", "apply", "tables", "source", "land", "gaussdb"}
+    allowed = {"pipeline", "bronze", "silver", "state", "apply", "tables", "source", "land", "gaussdb", "verify"}
     for key in raw:
         if key not in allowed:
             raise ConfigError(f"unknown section (known: {', '.join(sorted(allowed))})", key=key)
@@ -309,7 +319,13 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         pipeline = Path(state.path or state.schema or "cdc_apply").name or "cdc_apply"
     if not isinstance(pipeline, str) or not pipeline or "\x00" in pipeline:
         raise ConfigError("expected a non-empty string without NUL", key="pipeline")
-    return Config(pipeline, bronze, silver, state, apply, tables, source, land, dict(formats), gaussdb, origin_file)
+    verify = read_section(VerifyConfig, raw.get("verify"), "verify")
+    if verify.range_rows < 1:
+        raise ConfigError("must be at least 1", key="verify.range_rows")
+    if verify.max_source_rows_per_second is not None and not verify.max_source_rows_per_second > 0:
+        raise ConfigError("must be more than 0 (leave it out for no bound)", key="verify.max_source_rows_per_second")
+    return Config(pipeline, bronze, silver, state, apply, tables, source, land, dict(formats), gaussdb, origin_file,
+                  verify)
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

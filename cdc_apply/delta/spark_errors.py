@@ -19,8 +19,11 @@ def first_decode_error(decoded) -> CdcApplyError:
     return error_from_text(first.error)
 
 
-# Spark and Delta failures that mean another job writes the same tables or checkpoint.
+# Spark and Delta failures that mean another job writes the same tables or checkpoint. Two streams
+# started together on a new checkpoint both write its ``metadata`` file; the later rename fails with
+# Hadoop's FileAlreadyExistsException before either has a batch.
 _CONCURRENT_MARKERS = ("CONCURRENT_STREAM_LOG_UPDATE", "CONCURRENT_QUERY", "is already active",
+                       "FileAlreadyExistsException",
                        "ConcurrentAppendException", "ConcurrentDeleteReadException",
                        "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
                        "MetadataChangedException", "ProtocolChangedException", "DELTA_CONCURRENT_")
@@ -39,13 +42,19 @@ def unwrap_error(exc: Exception, config: Config | None = None) -> Exception:
         if marker in text:
             return error_from_text(text.split(marker, 1)[1].splitlines()[0], cls)
     if config is not None and any(marker in text for marker in _CONCURRENT_MARKERS):
-        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
         return StateError(f"another job is applying pipeline {config.pipeline!r} (its checkpoint or tables changed "
-                          f"under this one: {first[:300]}); run one apply job per pipeline, then restart this one "
+                          f"under this one: {_concurrent_line(text)[:300]}); run one apply job per pipeline, then restart this one "
                           "— a batch cut short is re-run whole", checkpoint=config.checkpoint_location)
     if driver_stopped(exc, text):
         return driver_stopped_error(text)
     return exc
+
+
+def _concurrent_line(text: str) -> str:
+    """The line of ``text`` naming the concurrency failure (a Java trace's cause sits deep below its
+    first line), else its first line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if any(m in line for m in _CONCURRENT_MARKERS)), lines[0] if lines else "")
 
 
 # A Spark failure whose root is the machine, not the data or the table: the line that says so.

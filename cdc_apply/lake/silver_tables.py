@@ -39,6 +39,7 @@ from cdc_apply.delta.refs import TableRef, silver_ref
 from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
 from cdc_apply.pgoutput.types import TypeOptions
+from cdc_apply.spark.executors import CLUSTER_KEYS
 from cdc_apply.planning import columns as cc
 
 PROP_SOURCE = "cdc_apply.source"
@@ -153,6 +154,12 @@ class SilverTables:
         session = child_session(self.spark)   # newSession, or cloneSession over Spark Connect
         # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+        # A child session starts from the static configuration: the job's own session may have been
+        # given its cluster's task counts since (cdc_apply.spark.executors.cluster_settings).
+        for key in CLUSTER_KEYS:
+            value = self.spark.conf.get(key, None)
+            if value is not None:
+                session.conf.set(key, value)
         for key, value in BATCH_SETTINGS.items():  # the MERGE itself plans here
             session.conf.set(key, value)
         app_id = self.app_id(work)

@@ -18,10 +18,12 @@ committed by another process between the read and the commit fails this commit
 
 from __future__ import annotations
 
+import array
 import json
 import os
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
+from itertools import accumulate
 from typing import Iterable, NamedTuple
 
 import pyarrow as pa
@@ -33,6 +35,8 @@ from cdc_apply.delta.commit import add_files
 from cdc_apply.delta.log import plain_columns
 from cdc_apply.lander.state import ResumeState
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+assert array.array("q").itemsize == 8 and array.array("i").itemsize == 4   # Arrow's int64 and int32 offsets
 STRING_STATS_CHARS = 32   # Delta's default prefix for string min/max: longer values get none here
 
 
@@ -86,16 +90,53 @@ def write_file(folder: str, batches: Iterable[pa.RecordBatch]) -> BronzeFile:
 
 
 def stream_batch(source: str, rows, landed_at: datetime) -> pa.RecordBatch:
-    """Bronze rows for the lander's ``(seq, lsn, payload)`` tuples."""
+    """Bronze rows for the lander's ``(seq, lsn, payload)`` tuples.
+
+    The columns are made from buffers, not by ``pa.array``: converting Python objects makes pyarrow import
+    pandas when it is installed (seconds before a lander's first commit), and the buffers are built in C.
+    """
     n = len(rows)
     seqs, lsns, payloads = zip(*rows) if n else ((), (), ())
     return pa.RecordBatch.from_arrays([
-        pa.repeat(pa.scalar(source, pa.string()), n),
-        pa.array(seqs, pa.int64()),
-        pa.array(lsns, pa.int64()),
-        pa.array(payloads, pa.binary()),
-        pa.repeat(pa.scalar(landed_at, pa.timestamp("us", tz="UTC")), n),
+        repeated_string(source, n),
+        int64_array(seqs),
+        int64_array(lsns),
+        binary_array(payloads),
+        repeated_timestamp(landed_at, n),
     ], schema=ARROW_SCHEMA)
+
+
+def int64_array(values) -> pa.Array:
+    """An int64 Arrow array of Python ints, without pyarrow's object conversion (see :func:`stream_batch`)."""
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(_int64s(values))])
+
+
+def binary_array(values) -> pa.Array:
+    """A binary Arrow array of ``bytes`` (under 2 GiB in all, the offsets being int32)."""
+    offsets = array.array("i", [0])
+    try:
+        offsets.extend(accumulate(map(len, values)))
+    except OverflowError:       # 2 GiB or more: pyarrow says what it says of such a column
+        return pa.array(values, pa.binary())
+    return pa.Array.from_buffers(pa.binary(), len(values), [None, pa.py_buffer(offsets),
+                                                            pa.py_buffer(b"".join(values))])
+
+
+def repeated_string(value: str, n: int) -> pa.Array:
+    """``value`` ``n`` times as a string Arrow array."""
+    data = value.encode("utf-8")
+    offsets = array.array("i", range(0, len(data) * (n + 1), len(data))) if data else array.array("i", [0]) * (n + 1)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+
+
+def repeated_timestamp(value: datetime, n: int) -> pa.Array:
+    """``value`` (aware) ``n`` times as a ``timestamp[us, UTC]`` Arrow array."""
+    micros = (value - _EPOCH) // timedelta(microseconds=1)
+    return pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(_int64s([micros]) * n)])
+
+
+def _int64s(values) -> array.array:
+    return array.array("q", values)
 
 
 def commit_files(writer, files: list[BronzeFile], state: ResumeState) -> int:

@@ -17,8 +17,7 @@ import pyarrow as pa
 
 from cdc_apply.errors import LandError
 from cdc_apply.delta.bronze_schema import ARROW_SCHEMA
-from cdc_apply.lander.bronze_commit import BronzeFile, commit_files, write_file
-from cdc_apply.lander.bronze_writer import BronzeWriter
+from cdc_apply.lander.bronze_commit import BronzeFile, repeated_string, repeated_timestamp, write_file
 from cdc_apply.lander.state import ResumeState
 
 FILE_BYTES = 64 * 1024 * 1024      # payload bytes per Parquet file of a direct append
@@ -27,22 +26,24 @@ FILE_BYTES = 64 * 1024 * 1024      # payload bytes per Parquet file of a direct 
 def bronze_batch(source: str, first_seq: int, payloads: pa.Array, landed_at: datetime) -> pa.RecordBatch:
     """Bronze rows for ``payloads`` numbered from ``first_seq`` (lsn 0: the lander wrote them)."""
     n = len(payloads)
+    # From buffers, as stream_batch: pa.array/pa.scalar of Python objects make pyarrow import pandas.
     return pa.RecordBatch.from_arrays([
-        pa.repeat(pa.scalar(source, pa.string()), n),
-        pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
-        pa.repeat(pa.scalar(0, pa.int64()), n),
+        repeated_string(source, n),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.arange(first_seq, first_seq + n, dtype=np.int64))]),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.zeros(n, dtype=np.int64))]),
         payloads,
-        pa.repeat(pa.scalar(landed_at, pa.timestamp("us", tz="UTC")), n),
+        repeated_timestamp(landed_at, n),
     ], schema=ARROW_SCHEMA)
 
 
 class ArrowAppender:
-    """Rows added in seq order, committed to bronze in one Delta commit per :meth:`commit`; see the module
-    docstring. Direct: rows go to Parquet files in the table's folder as they come (at most
+    """Rows added in seq order, committed to bronze in one Delta commit per :meth:`commit` by ``writer`` (a
+    :class:`~cdc_apply.lander.bronze_writer.BronzeWriter` or :class:`~cdc_apply.lander.bronze_rs.RsBronzeWriter`);
+    see the module docstring. Direct: rows go to Parquet files in the table's folder as they come (at most
     :data:`FILE_BYTES` held), and a commit only lists them; until then no reader sees them, and after a
     crash they stay unreferenced (VACUUM removes them). Through Spark: rows are held until the commit."""
 
-    def __init__(self, writer: BronzeWriter, direct: bool = True) -> None:
+    def __init__(self, writer, direct: bool = True) -> None:
         """``direct=False``: always through Spark (the fallback, also for tests)."""
         self.writer = writer
         self.spark = writer.spark
@@ -78,7 +79,7 @@ class ArrowAppender:
                             f"(through {None if self._next_seq is None else self._next_seq - 1})")
         if self._folder is not None:
             self._write_file()
-            commit_files(self.writer, self._files, state)
+            self.writer.commit_files(self._files, state)
         else:
             self.writer.append_table(pa.Table.from_batches(self._held_batches(), schema=ARROW_SCHEMA), state,
                                      files=max(1, self.spark.sparkContext.defaultParallelism))

@@ -132,6 +132,10 @@ class BronzeWriter:
         else:
             self.append_table(pa.Table.from_batches([rows]), batch.state)
 
+    def commit_files(self, files, state: ResumeState) -> int:
+        """One Delta commit adding ``files`` (written into :attr:`folder`) with ``state``; its version."""
+        return commit_files(self, files, state)
+
     def append_table(self, table, state: ResumeState, files: int = 1) -> None:
         """Bronze rows (Arrow, the bronze schema) in one commit through Spark's writer, in ``files`` files,
         with ``txnAppId``/``txnVersion`` = this source's app id and ``state.batch``."""

@@ -28,6 +28,10 @@ BEGIN_PREPARE, PREPARE, COMMIT_PREPARED, ROLLBACK_PREPARED = map(
 STREAM_START, STREAM_STOP, STREAM_COMMIT, STREAM_ABORT, STREAM_PREPARE = map(
     _kind, (m.StreamStart, m.StreamStop, m.StreamCommit, m.StreamAbort, m.StreamPrepare))
 
+# Row changes: inside a transaction being landed they only count and extend its digest (the fast path of
+# Sequencer.feed_many).
+CHANGES = frozenset(map(_kind, (m.Insert, m.Update, m.Delete)))
+
 # Relation and Type messages are resent whenever the walsender's cache says so (a new session,
 # any invalidation), so their number and place differ between two sendings of the same
 # transaction. They are never compared when a re-sent transaction is matched against bronze.

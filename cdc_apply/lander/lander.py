@@ -2,7 +2,8 @@
 
 One loop: read messages (:class:`~cdc_apply.lander.reader.ReplicationReader`),
 filter and number them (:class:`~cdc_apply.lander.sequencer.Sequencer`), append
-a batch when it is big or old enough (one Delta commit,
+a batch when it is big or old enough (one Delta commit: through delta-rs,
+:class:`~cdc_apply.lander.bronze_rs.RsBronzeWriter`, for a bronze path it may write; else Spark's
 :class:`~cdc_apply.lander.bronze_writer.BronzeWriter`), and only then confirm
 the batch's resume LSN to the server. A lost connection is reopened with
 exponential backoff; each new session starts from what bronze holds.
@@ -14,13 +15,13 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, TextIO
 
 from cdc_apply.config import Config
 from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import LandError
-from cdc_apply.lander.bronze_writer import BronzeWriter
+from cdc_apply.lander.bronze_rs import open_writer
 from cdc_apply.lander.dsn import Target, connection_error, is_transient, resolve_dsn, scrub
 from cdc_apply.lander.options import SESSION_SETTINGS, replication_options
 from cdc_apply.lander.reader import ReplicationReader, StreamInterrupted
@@ -28,6 +29,7 @@ from cdc_apply.lander.sequencer import Batch, Sequencer, StreamDiverged
 from cdc_apply.lander.server import SourceServer
 from cdc_apply.lander.snapshots.take import Snapshots
 from cdc_apply.lander.state import ResumeState
+from cdc_apply.lander.summary import BatchReport, LandSummary, human_bytes
 from cdc_apply.pgoutput.messages import format_lsn
 
 POLL_SECONDS = 0.2
@@ -36,62 +38,16 @@ ORPHAN_CHECK_SECONDS = 5.0
 # this much WAL back: each such confirmation costs a bronze commit (see Lander._follow).
 FOLLOW_BYTES = 16 * 1024 * 1024
 MAX_DIVERGENCES = 3
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
-
-
-@dataclass(frozen=True)
-class BatchReport:
-    """One landed batch (also the progress line)."""
-
-    batch: int
-    messages: int
-    nbytes: int
-    first_seq: int
-    last_seq: int
-    last_lsn: int
-    flush_lsn: int
-    slot_lag: int | None
-    seconds: float
-
-    def line(self, source: str) -> str:
-        return (f"[land {source}] batch {self.batch}: {self.messages} messages, {human_bytes(self.nbytes)}, "
-                f"seq {self.first_seq}..{self.last_seq}, last lsn {format_lsn(self.last_lsn)}, "
-                f"flush {format_lsn(self.flush_lsn)}, slot lag {human_bytes(self.slot_lag)}, "
-                f"{self.seconds:.2f} s")
-
-
-@dataclass(frozen=True)
-class LandSummary:
-    """What one run of the lander did."""
-
-    batches: tuple[BatchReport, ...]
-    replayed: int
-    reconnects: int
-    seconds: float
-    state: ResumeState
-
-    @property
-    def messages(self) -> int:
-        return sum(b.messages for b in self.batches)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(b.nbytes for b in self.batches)
+# Messages read at most between two passes of the session's checks (a batch due, an append done, stop).
+READ_MESSAGES = 2000
 
 
 class Lander:
-    """Lands the configured source's slot into bronze. ``probe`` is called at each step (tests crash there)."""
+    """Lands the configured source's slot into bronze. ``probe`` is called at each step (tests crash there).
+    ``spark`` is used only where bronze needs Spark's writer (:func:`~cdc_apply.lander.bronze_rs.spark_reason`);
+    None is enough for a bronze path delta-rs writes."""
 
-    def __init__(self, config: Config, spark, out: TextIO | None = None, stop: threading.Event | None = None,
+    def __init__(self, config: Config, spark=None, out: TextIO | None = None, stop: threading.Event | None = None,
                  probe: Callable[..., None] | None = None) -> None:
         self.config = config
         self.source = config.source
@@ -103,7 +59,8 @@ class Lander:
         self.out = out or sys.stdout
         self.stop = stop or threading.Event()
         self.probe = probe or (lambda event, **info: None)
-        self.writer = BronzeWriter(spark, bronze_ref(config), config.source.name)
+        self._probe_messages = probe         # called for every message only when there is one to call
+        self.writer = open_writer(spark, bronze_ref(config), config.source.name, say=self.say)
         self.server = SourceServer(self.dsn, config.source, config.source.connect_timeout)
         self.server.source_file = config.origin_file
         self.state = ResumeState()
@@ -113,6 +70,7 @@ class Lander:
         # One append may run while the next batch is read: (future, batch, started).
         self._inflight: tuple[Future, Batch, float] | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._first_due = True               # the run's first batch is landed without waiting (see _session)
         self.snapshots = Snapshots(self)
 
     def say(self, text: str) -> None:
@@ -242,24 +200,40 @@ class Lander:
         now = time.monotonic()
         last_data, pending_since, last_forward, orphan_check = now, None, now, 0.0
         idle_target, probe_at, stable = None, 0.0, (reader.wal_end, now)
+        # Whether a snapshot is due is asked at every pass, wherever the stream stands: a read of all that
+        # arrived mostly ends inside a transaction on a busy stream. A due snapshot then waits for bronze to be
+        # between units, messages read one at a time meanwhile, so the stream cannot put it off for ever.
+        snapshot_due = False
         while True:
             if self.stop.is_set():
                 self._land(seq, reader)
                 return True
-            if self._inflight is None and seq.between_units and self.snapshots.due(self.state, now):
-                self._land(seq, reader)
-                return False
-            message = reader.read(POLL_SECONDS)
-            now = time.monotonic()
+            if snapshot_due or self.snapshots.due(self.state, now):
+                snapshot_due = True
+                if seq.between_units:
+                    self._land(seq, reader)     # the append in flight first, then what is pending
+                    return False
             flow = self.snapshots.flow
-            if flow is not None and self._inflight is None and flow.reached(message, seq, reader):
-                # The stream reached the point of the chunks copied meanwhile: they land before this
-                # message, which the walsender sends again in the next session.
-                self._land(seq, reader)
-                return False
-            if message is not None:
-                self.probe("message", lsn=message[0], payload=message[1])
-                seq.feed(*message)
+            if flow is None and not snapshot_due:
+                # All that has arrived, up to where the batch is full: the checks below run once per read.
+                messages = reader.read_many(POLL_SECONDS, max(1, min(READ_MESSAGES, land.batch_messages - seq.pending)),
+                                            max(1, land.batch_bytes - seq.nbytes))
+            else:
+                message = reader.read(POLL_SECONDS)
+                if flow is not None and self._inflight is None and flow.reached(message, seq, reader):
+                    # The stream reached the point of the chunks copied meanwhile: they land before this
+                    # message, which the walsender sends again in the next session.
+                    self._land(seq, reader)
+                    return False
+                messages = [message] if message is not None else []
+            now = time.monotonic()
+            if messages:
+                if self._probe_messages is None:
+                    seq.feed_many(messages)
+                else:
+                    for lsn, payload in messages:
+                        self._probe_messages("message", lsn=lsn, payload=payload)
+                        seq.feed(lsn, payload)
                 last_data, idle_target = now, None
             if now - orphan_check >= ORPHAN_CHECK_SECONDS:
                 self._resolve_orphans(seq)
@@ -268,6 +242,10 @@ class Lander:
                 pending_since = now
             full = seq.pending >= land.batch_messages or seq.nbytes >= land.batch_bytes
             due = full or (pending_since is not None and now - pending_since >= land.batch_seconds)
+            if self._first_due and not due and seq.pending and flow is None and len(messages) < READ_MESSAGES:
+                # The run's first batch does not wait out batch_seconds: it is due once what has arrived is
+                # read, at a point between units (a fresh start shows its first rows in bronze at once).
+                due = seq.between_units
             # A batch ends only between stream blocks: wait for the block to end (it is at most
             # about logical_decoding_work_mem), unless the batch has grown twice too big.
             if self._inflight is not None and (self._inflight[0].done() or full):
@@ -276,8 +254,9 @@ class Lander:
             if seq.pending and due and self._inflight is None and (
                     not seq.in_block or seq.pending >= 2 * land.batch_messages or seq.nbytes >= 2 * land.batch_bytes):
                 self._land(seq, reader, wait=False)
+                self._first_due = False
                 pending_since = now if seq.pending else None
-            if message is not None:
+            if messages:
                 continue
             if self._may_follow(seq, reader) and (reader.reply_requested or (
                     reader.wal_end - reader.flush_lsn >= FOLLOW_BYTES and now - last_forward >= land.keepalive_seconds)):

@@ -24,7 +24,7 @@ import time
 from cdc_apply.errors import LandError
 from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS
 
-
+_XLOG_START = struct.Struct("!Q")   # XLogData: 'w', data start, wal end, send time, payload
 
 class StreamInterrupted(Exception):
     """The replication connection ended or failed while streaming (may heal: reconnect)."""
@@ -85,6 +85,10 @@ class ReplicationReader:
         self._ptr = None
         self._lib = None
         self._last_status = 0.0
+        # One out-parameter for PQgetCopyData, made once: a ctypes object per message costs more than the call.
+        self._buf = ctypes.c_void_p()
+        self._buf_ref = ctypes.byref(self._buf)
+        self._failed: StreamInterrupted | None = None
 
     # -- connection ----------------------------------------------------------------
     def connect(self) -> None:
@@ -134,42 +138,69 @@ class ReplicationReader:
     # -- reading ---------------------------------------------------------------------
     def read(self, timeout: float) -> tuple[int, bytes] | None:
         """The next message, or ``None`` when none arrived within ``timeout`` seconds."""
+        messages = self.read_many(timeout, 1)
+        return messages[0] if messages else None
+
+    def read_many(self, timeout: float, max_messages: int, max_bytes: int | None = None) -> list[tuple[int, bytes]]:
+        """The messages that have arrived, up to ``max_messages`` or until their payloads reach ``max_bytes``
+        (the one reaching it included); waits up to ``timeout`` seconds for the first one (``[]``: none came).
+
+        One call drains what libpq holds, so the caller's checks run once per read, not once per message.
+        An error met after some messages were read is raised by the next call.
+        """
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
         if self._ptr is None:
             raise StreamInterrupted("not connected")
-        deadline = time.monotonic() + timeout
+        out: list[tuple[int, bytes]] = []
+        nbytes, limit = 0, max_bytes if max_bytes is not None else 1 << 62
+        get, free, string_at = self._lib.PQgetCopyData, self._lib.PQfreemem, ctypes.string_at
+        ptr, buf, ref, unpack = self._ptr, self._buf, self._buf_ref, _XLOG_START.unpack_from
+        deadline = None
         while True:
-            buf = ctypes.c_void_p()
-            n = self._lib.PQgetCopyData(self._ptr, ctypes.byref(buf), 1)
+            n = get(ptr, ref, 1)
             if n > 0:
                 try:
-                    data = ctypes.string_at(buf, n)
+                    data = string_at(buf, n)
                 finally:
-                    self._lib.PQfreemem(buf)
-                message = self._handle(data)
-                if message is not None:
-                    return message
+                    free(buf)
+                if data[:1] == b"w" and n >= 25:
+                    out.append((unpack(data, 1)[0], data[25:]))
+                    nbytes += n - 25
+                    if len(out) >= max_messages or nbytes >= limit:
+                        break
+                else:
+                    self._handle(data)
                 continue
-            if n == -1:
-                raise StreamInterrupted(self._final_error() or "the server ended the replication stream")
-            if n < -1:
-                raise StreamInterrupted(self._error())
+            if n < 0:
+                failed = StreamInterrupted((self._final_error() or "the server ended the replication stream")
+                                           if n == -1 else self._error())
+                if not out:
+                    raise failed
+                self._failed = failed
+                break
+            if out:
+                break
             self._status_if_due()
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + timeout
+            left = deadline - now
             if left <= 0:
-                return None
+                break
             try:
                 ready, _, _ = select.select([self._conn], [], [], min(left, self.status_seconds))
             except (OSError, ValueError) as exc:
                 raise StreamInterrupted(f"the replication socket failed: {exc}") from None
-            if ready and self._lib.PQconsumeInput(self._ptr) == 0:
+            if ready and self._lib.PQconsumeInput(ptr) == 0:
                 raise StreamInterrupted(self._error())
+        self.received += len(out)
+        return out
 
-    def _handle(self, data: bytes) -> tuple[int, bytes] | None:
+    def _handle(self, data: bytes) -> None:
+        """A message other than XLogData: a keepalive (anything else is refused)."""
         kind = data[:1]
-        if kind == b"w" and len(data) >= 25:
-            data_start = struct.unpack_from("!Q", data, 1)[0]
-            self.received += 1
-            return data_start, data[25:]
         if kind == b"k" and len(data) >= 18:
             wal_end, _, reply = struct.unpack_from("!QqB", data, 1)
             self.wal_end = max(self.wal_end, wal_end)
@@ -177,7 +208,7 @@ class ReplicationReader:
             if reply:
                 self.reply_requested = True
                 self.send_status()
-            return None
+            return
         raise LandError(f"the server sent an unknown replication message {kind!r} ({len(data)} bytes)")
 
     def _error(self) -> str:

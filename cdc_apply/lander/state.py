@@ -116,14 +116,32 @@ class ResumeState:
         )
 
 
-@dataclass
 class _Unit:
-    count: int = 0
-    digest: bytes = b""
+    """The messages of one open unit landed so far: their number and running digest (:func:`framing.chain`).
+
+    The digest is folded only when asked for (a batch cut inside the unit): most units are closed within
+    the batch they began in and never need it, and hashing every message was most of the per-message cost.
+    """
+
+    __slots__ = ("count", "_digest", "_pending")
+
+    def __init__(self, count: int = 0, digest: bytes = b"") -> None:
+        self.count = count
+        self._digest = digest
+        self._pending: list[bytes] = []
 
     def add(self, payload: bytes) -> None:
         self.count += 1
-        self.digest = f.chain(self.digest, payload)
+        self._pending.append(payload)
+
+    @property
+    def digest(self) -> bytes:
+        if self._pending:
+            digest = self._digest
+            for payload in self._pending:
+                digest = f.chain(digest, payload)
+            self._digest, self._pending = digest, []
+        return self._digest
 
 
 @dataclass
@@ -164,6 +182,16 @@ class OutputTracker:
 
     def _complete(self, lsn: int) -> None:
         self.resume_lsn = max(self.resume_lsn, lsn)
+
+    def add_change(self, seq: int, payload: bytes) -> bool:
+        """Account for a row change (:data:`framing.CHANGES`) landed inside an open transaction, as :meth:`add`
+        would; False, with nothing done, when no transaction is open outside a block (then :meth:`add` it)."""
+        if self.txn is None or self.block is not None:
+            return False
+        self.last_seq = seq
+        self.messages += 1
+        self.txn[3].add(payload)
+        return True
 
     def add(self, seq: int, lsn: int, payload: bytes) -> None:
         """Account for one landed message (``lsn``: the position the server sent it with)."""

@@ -53,7 +53,8 @@ class KeyRange:
 class SnapshotDirective:
     """What a ``cdc_apply.snapshot`` message says: which relation, consistent with which LSN, in how many
     chunks, which key range (``None``: the whole table) and which snapshot requests it serves (a lander's
-    own snapshots; ``None``: not said)."""
+    own snapshots; ``None``: not said). ``repair``: a key range copied again on request (``cdc-apply verify
+    --repair``), not part of a table's copy: it leaves where an unfinished copy goes on as it was."""
 
     relation_id: int
     lsn: int
@@ -62,6 +63,7 @@ class SnapshotDirective:
     chunks: int | None = None
     key_range: KeyRange | None = None
     serves: tuple[str | int, ...] | None = None
+    repair: bool = False
 
     def content(self) -> bytes:
         """The message's content: JSON, keys sorted (the LSN also as PostgreSQL prints it)."""
@@ -73,6 +75,8 @@ class SnapshotDirective:
             body["range"] = self.key_range.as_json()
         if self.serves is not None:
             body["serves"] = list(self.serves)
+        if self.repair:
+            body["repair"] = True
         return json.dumps(body, sort_keys=True).encode()
 
 
@@ -84,15 +88,16 @@ def parse_snapshot_directive(content: bytes | str) -> SnapshotDirective:
     return SnapshotDirective(
         int(body["relation_id"]), int(body["lsn"]), body.get("namespace"), body.get("name"),
         None if chunks is None else int(chunks), None if key_range is None else KeyRange.from_json(key_range),
-        None if serves is None else tuple(e if isinstance(e, str) else int(e) for e in serves))
+        None if serves is None else tuple(e if isinstance(e, str) else int(e) for e in serves),
+        bool(body.get("repair", False)))
 
 
 def snapshot_marker(relation: m.Relation, lsn: int, chunks: int | None = None,
-                    key_range: KeyRange | None = None, serves: list | None = None) -> m.Message:
+                    key_range: KeyRange | None = None, serves: list | None = None, repair: bool = False) -> m.Message:
     """The message that opens a snapshot: which relation, consistent with which LSN (and which key range;
     ``serves``: the snapshot requests it serves, for a lander's own snapshots)."""
     directive = SnapshotDirective(relation.relation_id, lsn, relation.namespace, relation.name, chunks, key_range,
-                                  None if serves is None else tuple(serves))
+                                  None if serves is None else tuple(serves), repair)
     return m.Message(SNAPSHOT_XID, True, lsn, SNAPSHOT_PREFIX, directive.content())
 
 

@@ -326,11 +326,17 @@ def fetch_delta_jars(jars_dir: Path | None = None, *, quiet: bool = False) -> li
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Fetch the Delta jars; with ``--s3``, the s3a file system's jars too (cdc_apply.spark.s3_jars)."""
     from cdc_apply.log import configure_logging
 
     configure_logging("INFO", fmt="cdc_apply: %(message)s")
+    args = sys.argv[1:] if argv is None else argv
     try:
         fetch_delta_jars()
+        if "--s3" in args:
+            from cdc_apply.spark.s3_jars import fetch_s3_jars
+
+            fetch_s3_jars()
     except SetupError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -46,3 +46,20 @@ def test_a_sparkcontext_shut_down_under_the_job_is_the_same_error():
 def test_py4j_reconnecting_to_a_dead_jvm_is_the_same_error():
     err = unwrap_error(ConnectionRefusedError(111, "Connection refused"))
     assert isinstance(err, ApplyError) and "Spark's driver stopped during the batch" in str(err)
+
+
+def test_two_applies_starting_one_new_checkpoint_is_a_state_error_naming_the_other_job():
+    from cdc_apply.config import config_from_dict
+    from cdc_apply.errors import StateError
+
+    config = config_from_dict({"pipeline": "races", "bronze": {"path": "/b"}, "silver": {"path": "/s"},
+                               "state": {"path": "/st"}, "source": {"name": "races", "dsn": "dbname=x",
+                                                                    "slot": "races", "publication": "p"}})
+    trace = ("An error occurred while calling o94.start.\n: java.lang.RuntimeException\n"
+             "\tat org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution.<init>\n"
+             "Caused by: org.apache.hadoop.fs.FileAlreadyExistsException: Rename destination "
+             "file:/st/checkpoint/metadata already exists.\n\tat org.apache.hadoop.fs.AbstractFileSystem.rename\n")
+    err = unwrap_error(RuntimeError(trace), config)
+    assert isinstance(err, StateError)
+    assert "another job is applying pipeline 'races'" in str(err)
+    assert "FileAlreadyExistsException: Rename destination file:/st/checkpoint/metadata already exists" in str(err)

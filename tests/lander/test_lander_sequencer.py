@@ -257,3 +257,28 @@ def test_the_state_rebuilt_from_rows_equals_the_state_kept_while_landing():
     assert rebuild_state(rows, batch=state.batch) == replace(state, confirmed_lsn=None)
     app, back = ResumeState.from_json(state.to_json("cdc_apply-land:pg", "run1"))
     assert app == "cdc_apply-land:pg" and back == state
+
+
+def _landed_by(feeder, messages, cuts, state=None):
+    """The batches and states landing ``messages`` gives, cut after each index in ``cuts``, resumed once."""
+    seq, out, start = Sequencer(state or ResumeState()), [], 0
+    for batch_no, cut in enumerate(cuts + [len(messages)], 1):
+        feeder(seq, messages[start:cut])
+        start = cut
+        batch = seq.take(batch_no)
+        out.append(None if batch is None else (batch.rows, batch.state))
+    return out
+
+
+def test_feeding_many_at_once_lands_the_same_rows_and_states_as_feeding_one_by_one():
+    w = Wire()
+    msgs = (w.txn(700, [1, 2, 3, 4]) + w.block(701, [5, 6], True) + w.txn(702, [7, 8, 9])
+            + w.block(701, [10], False) + w.stream_commit(701) + w.txn(703, list(range(20, 40))))
+    one = _landed_by(feed, msgs, [3, 9, 17, 30])
+    many = _landed_by(lambda seq, part: seq.feed_many(part), msgs, [3, 9, 17, 30])
+    assert many == one
+    head = one[0][1]
+    assert head.txn is not None and head.txn.count == 1 and head.txn.digest  # the digest is folded at the cut
+    # Resumed from a batch that ended inside a transaction: the re-sent head is matched the same way.
+    assert (_landed_by(lambda seq, part: seq.feed_many(part), msgs, [12], head)
+            == _landed_by(feed, msgs, [12], head))

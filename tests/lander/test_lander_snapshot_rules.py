@@ -120,3 +120,35 @@ def test_an_aborted_snapshot_leaves_its_requests_pending():
     state = ResumeState(snapshots=SnapshotState(pending=("public.t",)))
     aborted = feed(state, snapshot_stream(16400, ["public.t"], 9000, encode(snapshot_abort())))
     assert aborted.snapshots == SnapshotState(pending=("public.t",))
+
+
+def test_a_repair_request_names_key_ranges_as_entries_that_give_back_their_table_and_range():
+    from cdc_apply.lander.snapshots.state import entry_table, parse_range_entry
+    from cdc_apply.pgoutput.snapshot import KeyRange
+
+    request = message(REQUEST_PREFIX, {"source": "pg", "tables": ["public.u"], "ranges": [
+        {"table": "public.t", "column": "id", "low": None, "high": 60},
+        {"table": "public.t", "column": "id", "low": -5, "high": None}]}, False)
+    pending = feed(ResumeState(), [request]).snapshots.pending
+    assert pending == ("public.u", "public.t#id[,60)", "public.t#id[-5,)")
+    assert parse_range_entry(pending[1]) == ("public.t", KeyRange("id", None, 60))
+    assert parse_range_entry(pending[2]) == ("public.t", KeyRange("id", -5, None))
+    assert [entry_table(e) for e in pending] == ["public.u", "public.t", "public.t"]
+    assert parse_range_entry("public.u") is None and parse_range_entry(16400) is None
+
+
+def test_a_repaired_range_serves_its_request_and_leaves_the_table_done_with_no_copy_to_resume():
+    from cdc_apply.pgoutput.snapshot import KeyRange
+
+    entries = ("public.t#id[10,20)", "public.t#id[40,50)")
+    state = ResumeState(snapshots=SnapshotState(done=(16400,), pending=entries))
+    relation = m.Relation(SNAPSHOT_XID, 16400, "public", "t", "d", (m.RelationColumn(1, "id", 23, -1),))
+
+    def chunk(low, high, serves):
+        marker = snapshot_marker(relation, 9000, key_range=KeyRange("id", low, high), serves=serves, repair=True)
+        return [encode(x) for x in (m.StreamStart(SNAPSHOT_XID, True), marker, relation, m.StreamStop(),
+                                    m.StreamCommit(SNAPSHOT_XID, 0, 9000, 9000, 0))]
+
+    first = feed(state, chunk(10, 20, []))
+    assert first.snapshots == SnapshotState(done=(16400,), pending=entries)   # no resume key kept
+    assert feed(first, chunk(40, 50, list(entries))).snapshots == SnapshotState(done=(16400,))

@@ -54,9 +54,10 @@ class ChunkFlow:
     """The chunk rounds of one or more tables (``tables``: ``[(shape, request entries served)]``)."""
 
     def __init__(self, context: ChunkContext, tables: list[tuple[catalog.TableShape, list]],
-                 state: ResumeState) -> None:
+                 state: ResumeState, repairs: dict[int, list[KeyRange]] | None = None) -> None:
         self.context = context
         self.queue = list(tables)
+        self.repairs = dict(repairs or {})   # relation id -> the key ranges copied again on request
         self.keys: list = []             # the current table's key ranges still to copy (planned once)
         self.point: ConsistentPoint | None = None
         self.triggered = False
@@ -84,7 +85,9 @@ class ChunkFlow:
 
     def _round(self, slot: ExportSlot, copier: TableCopier, point: ConsistentPoint) -> None:
         shape, _ = self.queue[0]
-        if not self.keys:
+        if not self.keys and shape.published.relation_id in self.repairs:
+            self.keys = list(self.repairs[shape.published.relation_id])
+        elif not self.keys:
             planned = copier.plan_ranges(0, shape, self.resume_key(shape.published.relation_id),
                                          self.context.source.snapshot_chunk_rows)
             self.keys = [next(c.key for c in planned if c.part == p) for p in sorted({c.part for c in planned})]
@@ -148,10 +151,12 @@ class ChunkFlow:
         shape, serves = self.queue[0]
         landing = self.context.landing(state)
         parts = sorted({c.part for c, _ in results})
+        repair = shape.published.relation_id in self.repairs
         for part in parts:
             key = next(c.key for c, _ in results if c.part == part)
             payloads = [r.payloads for c, r in results if c.part == part]
-            self.rows += land_range(landing, shape, serves, self.point, key, payloads)
+            last = not self.keys and part == parts[-1]
+            self.rows += land_range(landing, shape, serves if last else [], self.point, key, payloads, repair)
         landing.commit(shape.published.qualified_name)
         state = landing.state
         name = shape.published.qualified_name
@@ -169,6 +174,7 @@ class ChunkFlow:
         self.context.probe("snapshot_chunks_landed", state=state, table=name)
         if done:
             self.context.landed(self.rows)
+            self.repairs.pop(shape.published.relation_id, None)
             self.queue.pop(0)
             self.rows, self.parts, self.started = 0, 0, time.monotonic()
         self.point, self.triggered = None, False
@@ -190,13 +196,13 @@ class ChunkFlow:
 
 
 def land_range(landing, shape: catalog.TableShape, serves: list, point: ConsistentPoint,
-               key: KeyRange, payloads: list) -> int:
+               key: KeyRange, payloads: list, repair: bool = False) -> int:
     """One key-range chunk as its own snapshot stream (no Truncate: the apply empties only the range);
-    returns its rows. ``serves``: the requests the table's last range serves."""
+    returns its rows. ``serves``: the requests it serves (the table's last range: its copy is complete);
+    ``repair``: a range copied again on request, not part of a table's copy."""
     relation = shape.relation
     rows = sum(len(p) for p in payloads)
-    marker = snapshot_marker(relation, point.lsn, key_range=replace(key, rows=rows),
-                             serves=serves if key.high is None else [])
+    marker = snapshot_marker(relation, point.lsn, key_range=replace(key, rows=rows), serves=serves, repair=repair)
     landing.frame([m.StreamStart(SNAPSHOT_XID, True), marker, *shape.types, relation])
     for part in payloads:
         if len(part):
@@ -216,7 +222,7 @@ def land_ranges(context: ChunkContext, landing, shape: catalog.TableShape, serve
     for part in range(parts):
         payloads = [next(results).payloads for c in chunks if c.part == part]
         key = next(c.key for c in chunks if c.part == part)
-        rows += land_range(landing, shape, serves, point, key, payloads)
+        rows += land_range(landing, shape, serves if part == parts - 1 else [], point, key, payloads)
         now = time.monotonic()
         if now - shown >= PROGRESS_SECONDS:
             shown = now

@@ -11,12 +11,15 @@ it serves in its ``cdc_apply.snapshot`` message.
 A request entry is a table name ``"namespace.name"``, a relation id (``int``)
 or ``"*"``: every published table without a snapshot in bronze (the initial
 snapshot). An entry starting with ``"!"`` is a request that could not be read;
-the lander reports and drops it.
+the lander reports and drops it. A *range entry*, ``"namespace.name#column[low,high)"``,
+asks for one key range of a table with an integer key copied again (``cdc-apply verify
+--repair``): :func:`range_entry`, :func:`parse_range_entry`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import dataclass, field, replace
 
@@ -47,11 +50,35 @@ def parse_message(payload: bytes, in_block: bool) -> tuple[bool, str, bytes] | N
     return bool(flags & 1), payload[start + _MESSAGE_HEAD.size:end].decode("utf-8", "replace"), content
 
 
+_RANGE_ENTRY = re.compile(r"^(?P<table>.+)#(?P<column>[^#\[]+)\[(?P<low>-?\d*),(?P<high>-?\d*)\)$", re.S)
+
+
+def range_entry(table: str, column: str, low: int | None, high: int | None) -> str:
+    """The request entry asking for the rows of ``table`` whose ``column`` lies in ``[low, high)``."""
+    return f"{table}#{column}[{'' if low is None else int(low)},{'' if high is None else int(high)})"
+
+
+def parse_range_entry(entry: Entry) -> tuple[str, KeyRange] | None:
+    """``(table, key range)`` of a range entry; ``None`` for any other entry."""
+    found = _RANGE_ENTRY.match(entry) if isinstance(entry, str) else None
+    if found is None:
+        return None
+    low, high = found["low"], found["high"]
+    return found["table"], KeyRange(found["column"], int(low) if low else None, int(high) if high else None)
+
+
+def entry_table(entry: Entry) -> Entry:
+    """The table (name or relation id) an entry names, its key range left off."""
+    parsed = parse_range_entry(entry)
+    return entry if parsed is None else parsed[0]
+
+
 def request_entries(content: bytes, source: str | None) -> tuple[Entry, ...]:
     """The entries of a ``cdc_apply.snapshot_request`` for ``source`` (none when it names another source).
 
-    Content: ``{"source": ..., "tables": ["ns.name", ...] | "*", "relation_ids": [oid, ...]}``;
-    ``source`` is optional (the event trigger's requests concern every lander of the database).
+    Content: ``{"source": ..., "tables": ["ns.name", ...] | "*", "relation_ids": [oid, ...], "ranges":
+    [{"table": "ns.name", "column": ..., "low": int | null, "high": int | null}, ...]}``; ``source`` is
+    optional (the event trigger's requests concern every lander of the database).
     """
     try:
         body = json.loads(content)
@@ -64,7 +91,14 @@ def request_entries(content: bytes, source: str | None) -> tuple[Entry, ...]:
         if not all(isinstance(t, str) and t for t in tables):
             raise ValueError("tables must be names")
         ids = [int(r) for r in body.get("relation_ids", [])]
-        entries = tuple(tables) + tuple(ids)
+        ranges = []
+        for r in body.get("ranges", []):
+            if not isinstance(r.get("table"), str) or not isinstance(r.get("column"), str) or not r["table"]:
+                raise ValueError("a range names a table and a column")
+            low, high = r.get("low"), r.get("high")
+            ranges.append(range_entry(r["table"], r["column"], None if low is None else int(low),
+                                      None if high is None else int(high)))
+        entries = tuple(tables) + tuple(ids) + tuple(ranges)
         if not entries:
             raise ValueError("names no table")
         return entries
@@ -134,6 +168,7 @@ class SnapshotTracker:
     open: tuple[int, tuple[Entry, ...]] | None = None
     ranged: dict[int, int] = field(default_factory=dict)
     open_range: KeyRange | None = None      # the open snapshot's key range (None: the whole table)
+    open_repair: bool = False               # the open snapshot is a range copied again on request
 
     @classmethod
     def of(cls, state: SnapshotState, source: str | None) -> "SnapshotTracker":
@@ -154,25 +189,28 @@ class SnapshotTracker:
         try:
             snapshot = parse_snapshot_directive(parsed[2])
             self.open = (snapshot.relation_id, snapshot.serves or ())
-            self.open_range = snapshot.key_range
+            self.open_range, self.open_repair = snapshot.key_range, snapshot.repair
         except (ValueError, TypeError, KeyError):
-            self.open, self.open_range = None, None
+            self.open, self.open_range, self.open_repair = None, None, False
 
     def snapshot_committed(self) -> None:
         """A table is done when its whole copy, or its last key range, is committed; until then its next
-        range's start is kept (a lander stopped in between goes on from there)."""
+        range's start is kept (a lander stopped in between goes on from there). A range copied again on
+        request changes neither; the last of a request's ranges serves it."""
         if self.open is not None:
             relation_id, serves = self.open
-            if self.open_range is not None and self.open_range.high is not None:
+            if self.open_repair:
+                self.pending = tuple(e for e in self.pending if e not in serves)
+            elif self.open_range is not None and self.open_range.high is not None:
                 self.ranged[relation_id] = self.open_range.high
             else:
                 self.ranged.pop(relation_id, None)
                 self.done.add(relation_id)
                 self.pending = tuple(e for e in self.pending if e not in serves)
-        self.open, self.open_range = None, None
+        self.open, self.open_range, self.open_repair = None, None, False
 
     def snapshot_aborted(self) -> None:
-        self.open, self.open_range = None, None
+        self.open, self.open_range, self.open_repair = None, None, False
 
     # -- requests ----------------------------------------------------------------------------
     def message(self, payload: bytes, unit: str | None) -> None:

@@ -40,11 +40,11 @@ from cdc_apply.lander.snapshots.copy_sessions import (
     PROGRESS_SECONDS, ChunkResult, ConsistentPoint, ExportSlot, TableCopier, eta,
 )
 from cdc_apply.lander.snapshots.chunks import ChunkContext, ChunkFlow, land_ranges
-from cdc_apply.lander.snapshots.state import ALL_TABLES
+from cdc_apply.lander.snapshots.state import ALL_TABLES, entry_table, parse_range_entry
 from cdc_apply.lander.state import OutputTracker, ResumeState
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.encoder import encode
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, snapshot_abort, snapshot_marker
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, KeyRange, snapshot_abort, snapshot_marker
 
 class Snapshots:
     """Takes and lands the snapshots of one lander (``lander``: its config, bronze writer, source session, output)."""
@@ -209,7 +209,7 @@ class Snapshots:
                 self.say(f"a snapshot request that cannot be read is dropped: {entry[1:]}")
                 drops.append(entry)
                 continue
-            relation = catalog.resolve_entry(entry, relations, cur)
+            relation = catalog.resolve_entry(entry_table(entry), relations, cur)
             if relation is None:
                 self.say(f"snapshot request for {entry!r} dropped: no such table in publication "
                          f"{self.source.publication!r}")
@@ -245,8 +245,9 @@ class Snapshots:
                     serves[:] = [e for e in serves if e != ALL_TABLES]
             elif shapes and ALL_TABLES in state.snapshots.pending:
                 shapes[-1][1].append(ALL_TABLES)
-            ranged = [(s, e) for s, e in shapes if self._ranged(s)]
-            whole = [(s, e) for s, e in shapes if not self._ranged(s)]
+            repairs = {} if slot is None else self._repairs(shapes, state)
+            ranged = [(s, e) for s, e in shapes if self._ranged(s) or s.published.relation_id in repairs]
+            whole = [(s, e) for s, e in shapes if not (self._ranged(s) or s.published.relation_id in repairs)]
             if slot is None:
                 whole, ranged = shapes, []
             if ranged and whole and ALL_TABLES in whole[-1][1]:   # "*" goes with the last table landed
@@ -263,7 +264,7 @@ class Snapshots:
             landing.commit()
             state = landing.state
             if ranged:
-                self.flow = ChunkFlow(self.context, ranged, state)
+                self.flow = ChunkFlow(self.context, ranged, state, repairs)
                 self.flow.start(slot, copier, point)
                 handed = True
         finally:
@@ -271,6 +272,19 @@ class Snapshots:
                 copier.close()
         self.say(f"snapshots through seq {state.last_seq} are in bronze")
         return state
+
+    def _repairs(self, shapes: list, state: ResumeState) -> dict[int, list[KeyRange]]:
+        """Relation id -> the key ranges to copy again, for each table whose every request entry is a range
+        entry over its integer range column (``cdc-apply verify --repair``) and that has its snapshot already.
+        Any other entry for the table (a whole copy, a range over another column) copies it whole instead."""
+        out = {}
+        for shape, serves in shapes:
+            parsed = [parse_range_entry(e) for e in serves]
+            rid = shape.published.relation_id
+            if (parsed and all(p is not None and p[1].column == shape.range_column for p in parsed)
+                    and rid in state.snapshots.done):
+                out[rid] = sorted({p[1] for p in parsed}, key=lambda k: (k.low is not None, k.low or 0))
+        return out
 
     def _ranged(self, shape: catalog.TableShape) -> bool:
         return shape.range_column is not None and self.source.snapshot_chunk_rows > 0

@@ -1,0 +1,321 @@
+"""``cdc-apply verify``: each silver table of a source compared with its live PostgreSQL table at one point.
+
+1. **The point.** One snapshot of the source whose consistent point ``C`` is exact
+   (:class:`~cdc_apply.verify.source.SourceSnapshot`): it shows every transaction committed below ``C``.
+2. **The source's side**, read while the apply job goes on: each table's key space cut into ranges (by its
+   first key column's order; a keyless table into buckets of its rows' hashes), per range a count and a
+   hash sum, at most ``max_source_rows_per_second``.
+3. **Silver at or past the point.** Wait until the apply job has applied a commit at or past ``C``, pin each
+   silver table's newest version, and leave out of both sides the keys a transaction committed at or past
+   ``C`` changed — the history table says which (its versions made or ended at or past ``C``; read after
+   the pin, it also holds a batch under way, whose history is written before its silver). Every other key
+   had the same state at ``C`` as in the pinned silver, so the comparison is exact while both keep changing.
+4. **Drill down** into the ranges that differ only: their rows on both sides, key by key.
+
+Each run appends one row per table to the ``verifications`` state table.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Sequence
+
+from cdc_apply.config import Config
+from cdc_apply.delta.refs import history_ref, silver_ref, state_ref
+from cdc_apply.errors import CdcApplyError, VerifyError
+from cdc_apply.lake.books.bookkeeping import Bookkeeping
+from cdc_apply.lander.dsn import resolve_dsn
+from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
+from cdc_apply.pgoutput.types import TypeOptions
+from cdc_apply.lander.options import publication_names
+from cdc_apply.lander.snapshots.requests import emit_request
+from cdc_apply.verify import bronze_keys
+from cdc_apply.verify import compare as cmp
+from cdc_apply.verify import silver as sv
+from cdc_apply.verify.repair import repair_targets, wait_repaired
+from cdc_apply.verify.encoding import cut_bounds, encode_column, pg_row_hash, range_bounds, range_kind, spark_range_index
+from cdc_apply.verify.source import SourceSnapshot, SourceTable, excluded_predicate, key_predicate
+
+DRILL_RANGES = 20         # differing ranges read row by row, at most, per table
+VERIFICATIONS = "verifications"
+
+
+@dataclass
+class Verification:
+    """One run: the source's point, how far silver was applied when it was read, one result per table."""
+
+    source: str
+    lsn: int
+    applied_lsn: int | None = None
+    tables: list[cmp.TableResult] = field(default_factory=list)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    seconds: float = 0.0
+    source_rows_read: int = 0
+    repair: dict | None = None             # --repair: what was copied again ({"tables", "ranges", "lsn"})
+    repaired: "Verification | None" = None  # --repair: the differing tables verified again after the copy
+
+    @property
+    def exit_code(self) -> int:
+        """Of each table's last verification: after a repair, the repaired tables' second one."""
+        again = {t.table: t for t in self.repaired.tables} if self.repaired else {}
+        return cmp.exit_code([again.get(t.table, t) for t in self.tables])
+
+    def lines(self) -> list[str]:
+        head = (f"source {self.source}: verified at {format_lsn(self.lsn)} (silver applied to "
+                f"{format_lsn(self.applied_lsn) if self.applied_lsn is not None else '-'}) in {self.seconds:.1f} s")
+        out = [head] + [t.line() for t in self.tables]
+        if self.repair:
+            ranges = self.repair["ranges"]
+            parts = ([f"{len(ranges)} key ranges of {', '.join(sorted({r[0] for r in ranges}))}"] if ranges else []) + \
+                [f"{t} whole" for t in self.repair["tables"]]
+            out.append(f"repair: copied again {'; '.join(parts)} (request at {self.repair['lsn']})")
+        if self.repaired:
+            out += ["after repair: " + line for line in self.repaired.lines()]
+        return out
+
+    def as_dict(self) -> dict:
+        out = {"run_id": self.run_id, "source": self.source, "lsn": format_lsn(self.lsn),
+               "applied_lsn": format_lsn(self.applied_lsn) if self.applied_lsn is not None else None,
+               "seconds": round(self.seconds, 3), "exit_code": self.exit_code,
+               "tables": [t.as_dict() for t in self.tables]}
+        if self.repair:
+            out["repair"] = {**self.repair, "after": self.repaired.as_dict() if self.repaired else None}
+        return out
+
+
+@dataclass
+class _Plan:
+    """One table's source side: shape, encodings, ranges and the source's sums per range."""
+
+    result: cmp.TableResult
+    shape: SourceTable | None = None
+    silver: object = None
+    columns: list = field(default_factory=list)
+    kind: str | None = None
+    bounds: list = field(default_factory=list)
+    buckets: int | None = None
+    sums: dict = field(default_factory=dict)
+
+    def where(self, index: int) -> tuple[str, list]:
+        if self.buckets:
+            h = pg_row_hash(self.columns)
+            return f"mod(mod({h}, {self.buckets}) + {self.buckets}, {self.buckets}) = %s", [index]
+        low, high = range_bounds(self.bounds, index)
+        return key_predicate(self.shape, self.shape.key[0] if self.kind else None, self.kind, low, high)
+
+    def index_of(self, row: tuple) -> int:
+        if self.buckets:
+            return int(row[-1]) % self.buckets
+        return cmp.range_index(self.kind, self.bounds, row[0])
+
+
+def verify(spark, config: Config, tables: Sequence[str] | None = None, range_rows: int | None = None,
+           max_source_rows_per_second: float | None = None, wait_seconds: float | None = None, samples: int = 5,
+           record: bool = True, dsn: str | None = None, repair: bool = False) -> Verification:
+    """Compare each silver table of ``config``'s source (or ``tables``, qualified names) with the live
+    PostgreSQL table at one consistent point; append the results to the ``verifications`` state table
+    (``record``). Differences are in the result, not raised; a :class:`VerifyError` when no point can be
+    taken or the apply job does not reach it within ``wait_seconds``. ``range_rows``, ``wait_seconds`` and
+    ``max_source_rows_per_second`` default to the configuration's ``[verify]`` section. ``repair``: copy the
+    differing ranges again through the lander (:mod:`cdc_apply.verify.repair`; the lander and the apply job
+    must be running), wait for them to be applied, and verify those tables again (``repaired``)."""
+    started = time.monotonic()
+    source = config.source.name
+    dsn = dsn or resolve_dsn(config.source)
+    rate = max_source_rows_per_second or config.verify.max_source_rows_per_second
+    range_rows = range_rows or config.verify.range_rows
+    wait_seconds = config.verify.wait_seconds if wait_seconds is None else wait_seconds
+    relations = _relations(spark, config, source, tables)
+    with SourceSnapshot(dsn, rate) as snap:
+        point = snap.open()
+        snap.emit_marker()
+        run = Verification(source, point.lsn)
+        options = TypeOptions(numeric=config.apply.numeric)
+        plans = [_plan_source(spark, config, snap, name, ref, options, range_rows) for name, ref in relations]
+        run.applied_lsn = sv.wait_applied(spark, config, source, point.lsn, wait_seconds)
+        for plan in plans:
+            if plan.result.status != cmp.ERROR:
+                _compare(spark, config, snap, plan, point.lsn, samples, wait_seconds)
+        run.tables = [p.result for p in plans]
+        run.source_rows_read = snap.limit.rows
+    run.seconds = time.monotonic() - started
+    if record:
+        record_run(spark, config, run)
+    whole, ranges, entries = repair_targets(plans) if repair else ([], [], [])
+    if entries:
+        at = emit_request(config, whole, ranges)
+        run.repair = {"tables": whole, "ranges": [list(r) for r in ranges], "lsn": at}
+        wait_repaired(spark, config, entries, parse_lsn(at), wait_seconds)
+        run.repaired = verify(spark, config, [p.result.table for p in plans if p.result.status == cmp.DIFFERS],
+                              range_rows, max_source_rows_per_second, wait_seconds, samples, record, dsn)
+    return run
+
+
+def _relations(spark, config: Config, source: str, tables: Sequence[str] | None) -> list[tuple[str, object]]:
+    """``(current qualified name, silver ref)`` of the tables to verify (default: every applied, selected one)."""
+    history = Bookkeeping(config).load_history(spark).get(source)
+    known = {} if history is None else {r.latest.qualified_name: r for r in history.relations.values()}
+    if tables is None:
+        # A relation with no silver table (a partition whose root publishes it) is not one to verify.
+        names = [n for n in sorted(known) if config.table_selected(n) and silver_ref(
+            config, known[n].versions[0].namespace, known[n].versions[0].name, source).exists(spark)]
+    else:
+        names = list(tables)
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise VerifyError(f"no relation of that name was applied: {', '.join(missing)}", source=source)
+    out = []
+    for name in names:
+        first = known[name].versions[0]
+        out.append((name, silver_ref(config, first.namespace, first.name, source)))
+    return out
+
+
+def _plan_source(spark, config: Config, snap: SourceSnapshot, name: str, ref, options: TypeOptions,
+                 range_rows: int) -> _Plan:
+    plan = _Plan(cmp.TableResult(name))
+    started = time.monotonic()
+    try:
+        namespace, relname = name.split(".", 1)
+        shape = snap.table(namespace, relname, options, publication_names(config.source))
+        if shape is None:
+            raise VerifyError("the table is not in the source (dropped?)", table=name)
+        if not ref.exists(spark):
+            raise VerifyError("the table has no silver table", table=name)
+        plan.shape, plan.silver = shape, ref
+        silver_types = sv.silver_columns(ref.read(spark), config.silver.metadata_prefix)
+        for column in shape.columns:
+            if column.name not in silver_types:
+                plan.result.source_only_columns.append(column.name)
+                continue
+            encoding = encode_column(column.name, column.type, silver_types[column.name])
+            if encoding is None:
+                plan.result.unhashed_columns.append(column.name)
+            else:
+                plan.columns.append(encoding)
+        missing_keys = [k for k in shape.key if k not in silver_types]
+        if missing_keys:
+            raise VerifyError(f"silver has no key column {', '.join(missing_keys)}", table=name)
+        parts = max(1, math.ceil(shape.estimated_rows / max(range_rows, 1)))
+        if shape.key:
+            plan.kind = range_kind(shape.column(shape.key[0]).type)
+            if plan.kind and parts > 1:
+                plan.bounds = cut_bounds(plan.kind, snap.sample(shape, shape.key[0]), parts)
+            for index in range(len(plan.bounds) + 1):
+                where, params = plan.where(index)
+                plan.sums.update({index: s for s in snap.range_sums(shape, plan.columns, where, params).values()})
+        else:
+            plan.buckets = parts
+            plan.sums = snap.range_sums(shape, plan.columns, "TRUE", [], buckets=parts)
+        plan.result.ranges = len(plan.bounds) + 1 if shape.key else parts
+    except CdcApplyError as err:
+        plan.result.status, plan.result.error = cmp.ERROR, str(err)
+    plan.result.seconds = time.monotonic() - started
+    return plan
+
+
+def _compare(spark, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int, samples: int,
+             wait_seconds: float) -> None:
+    started = time.monotonic()
+    result, shape = plan.result, plan.shape
+    key = list(shape.key)
+    try:
+        result.silver_version, frame = sv.pin(spark, plan.silver)
+        history = history_ref(config, *_first_names(spark, config, plan), config.source.name)
+        if config.history_for(result.table) is not None and history.exists(spark):
+            excluded = sv.changed_keys(spark, history, config.silver.metadata_prefix, lsn, plan.columns, key)
+        else:
+            excluded = _changed_from_bronze(spark, config, plan, lsn, key, wait_seconds)
+        result.excluded_keys = len(excluded)
+        source_sums = plan.sums
+        if excluded:
+            where, params = excluded_predicate(shape, plan.columns, excluded)
+            source_sums = cmp.subtract(source_sums, snap.rows(shape, plan.columns, key, where, params), plan.index_of)
+        range_sql = spark_range_index(key[0], plan.kind, plan.bounds) if key and plan.kind and plan.bounds else None
+        rows = sv.without(spark, sv.prepared(frame, plan.columns, key, range_sql, plan.buckets), key, excluded)
+        silver_sums = sv.range_sums(rows)
+        result.source_rows = sum(n for n, _ in source_sums.values())
+        result.silver_rows = sum(n for n, _ in silver_sums.values())
+        differing = cmp.differing_ranges(source_sums, silver_sums)
+        if differing:
+            result.status = cmp.DIFFERS
+            for index in differing:
+                low, high = (None, None) if plan.buckets else range_bounds(plan.bounds, index)
+                result.differing.append(cmp.RangeDifference(index, low, high, source_sums.get(index, (0, 0))[0],
+                                                            silver_sums.get(index, (0, 0))[0]))
+            drill = differing[:DRILL_RANGES]
+            gone = {tuple(k) for k in excluded}
+            source_rows = []
+            for index in drill:
+                where, params = plan.where(index)
+                source_rows += [r for r in snap.rows(shape, plan.columns, key, where, params)
+                                if (tuple(r[:-1]) if key else (int(r[-1]),)) not in gone]
+            silver_rows = sv.range_rows(rows, drill, len(key))
+            result.samples = cmp.key_differences(source_rows, silver_rows, bool(key))[:samples]
+    except CdcApplyError as err:
+        result.status, result.error = cmp.ERROR, str(err)
+    result.seconds += time.monotonic() - started
+
+
+def _changed_from_bronze(spark, config: Config, plan: _Plan, lsn: int, key: list[str], wait_seconds: float) -> list:
+    """Without a history table: the keys the logged transactions committed at or past ``lsn`` changed, decoded
+    from their bronze rows (:mod:`cdc_apply.verify.bronze_keys`), once the batch that wrote the pinned silver
+    version has logged them. A keyless table compares as a multiset of whole rows and needs its history."""
+    table = plan.result.table
+    if not key:
+        raise VerifyError("a table without a key is compared as a multiset of rows, which needs a history table to "
+                          "tell the rows changed past the point; keep one ([tables.\"<name>\"] history = true)",
+                          table=table)
+    source = config.source.name
+    relation = next((r for r in Bookkeeping(config).load_history(spark).get(source).relations.values()
+                     if r.latest.qualified_name == table), None)
+    if relation is None:
+        raise VerifyError("no relation of that name was applied", table=table, source=source)
+    sv.wait_logged(spark, config, plan.silver, plan.result.silver_version, wait_seconds)
+    names = sorted({v.qualified_name for v in relation.versions})
+    spans = bronze_keys.transactions_past(spark, config, source, names, lsn)
+    units = bronze_keys.bronze_units(spark, config, source, spans)
+    return sorted(bronze_keys.changed_keys(units, relation, bronze_keys.key_positions(relation, key)))
+
+
+def _first_names(spark, config: Config, plan: _Plan) -> tuple[str, str]:
+    """The namespace and name the relation had first (where its silver and history tables live)."""
+    history = Bookkeeping(config).load_history(spark).get(config.source.name)
+    for rel in history.relations.values():
+        if rel.latest.qualified_name == plan.result.table:
+            return rel.versions[0].namespace, rel.versions[0].name
+    return tuple(plan.result.table.split(".", 1))  # type: ignore[return-value]
+
+
+_COLUMNS = [("run_id", "STRING"), ("verified_at", "TIMESTAMP"), ("source", "STRING"), ("table_name", "STRING"),
+            ("lsn", "BIGINT"), ("applied_lsn", "BIGINT"), ("silver_version", "BIGINT"), ("status", "STRING"),
+            ("ranges", "BIGINT"), ("differing_ranges", "BIGINT"), ("source_rows", "BIGINT"),
+            ("silver_rows", "BIGINT"), ("excluded_keys", "BIGINT"), ("samples", "STRING"),
+            ("unhashed_columns", "STRING"), ("error", "STRING"), ("seconds", "DOUBLE")]
+
+
+def record_run(spark, config: Config, run: Verification) -> None:
+    """Append one row per table to the ``verifications`` state table (made by the first run)."""
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    rows = [(run.run_id, now, run.source, t.table, run.lsn, run.applied_lsn, t.silver_version, t.status, t.ranges,
+             len(t.differing), t.source_rows, t.silver_rows, t.excluded_keys,
+             json.dumps([s.text() for s in t.samples]), ",".join(t.unhashed_columns), t.error, t.seconds)
+            for t in run.tables]
+    schema = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS)
+    state_ref(config, VERIFICATIONS).append(spark.createDataFrame(rows, schema), None, 0)
+
+
+def print_run(run: Verification, as_json: bool = False, out: io.TextIOBase | None = None) -> None:
+    out = out or sys.stdout
+    if as_json:
+        print(json.dumps(run.as_dict(), indent=2, default=str), file=out)
+    else:
+        for line in run.lines():
+            print(line, file=out)

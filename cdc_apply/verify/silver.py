@@ -1,0 +1,162 @@
+"""Silver's side of a verification (Spark): the applied position, one pinned version of each silver table, the
+keys changed at or after the source's point (from the history table), and per range a row count and hash sum
+with the same encoding PostgreSQL used (:mod:`cdc_apply.verify.encoding`)."""
+
+from __future__ import annotations
+
+import time
+
+from cdc_apply.config import Config
+from cdc_apply.delta.refs import TableRef, bronze_ref
+from cdc_apply.errors import VerifyError
+from cdc_apply.lake.books.bookkeeping import Bookkeeping
+from cdc_apply.lake.history.versions import HistoryColumns
+from cdc_apply.pgoutput.messages import format_lsn
+from cdc_apply.verify.encoding import ColumnEncoding, spark_key_text, spark_row_hash, spark_row_text
+
+KEY = "_verify_k"      # key texts: _verify_k0, _verify_k1, ...
+HASH = "_verify_h"
+RANGE = "_verify_r"
+
+
+def applied_position(spark, config: Config, source: str) -> tuple[int | None, int | None]:
+    """``(applied seq, applied commit LSN)`` of the source's newest progress row (None, None before any)."""
+    from pyspark.sql import functions as F
+
+    ref = Bookkeeping(config).ref("progress")
+    if not ref.exists(spark):
+        return None, None
+    row = (ref.read(spark).where(F.col("source") == source).orderBy(F.desc("apply_version"))
+           .select("applied_seq", "applied_commit_lsn").first())
+    if row is None:
+        return None, None
+    return row[0], row[1]
+
+
+def passed(spark, config: Config, source: str, lsn: int) -> tuple[bool, int | None]:
+    """Whether every commit below ``lsn`` is applied, and the applied commit LSN. True when a commit at or past
+    ``lsn`` is applied, or when the applied seq covers a bronze row the server sent from a WAL position at or
+    past ``lsn``: the walsender decodes WAL in order, so every commit below ``lsn`` was sent — and landed —
+    before it (a quiet source, whose transaction past the point changed no table, or one the apply skips)."""
+    from pyspark.sql import functions as F
+
+    seq, applied = applied_position(spark, config, source)
+    if applied is not None and applied >= lsn:
+        return True, applied
+    if seq is None:
+        return False, applied
+    bronze = bronze_ref(config).read(spark)
+    first = bronze.where((F.col("source") == source) & (F.col("lsn") >= lsn)).agg(F.min("seq")).first()[0]
+    return first is not None and int(first) <= int(seq), applied
+
+
+def wait_applied(spark, config: Config, source: str, lsn: int, timeout: float, poll: float = 1.0) -> int | None:
+    """Wait until every commit below ``lsn`` is applied (:func:`passed`); returns the applied commit LSN then,
+    a :class:`VerifyError` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, applied = passed(spark, config, source, lsn)
+        if done:
+            return applied
+        if time.monotonic() >= deadline:
+            shown = format_lsn(applied) if applied is not None else "nothing"
+            raise VerifyError(f"the apply job did not reach the source's point within {timeout:g} s (applied: "
+                              f"{shown}); is it running? (--wait-seconds)", source=source, lsn=format_lsn(lsn))
+        time.sleep(poll)
+
+
+def wait_logged(spark, config: Config, ref: TableRef, version: int, timeout: float, poll: float = 1.0) -> None:
+    """Wait until the batch that wrote silver version ``version`` (the newest tagged commit at or below it) has
+    its progress row: its transactions log rows, written before that row, are then all there."""
+    from pyspark.sql import functions as F
+
+    from cdc_apply.lake.books.commit_tag import decode_tag
+    from cdc_apply.lake.books.ledger import STEPS_PER_VERSION
+
+    commits = (spark.sql(f"DESCRIBE HISTORY {ref.sql}").where(F.col("version") <= version)
+               .orderBy(F.desc("version")).select("userMetadata").limit(100).collect())
+    step = next((tag["apply_step"] for tag in (decode_tag(r.userMetadata) for r in commits)
+                 if tag and "apply_step" in tag), None)
+    if step is None:
+        return
+    wanted = int(step) // STEPS_PER_VERSION
+    progress = Bookkeeping(config).ref("progress")
+    deadline = time.monotonic() + timeout
+    while (progress.read(spark).agg(F.max("apply_version")).first()[0] or -1) < wanted:
+        if time.monotonic() >= deadline:
+            raise VerifyError(f"the batch that wrote silver version {version} did not finish within {timeout:g} s",
+                              table=str(ref))
+        time.sleep(poll)
+
+
+def pin(spark, ref: TableRef):
+    """``(version, DataFrame)``: the table's newest Delta version, read at that version whatever comes later."""
+    version = int(spark.sql(f"DESCRIBE HISTORY {ref.sql} LIMIT 1").first()["version"])
+    reader = spark.read.format("delta").option("versionAsOf", version)
+    return version, (reader.load(ref.path) if ref.path else reader.table(ref.name))
+
+
+def prepared(frame, columns: list[ColumnEncoding], key: list[str], range_sql: str | None, buckets: int | None):
+    """``frame`` as ``(key texts..., row hash, range index)``: a keyed table's range by its key (``range_sql``,
+    None: one range), a keyless table's key its row text and its range the hash's bucket."""
+    from pyspark.sql import functions as F
+
+    if key:
+        keys = [F.expr(spark_key_text(k)).alias(f"{KEY}{i}") for i, k in enumerate(key)]
+        index = F.expr(range_sql) if range_sql else F.lit(0)
+        return frame.select(*keys, F.expr(spark_row_hash(columns)).alias(HASH), index.cast("int").alias(RANGE))
+    out = frame.select(F.expr(spark_row_text(columns)).alias(f"{KEY}0"), F.expr(spark_row_hash(columns)).alias(HASH))
+    index = F.expr(f"pmod({HASH}, {int(buckets)})") if buckets else F.lit(0)
+    return out.withColumn(RANGE, index.cast("int"))
+
+
+def without(spark, rows, key: list[str], excluded: list[tuple]):
+    """``rows`` less the excluded keys (keyless: row hashes): a broadcast anti-join."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    if not excluded:
+        return rows
+    if key:
+        schema = StructType([StructField(f"{KEY}{i}", StringType()) for i in range(len(key))])
+        cols = [f"{KEY}{i}" for i in range(len(key))]
+        data = [tuple(k) for k in excluded]
+    else:
+        schema, cols, data = StructType([StructField(HASH, LongType())]), [HASH], [(int(k[0]),) for k in excluded]
+    return rows.join(F.broadcast(spark.createDataFrame(data, schema)), cols, "left_anti")
+
+
+def range_sums(rows) -> dict[int, tuple[int, int]]:
+    """``{range: (rows, exact hash sum)}``."""
+    from pyspark.sql import functions as F
+
+    got = rows.groupBy(RANGE).agg(F.count(F.lit(1)).alias("n"), F.sum(F.col(HASH).cast("decimal(38,0)")).alias("s"))
+    return {int(r[RANGE]): (int(r["n"]), int(r["s"])) for r in got.collect()}
+
+
+def range_rows(rows, ranges: list[int], key_count: int) -> list[tuple]:
+    """``(key texts..., hash)`` of the rows in ``ranges`` (keyless: the row text for the key)."""
+    from pyspark.sql import functions as F
+
+    cols = [f"{KEY}{i}" for i in range(max(key_count, 1))] + [HASH]
+    return [tuple(r) for r in rows.where(F.col(RANGE).isin(ranges)).select(*cols).collect()]
+
+
+def changed_keys(spark, history: TableRef, prefix: str, lsn: int, columns: list[ColumnEncoding],
+                 key: list[str]) -> list[tuple]:
+    """Keys (keyless: row hashes) of the history table's versions made or ended by a commit at or after ``lsn``:
+    every key a transaction committed at or past the point changed, deletes included. Read after silver is
+    pinned: a batch writes its history before silver, so a batch under way is in it too."""
+    from pyspark.sql import functions as F
+
+    h = HistoryColumns(prefix)
+    df = history.read(spark).where((F.col(h.valid_from_lsn) >= lsn) | (F.col(h.valid_to_lsn) >= lsn))
+    if key:
+        out = df.select(*[F.expr(spark_key_text(k)).alias(f"k{i}") for i, k in enumerate(key)]).distinct()
+        return [tuple(r) for r in out.collect()]
+    return [(r[0],) for r in df.select(F.expr(spark_row_hash(columns))).distinct().collect()]
+
+
+def silver_columns(frame, prefix: str) -> dict[str, str]:
+    """Silver's own columns (not the ``_cdc_`` metadata): name -> Spark simple type string."""
+    return {f.name: f.dataType.simpleString() for f in frame.schema.fields if not f.name.startswith(prefix)}

@@ -1,0 +1,250 @@
+"""PostgreSQL's side of a verification: one snapshot whose position in the change stream is known exactly,
+each table's shape, key ranges, and per range a row count and hash sum — read at a bounded rate.
+
+The point comes from a TEMPORARY logical replication slot created with an exported snapshot
+(:class:`~cdc_apply.lander.snapshots.copy_sessions.ExportSlot`): the snapshot shows exactly the transactions
+whose commit LSN is below the slot's consistent point ``C`` (decoding starts there), so it is the state
+after the newest commit below ``C``. One REPEATABLE READ transaction imports it and does every read; the
+slot is dropped once it is imported (the transaction keeps its snapshot).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from cdc_apply.errors import VerifyError
+from cdc_apply.lander.dsn import connection_error, scrub
+from cdc_apply.lander.options import SESSION_SETTINGS, options_string
+from cdc_apply.lander.snapshots.copy_sessions import ConsistentPoint, ExportSlot
+from cdc_apply.pgoutput.messages import format_lsn
+from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_column_type
+from cdc_apply.verify.encoding import ColumnEncoding, pg_ident, pg_key_text, pg_range_predicate, pg_row_hash
+
+SAMPLE_ROWS = 20000   # range cut points come from about this many sampled keys
+
+_SHAPE = """
+SELECT c.oid::int8, c.relkind, c.relreplident,
+       CASE WHEN c.relkind = 'p' THEN COALESCE((SELECT sum(GREATEST(p.reltuples, 0))::int8 FROM pg_partition_tree(c.oid) t
+                 JOIN pg_class p ON p.oid = t.relid WHERE p.relkind <> 'p'), 0) ELSE GREATEST(c.reltuples, 0)::int8 END,
+       (SELECT i.indkey::int2[] FROM pg_index i WHERE i.indrelid = c.oid AND CASE c.relreplident
+            WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END LIMIT 1)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s
+"""
+# The publications' row filters of a table: none when any publication publishes it unfiltered (the
+# filters of several publications are OR-ed, as the walsender applies them).
+_ROW_FILTER = """
+SELECT bool_or(rowfilter IS NULL), array_agg(rowfilter) FILTER (WHERE rowfilter IS NOT NULL)
+FROM pg_publication_tables WHERE pubname = ANY(%s) AND schemaname = %s AND tablename = %s
+"""
+_COLUMNS = """
+SELECT a.attnum, a.attname, a.atttypid::int8, a.atttypmod, format_type(a.atttypid, NULL)
+FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum
+"""
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    name: str
+    type: ColumnType
+    sql_type: str     # format_type without typmod, for typed arrays of key values
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    """A table as the verification reads it: its columns, its replica identity key (empty: keyless, a multiset)."""
+
+    namespace: str
+    name: str
+    oid: int
+    columns: tuple[SourceColumn, ...]
+    key: tuple[str, ...]
+    estimated_rows: int
+    row_filter: str | None = None   # the publications' row filter (SQL): silver holds only the rows it passes
+
+    @property
+    def sql(self) -> str:
+        return f"{pg_ident(self.namespace)}.{pg_ident(self.name)}"
+
+    def where(self, predicate: str) -> str:
+        """``predicate`` and the row filter, as a WHERE clause's body (for a query with parameters)."""
+        return predicate if self.row_filter is None else f"({predicate}) AND ({self.row_filter.replace('%', '%%')})"
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+    def column(self, name: str) -> SourceColumn:
+        return next(c for c in self.columns if c.name == name)
+
+
+class RateLimit:
+    """Sleeps so that rows read stay at or below ``rows_per_second`` on average since the start (None: no bound)."""
+
+    def __init__(self, rows_per_second: float | None) -> None:
+        self.rows_per_second = rows_per_second
+        self.rows = 0
+        self.start = time.monotonic()
+        self.slept = 0.0
+
+    def read(self, rows: int) -> None:
+        self.rows += rows
+        if not self.rows_per_second:
+            return
+        due = self.start + self.rows / self.rows_per_second - time.monotonic()
+        if due > 0:
+            time.sleep(due)
+            self.slept += due
+
+
+class SourceSnapshot:
+    """A session in one exported snapshot of ``dsn``; ``point.lsn`` is its consistent point."""
+
+    def __init__(self, dsn: str, rows_per_second: float | None = None, connect_timeout: float = 10.0) -> None:
+        self.dsn = dsn
+        self.limit = RateLimit(rows_per_second)
+        self.connect_timeout = connect_timeout
+        self.point: ConsistentPoint | None = None
+        self.conn = None
+
+    def open(self) -> ConsistentPoint:
+        """Create a temporary slot with an exported snapshot, import it in a read-only transaction, drop the slot."""
+        import psycopg2
+
+        slot = ExportSlot(self.dsn, f"cdc_apply_verify_{os.getpid()}_{time.monotonic_ns() % 10 ** 9}", temporary=True,
+                          connect_timeout=self.connect_timeout, application_name="cdc_apply-verify")
+        try:
+            try:
+                self.point = slot.create()
+            except Exception as exc:  # LandError: the slot could not be made (rights, max_replication_slots)
+                raise VerifyError(f"no consistent point: {exc}") from None
+            try:
+                self.conn = psycopg2.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)),
+                                             application_name="cdc_apply-verify",
+                                             options=options_string(SESSION_SETTINGS))
+            except psycopg2.Error as exc:
+                raise connection_error(exc, self.dsn) from None
+            self.conn.autocommit = True
+            with self.conn.cursor() as cur:
+                cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cur.execute("SET TRANSACTION SNAPSHOT %s", (self.point.snapshot,))
+        finally:
+            slot.close()   # the imported transaction keeps the snapshot; the temporary slot goes
+        return self.point
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:  # closing is best effort
+                pass
+            self.conn = None
+
+    def __enter__(self) -> "SourceSnapshot":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _query(self, sql: str, params: list | tuple = ()) -> list[tuple]:
+        import psycopg2
+
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute(sql, tuple(params))   # always formatted: a row filter's % is written %%
+                return cur.fetchall()
+        except psycopg2.Error as exc:
+            lsn = format_lsn(self.point.lsn) if self.point else None
+            raise VerifyError(f"reading the source failed: {scrub(str(exc), self.dsn).splitlines()[0]}",
+                              lsn=lsn) from None
+
+    def table(self, namespace: str, name: str, options: TypeOptions = TypeOptions(),
+              publications: tuple[str, ...] = ()) -> SourceTable | None:
+        """The table's shape under the snapshot (None: no such table now), with the row filter
+        ``publications`` give it."""
+        rows = self._query(_SHAPE, (namespace, name))
+        if not rows:
+            return None
+        oid, _kind, identity, estimate, key_attnums = rows[0]
+        columns, by_attnum = [], {}
+        for attnum, attname, type_oid, typmod, sql_type in self._query(_COLUMNS, (oid,)):
+            column = SourceColumn(attname, resolve_column_type(int(type_oid), int(typmod), options=options), sql_type)
+            columns.append(column)
+            by_attnum[int(attnum)] = column
+        key = () if identity in ("f", "n") or not key_attnums else tuple(by_attnum[int(a)].name for a in key_attnums)
+        row_filter = None
+        if publications:
+            unfiltered, filters = self._query(_ROW_FILTER, (list(publications), namespace, name))[0]
+            if not unfiltered and filters:
+                row_filter = " OR ".join(f"({f})" for f in filters)
+        return SourceTable(namespace, name, int(oid), tuple(columns), key, int(estimate), row_filter)
+
+    def sample(self, table: SourceTable, column: str) -> list:
+        """Values of ``column`` from a block sample of about :data:`SAMPLE_ROWS` rows (all rows of a small table)."""
+        share = min(100.0, 100.0 * SAMPLE_ROWS / max(table.estimated_rows, 1))
+        sample = "" if share >= 100.0 else f" TABLESAMPLE SYSTEM ({share})"
+        rows = self._query(f"SELECT {pg_key_text(column, '')} FROM {table.sql}{sample}")
+        self.limit.read(len(rows))
+        return [r[0] for r in rows]
+
+    def range_sums(self, table: SourceTable, columns: list[ColumnEncoding], where: str, params: list,
+                   buckets: int | None = None) -> dict[int, tuple[int, int]]:
+        """``{range: (rows, hash sum)}`` of the rows ``where`` selects: one range (0), or with ``buckets``
+        (a keyless table) the row hash's bucket, ``pmod(hash, buckets)``."""
+        h = pg_row_hash(columns)
+        if buckets:
+            sql = (f"SELECT mod(mod(h, {buckets}) + {buckets}, {buckets}), count(*), sum(h) "
+                   f"FROM (SELECT {h} AS h FROM {table.sql} WHERE {table.where(where)}) r GROUP BY 1")
+        else:
+            sql = f"SELECT 0, count(*), COALESCE(sum({h}), 0) FROM {table.sql} WHERE {table.where(where)}"
+        out = {int(r): (int(n), int(s)) for r, n, s in self._query(sql, params) if n}
+        self.limit.read(sum(n for n, _ in out.values()))
+        return out
+
+    def rows(self, table: SourceTable, columns: list[ColumnEncoding], key: list[str], where: str,
+             params: list) -> list[tuple]:
+        """``(key texts..., row hash)`` of every row ``where`` selects (keyless: the row's text for a key)."""
+        from cdc_apply.verify.encoding import pg_row_text
+
+        keys = [pg_key_text(k, "") for k in key] or [pg_row_text(columns)]
+        out = self._query(f"SELECT {', '.join(keys)}, {pg_row_hash(columns)} FROM {table.sql} "
+                          f"WHERE {table.where(where)}", params)
+        self.limit.read(len(out))
+        return out
+
+    def emit_marker(self) -> None:
+        """A transactional logical message committed after the point, so a quiet source still gets a commit
+        past it for the apply job to reach (best effort: a source without ``messages`` ignores it)."""
+        import psycopg2
+
+        try:
+            conn = psycopg2.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)))
+        except psycopg2.Error:
+            return
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_logical_emit_message(true, 'cdc_apply.verify', %s)",
+                            (format_lsn(self.point.lsn),))
+        except psycopg2.Error:
+            pass
+        finally:
+            conn.close()
+
+
+def key_predicate(table: SourceTable, range_column: str | None, kind: str | None, low, high) -> tuple[str, list]:
+    """SQL and parameters selecting one key range of ``table`` (the whole table without a range column)."""
+    if range_column is None:
+        return "TRUE", []
+    return pg_range_predicate(range_column, kind, low, high)
+
+
+def excluded_predicate(table: SourceTable, columns: list[ColumnEncoding], keys: list[tuple]) -> tuple[str, list]:
+    """SQL and parameters selecting the rows of ``keys`` (key texts; keyless: row hashes) — to subtract them."""
+    if not table.key:
+        return f"{pg_row_hash(columns)} = ANY(%s::int8[])", [[int(k[0]) for k in keys]]
+    names = ", ".join(pg_ident(k) for k in table.key)
+    arrays = ", ".join(f"%s::{table.column(k).sql_type}[]" for k in table.key)
+    return (f"({names}) IN (SELECT * FROM unnest({arrays}))",
+            [[k[i] for k in keys] for i in range(len(table.key))])

@@ -1,0 +1,34 @@
+"""The cluster tests' Spark session: the suite's local one, plus the s3a file system pointed at an
+S3-compatible server on 127.0.0.1 when the s3a jars were fetched (``python -m cdc_apply.spark.jars --s3``;
+``make cluster`` does). Silver on ``s3a://`` is read through it when compared with PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """``(S3Server, s3a jars)``, or None when the s3a jars are not fetched (the S3 tests then skip)."""
+    from cdc_apply.spark.s3_jars import installed_s3_jars
+    from cdc_apply.testing.object_store import start_s3_server
+
+    jars = installed_s3_jars()
+    if not jars:
+        yield None
+        return
+    server = start_s3_server(tmp_path_factory.mktemp("s3"))
+    try:
+        yield server, jars
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(s3_server):
+    from cdc_apply.spark.session import spark_session
+
+    conf = s3_server[0].spark_conf(s3_server[1]) if s3_server else {}
+    session = spark_session("cdc_apply-cluster-tests", **conf)
+    yield session
+    session.stop()
