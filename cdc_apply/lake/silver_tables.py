@@ -35,6 +35,7 @@ from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, e
 from cdc_apply.delta.ddl import create_table, set_properties, silver_properties, table_properties
 from cdc_apply.delta.log import delta_version, files_bytes
 from cdc_apply.spark.connect import child_session
+from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.delta.refs import TableRef, silver_ref
 from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
@@ -262,8 +263,9 @@ class SilverTables:
             return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
         events = drop_cleared(key_events(projected, work), work)
         if work.toast_moves:
-            # In the decoded rows' session: over Spark Connect two sessions' DataFrames cannot be joined.
-            target = None if work.truncate_after is not None else work.ref.read(projected.sparkSession)
+            # Over Spark Connect two sessions' DataFrames cannot be joined: read in the decoded rows' session.
+            own = projected.sparkSession if is_connect(session) else session
+            target = None if work.truncate_after is not None else work.ref.read(own)
             events = resolve_moves(events, work, target)
         # Materialised once: MERGE reads its source more than once, and a plain scan plans fast.
         partitions = collapse_partitions(planned.rows, len(work.columns),

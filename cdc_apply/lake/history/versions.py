@@ -28,6 +28,8 @@ from functools import reduce
 from typing import Sequence
 
 from cdc_apply.lake.silver.merge import null_safe_equal
+from cdc_apply.lake.silver.merge_sql import truncate_closes_sql
+from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.delta.names import quote_ident, sql_literal
 from cdc_apply.errors import ApplyError
@@ -328,6 +330,8 @@ def merge_versions(spark, target, versions, work: TableWork, h: HistoryColumns, 
                    keyed: bool) -> None:
     """One MERGE into the history table ``target`` (a TableRef): the prior versions' updates, the new
     versions, and — when the batch truncates the table — the close of every other open version."""
+    from pyspark.sql import functions as F
+
     if keyed:
         match = [f"t.{quote_ident(work.columns[i].name)} = s.{quote_ident(work.columns[i].name)}"
                  for i in work.key_index]
@@ -339,25 +343,29 @@ def merge_versions(spark, target, versions, work: TableWork, h: HistoryColumns, 
                           h.closed_by, h.copies, h.is_current]
     closing = [h.valid_to_lsn, h.valid_to_ts, h.closed_by, h.is_current]
     updated = (names if keyed else []) + closing
+    column_of = str if is_connect(spark) else F.col   # a Connect MERGE is a statement: SQL text
     builder = (target.delta_table(spark).alias("t").merge(versions.alias("s"), condition)
-               .whenMatchedUpdate(set={quote_ident(c): f"s.{quote_ident(c)}" for c in updated})
+               .whenMatchedUpdate(set={quote_ident(c): column_of(f"s.{quote_ident(c)}") for c in updated})
                .whenNotMatchedInsert(condition="NOT s._prior",
-                                     values={quote_ident(c): f"s.{quote_ident(c)}" for c in everything}))
-    if truncates.points:   # SQL text: over Spark Connect the MERGE is a statement (delta/sql_table.py)
-        frm = f"t.{quote_ident(h.valid_from_lsn)}"
-        target_key = lambda i: f"t.{quote_ident(work.columns[i].name)}"  # noqa: E731
-        lsn, ts, cause, closes = "NULL", "NULL", "NULL", []
+                                     values={quote_ident(c): column_of(f"s.{quote_ident(c)}") for c in everything}))
+    if truncates.points and is_connect(spark):
+        closes, assignments = truncate_closes_sql(truncates, work, h)
+        builder = builder.whenNotMatchedBySourceUpdate(condition=closes, set=assignments)
+    elif truncates.points:
+        frm = F.col(f"t.{quote_ident(h.valid_from_lsn)}")
+        target_key = lambda i: F.col(f"t.{quote_ident(work.columns[i].name)}")  # noqa: E731
+        lsn, ts, cause, closes = None, None, None, F.lit(False)
         for point in reversed(truncates.points):
             point_lsn, _, point_ts, point_cause = point[:4]
-            hit = f"({frm} < {int(point_lsn)} AND {truncates.applies_sql(point, target_key)})"
-            lsn = f"CASE WHEN {hit} THEN CAST({int(point_lsn)} AS BIGINT) ELSE {lsn} END"
-            ts = f"CASE WHEN {hit} THEN {sql_literal(point_ts, 'timestamp')} ELSE {ts} END"
-            cause = f"CASE WHEN {hit} THEN {sql_literal(point_cause)} ELSE {cause} END"
-            closes.append(hit)
+            hit = (frm < point_lsn) & truncates._applies(point, target_key)
+            lsn = F.when(hit, F.lit(point_lsn).cast("bigint")).otherwise(lsn)
+            ts = F.when(hit, F.lit(point_ts).cast("timestamp")).otherwise(ts)
+            cause = F.when(hit, F.lit(point_cause)).otherwise(cause)
+            closes = closes | hit
         builder = builder.whenNotMatchedBySourceUpdate(
-            condition=f"t.{quote_ident(h.is_current)} AND ({' OR '.join(closes)})",
+            condition=F.col(f"t.{quote_ident(h.is_current)}") & closes,
             set={quote_ident(h.valid_to_lsn): lsn, quote_ident(h.valid_to_ts): ts,
-                 quote_ident(h.closed_by): cause, quote_ident(h.is_current): "FALSE"})
+                 quote_ident(h.closed_by): cause, quote_ident(h.is_current): F.lit(False)})
     builder.execute()
 
 

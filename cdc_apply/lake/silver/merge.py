@@ -28,7 +28,9 @@ from functools import reduce
 from typing import Sequence
 
 from cdc_apply.planning.table_plan import TableWork
-from cdc_apply.delta.names import quote_ident, sql_literal
+from cdc_apply.delta.names import quote_ident
+from cdc_apply.delta.sql_table import is_connect
+from cdc_apply.lake.silver.merge_sql import key_bounds_sql, keyed_assignments_sql
 from cdc_apply.errors import ApplyError
 from cdc_apply.planning import columns as cc
 
@@ -291,23 +293,25 @@ def merge_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None) 
         return replace_keyed(spark, collapsed, work, bounds)
     key_names = [work.columns[i].name for i in work.key_index]
     condition = " AND ".join(f"t.{quote_ident(k)} = s.`{cc.key(p)}`" for p, k in enumerate(key_names))
-    if bounds is not None and bounds[0] is not None:
-        # SQL text, as every expression of the MERGE: a Spark Connect MERGE is a statement (delta/sql_table.py).
-        ddl = work.columns[work.key_index[0]].spark_ddl
-        try:
-            low, high = sql_literal(bounds[0], ddl), sql_literal(bounds[1], ddl)
-        except TypeError:   # a key of a kind without a literal here: no file skipping
-            low = high = None
-        if low is not None:
-            condition = f"({condition}) AND t.{quote_ident(key_names[0])} BETWEEN {low} AND {high}"
-    meta = {quote_ident(col): f"s.`{src}`" for col, src in work.meta}
-    assignments = {quote_ident(c.name): f"CASE WHEN s.`{cc.sets(i)}` THEN s.`{cc.final(i)}` "
-                                        f"ELSE t.{quote_ident(c.name)} END" for i, c in enumerate(work.columns)}
-    assignments.update(meta)
-    # A row silver lacks can be inserted only when no unchanged-TOAST value of it is missing: like
-    # PostgreSQL's apply worker, an update of a missing row is otherwise skipped.
-    values = {quote_ident(c.name): f"s.`{cc.final(i)}`" for i, c in enumerate(work.columns)}
-    values.update(meta)
+    ddl = work.columns[work.key_index[0]].spark_ddl
+    if is_connect(spark):   # a MERGE statement: its expressions as SQL text (merge_sql.py)
+        if bounds is not None and bounds[0] is not None:
+            condition = key_bounds_sql(condition, f"t.{quote_ident(key_names[0])}", bounds, ddl)
+        assignments, values = keyed_assignments_sql(work)
+    else:
+        from pyspark.sql import functions as F
+
+        if bounds is not None and bounds[0] is not None:
+            column = F.col(f"t.{quote_ident(key_names[0])}")
+            condition = F.expr(condition) & column.between(F.lit(bounds[0]).cast(ddl), F.lit(bounds[1]).cast(ddl))
+        meta = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
+        assignments = {quote_ident(c.name): F.when(F.col(f"s.`{cc.sets(i)}`"), F.col(f"s.`{cc.final(i)}`"))
+                       .otherwise(F.col(f"t.{quote_ident(c.name)}")) for i, c in enumerate(work.columns)}
+        assignments.update(meta)
+        # A row silver lacks can be inserted only when no unchanged-TOAST value of it is missing: like
+        # PostgreSQL's apply worker, an update of a missing row is otherwise skipped.
+        values = {quote_ident(c.name): F.col(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
+        values.update(meta)
     metrics = (work.ref.delta_table(spark).alias("t").merge(collapsed.alias("s"), condition)
                .whenMatchedDelete(condition="s._action = 'delete'")
                .whenMatchedUpdate(condition="s._action = 'upsert'", set=assignments)
@@ -359,9 +363,9 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     if target_empty:
         counted = net.withColumn("_c", F.lit(0).cast("long"))
     else:
-        # Read in the decoded rows' own session: over Spark Connect a join of two sessions' DataFrames is
-        # refused (SESSION_NOT_SAME), and a classic child session shares its parent's context anyway.
-        own = projected.sparkSession
+        # Over Spark Connect a join of two sessions' DataFrames is refused (SESSION_NOT_SAME): read silver
+        # in the decoded rows' own session there.
+        own = projected.sparkSession if is_connect(spark) else spark
         silver = work.ref.read(own) if step is None else silver_before(own, work.ref, step)
         target = silver.select(*[F.col(quote_ident(c.name)).alias(cc.final(i))
                                                for i, c in enumerate(work.columns)])
@@ -382,8 +386,9 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
                .select(*values, *meta_cols, F.lit("ins").alias(cc.KIND)))
     source = deletes.unionByName(inserts)
     condition = " AND ".join(f"t.{quote_ident(c.name)} <=> s.`{cc.final(i)}`" for i, c in enumerate(work.columns))
-    meta_set = {quote_ident(col): f"s.`{src}`" for col, src in work.meta}
-    insert_values = {quote_ident(c.name): f"s.`{cc.final(i)}`" for i, c in enumerate(work.columns)}
+    column_of = str if is_connect(spark) else F.col   # SQL text for a Connect MERGE statement (merge_sql.py)
+    meta_set = {quote_ident(col): column_of(f"s.`{src}`") for col, src in work.meta}
+    insert_values = {quote_ident(c.name): column_of(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
     insert_values.update(meta_set)
     metrics = (work.ref.delta_table(spark).alias("t")
                .merge(source.alias("s"), f"({condition}) AND s._kind = 'del'")

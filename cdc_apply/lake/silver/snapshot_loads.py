@@ -17,7 +17,9 @@ from cdc_apply.planning.decode_plan import output_ddl
 from cdc_apply.lake.silver.appends import append_rows
 from cdc_apply.lake.silver.merge import project
 from cdc_apply.lake.sources.payload_columns import in_seq_ranges, is_insert
-from cdc_apply.delta.names import quote_ident, sql_literal
+from cdc_apply.delta.names import quote_ident
+from cdc_apply.delta.sql_table import is_connect
+from cdc_apply.lake.silver.merge_sql import key_ranges_sql
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.assemble import merge_ranges
 from cdc_apply.planning.decode_plan import pool_columns
@@ -56,14 +58,17 @@ def in_range(column, low, high, ddl: str):
 
 def clear_ranges(session, work: TableWork) -> None:
     """Delete silver's rows in the key ranges of the batch's chunks (``work.clears``), one DELETE."""
+    table = work.ref.delta_table(session)
+    if is_connect(session):   # a DELETE statement: its condition as SQL text
+        table.delete(key_ranges_sql(work))
+        return
     conds = []
-    for c in work.clears:   # SQL text: a DELETE over Spark Connect is a statement (delta/sql_table.py)
+    for c in work.clears:
         column = work.columns[c.column]
-        parts = [f"{quote_ident(column.name)} >= {sql_literal(c.low, column.spark_ddl)}"] if c.low is not None else []
-        if c.high is not None:
-            parts.append(f"{quote_ident(column.name)} < {sql_literal(c.high, column.spark_ddl)}")
-        conds.append("(" + (" AND ".join(parts) or "TRUE") + ")")
-    work.ref.delta_table(session).delete(" OR ".join(conds))
+        from pyspark.sql import functions as F
+
+        conds.append(in_range(F.col(quote_ident(column.name)), c.low, c.high, column.spark_ddl))
+    table.delete(reduce(lambda a, b: a | b, conds))
 
 
 def drop_cleared(events, work: TableWork):
