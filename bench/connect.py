@@ -90,11 +90,11 @@ def child(mode: str, seed: int, measured: int) -> dict:
     bronze = str(root / "bronze")
     config = parse_config({"pipeline": "bench", "bronze": {"path": bronze},
                            "silver": {"path": str(root / "silver")}, "state": {"path": str(root / "state")}})
-    pipeline = ApplyPipeline(spark, config, out=io.StringIO())
-    seconds = []
+    pipeline, seconds = None, []
     for k, rows in enumerate(build_batches(seed, measured)):
         spark.createDataFrame([(*r, None) for r in rows], spark_schema()).coalesce(1) \
             .write.format("delta").mode("append").save(bronze)
+        pipeline = pipeline or ApplyPipeline(spark, config, out=io.StringIO())   # once bronze exists
         before = len(pipeline.reports)
         pipeline.run(once=True)
         if k > WARM:   # batch 0 is the base rows, then the warm-up batches
