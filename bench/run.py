@@ -106,6 +106,9 @@ STEPS: tuple[Step, ...] = (
     Step("lander", "lander", ("--reps", "3", "--rate", "5000", "--seconds", "40", "--backlog", "200000"),
          what="`cdc-apply land` (bronze at a path: no JVM): process start to first bronze commit, peak memory at "
               "5,000 messages/s, a 200,000-message backlog against pg_recvlogical"),
+    Step("connect", "connect", ("--measured", "2"),
+         what="the apply job over Spark Connect (SPARK_REMOTE=local[2]) against a classic session: batches of "
+              "1,000 changes over ten tables, connect_vs_classic"),
     # Not a measure of speed, and it mounts a small filesystem (root): run by name.
     Step("faults", "faults", (), default=False,
          what="faults: the apply SIGKILLed mid-batch, a 200 MiB value, a full disk during a MERGE (~1 hour, root)"),

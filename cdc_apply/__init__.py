@@ -44,8 +44,8 @@ __version__ = "0.1.0"
 
 
 def spark_session(app_name: str = "cdc_apply", **conf: Any):
-    """Return a classic Spark session with Delta Lake (see :func:`cdc_apply.spark.session.spark_session`)."""
-    from cdc_apply.spark.session import spark_session as _build
+    """Return a Spark session with Delta Lake, classic or Spark Connect (see :func:`cdc_apply.spark.connect.build_session`)."""
+    from cdc_apply.spark.connect import build_session as _build
 
     return _build(app_name, **conf)
 

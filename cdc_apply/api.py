@@ -74,15 +74,20 @@ def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | No
     to ``out`` when given); while a batch runs longer than ``progress_seconds`` a live line says which
     Spark stages it is in (``None`` or 0: no live lines).
 
-    ``spark`` must be a classic session with Delta (:func:`cdc_apply.spark_session`); a Spark Connect
-    session is a :class:`~cdc_apply.errors.SetupError` before anything runs. Errors are the
-    ``cdc_apply.errors`` classes the command reports (``ConfigError``, ``ApplyError``, ``StateError`` ...).
+    ``spark`` is a session with Delta (:func:`cdc_apply.spark_session`): classic, or Spark Connect, where
+    the batches run in a loop here rather than a streaming query and there is no live progress line
+    (docs/CONNECT.md). Errors are the ``cdc_apply.errors`` classes the command reports (``ConfigError``,
+    ``ApplyError``, ``StateError`` ...).
     """
+    from cdc_apply.spark.connect import is_connect_session
     from cdc_apply.spark.executors import cluster_settings, prepare_executors
-    from cdc_apply.spark.session import require_classic, session_settings
+    from cdc_apply.spark.session import session_settings
 
     config = as_config(config)
-    require_classic(spark)
+    if is_connect_session(spark):
+        # No SparkContext to probe executors or count task slots through: the server's settings stand,
+        # and the watcher (a streaming query's and the JVM's stages) has nothing to follow.
+        return _run_apply(spark, config, once, out, None)
     executors = prepare_executors(spark)   # on a cluster: executors import cdc_apply, or a SetupError now
     fitted = cluster_settings(spark)
     if executors.action != "local master":
@@ -146,10 +151,6 @@ def status(spark: Any | None, config: ConfigLike, *, quarantine_hours: float = 2
     from cdc_apply.lake.books.status import read_status
 
     config = as_config(config)
-    if spark is not None:   # a session given is checked as every function checks it, used or not
-        from cdc_apply.spark.session import require_classic
-
-        require_classic(spark)
     entries = read_status(spark, config, timedelta(hours=quarantine_hours), max_lag_seconds)
     for entry in entries:
         status_log.info("source %s: %s, applied seq %s, lag %s msgs", entry["source"], entry["health"],

@@ -1,4 +1,5 @@
-"""Shared fixtures: one local[2] Spark session and one PostgreSQL 18 per test run.
+"""Shared fixtures: one local[2] Spark session, one local Spark Connect server with Delta and one
+PostgreSQL 18 per test run.
 
 Pure tests never touch these fixtures, so they run without a JVM or a server.
 """
@@ -23,6 +24,36 @@ def spark():
     session, _ = local_spark_session("cdc_apply-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    # A local Spark Connect server with Delta in a child process (its own JVM, local[2]): see
+    # cdc_apply/testing/connect_server.py for why a child, and docs/CONNECT.md.
+    from cdc_apply.testing.connect_server import start_connect_server
+
+    server = start_connect_server(tmp_path_factory.mktemp("connect"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_session(connect_server):
+    # The Connect client for the whole run; a test using it with the classic `spark` too enters
+    # cdc_apply.testing.connect_server.connect_mode() around its Connect calls.
+    session = connect_server.session()
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def connect_spark(connect_session):
+    """A Spark Connect session of the local server, with this process in Connect mode for the test
+    (pyspark's functions and Delta's DeltaTable build Connect plans), classic again after it."""
+    from cdc_apply.testing.connect_server import connect_mode
+
+    with connect_mode():
+        yield connect_session
 
 
 @pytest.fixture(scope="session")

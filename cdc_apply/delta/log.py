@@ -6,6 +6,11 @@ through py4j into Delta's and Hadoop's JVM classes (``spark._jvm``). Everything 
 ``DeltaLog`` only as an opaque handle passed back here. Where the JVM is out of reach (Spark Connect)
 each read says so by returning None, and its caller asks the table through SQL instead; a session
 that speaks SQL only is therefore one seam, here, not a change spread through the lander and the lake.
+
+On a Spark Connect session (:func:`is_connect`) the reads that SQL can answer — the newest version,
+the files' bytes, each commit's ``userMetadata`` — are made with ``DESCRIBE HISTORY`` /
+``DESCRIBE DETAIL`` (the ``sql_*`` functions); the rest return None. A classic session keeps the JVM
+reads (no Spark job for most of them). docs/CONNECT.md says which fact comes from where.
 """
 
 from __future__ import annotations
@@ -13,10 +18,13 @@ from __future__ import annotations
 import json
 
 from cdc_apply.delta.refs import TableRef
+from cdc_apply.delta.sql_table import is_connect, no_table as _no_table
 
 
 def log_at(spark, location: str):
     """Delta's ``DeltaLog`` of the table at ``location``, or None where the JVM is out of reach (Spark Connect)."""
+    if is_connect(spark):
+        return None
     try:
         return spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
     except Exception:  # noqa: BLE001 - no JVM access
@@ -26,6 +34,8 @@ def log_at(spark, location: str):
 def delta_log(spark, ref: TableRef):
     """Delta's ``DeltaLog`` of the table, or None where the JVM is out of reach (Spark Connect) or the
     catalog does not describe its tables."""
+    if is_connect(spark):
+        return None
     try:
         location = ref.path or spark.sql(f"DESCRIBE DETAIL {ref.sql}").first().location
     except Exception:  # noqa: BLE001 - no location to ask for
@@ -81,7 +91,9 @@ def newest_added_max(spark, ref: TableRef, column: str, commits: int = 4) -> int
 def files_bytes(spark, ref: TableRef) -> int | None:
     """The bytes of the table's current data files, from its newest snapshot: the one its next read or
     MERGE plans with, so a state reconstruction it starts is one that read would have run. None where
-    the JVM is out of reach (Spark Connect)."""
+    the JVM is out of reach; ``DESCRIBE DETAIL``'s ``sizeInBytes`` on Spark Connect."""
+    if is_connect(spark):
+        return sql_files_bytes(spark, ref)
     log = delta_log(spark, ref)
     if log is None:
         return None
@@ -94,7 +106,10 @@ def files_bytes(spark, ref: TableRef) -> int | None:
 def delta_version(spark, ref: TableRef) -> int | None:
     """The table's newest Delta version this JVM knows (its own commits included), without reading the
     log again: the cached snapshot Delta keeps per table. Falls back to ``DESCRIBE HISTORY`` (one small
-    job) where the JVM is out of reach (Spark Connect); None for a table that does not exist."""
+    job) where the JVM is out of reach, and on Spark Connect (:func:`sql_newest_version`); None for a
+    table that does not exist."""
+    if is_connect(spark):
+        return sql_newest_version(spark, ref)
     log = delta_log(spark, ref)
     if log is not None:
         try:
@@ -109,7 +124,9 @@ def delta_version(spark, ref: TableRef) -> int | None:
 
 def newest_version(spark, ref: TableRef) -> int | None:
     """The table's newest version as its log says now (not a snapshot this JVM cached: the table may have
-    been replaced under it); None: no table."""
+    been replaced under it); None: no table. On Spark Connect, ``DESCRIBE HISTORY``'s newest row."""
+    if is_connect(spark):
+        return sql_newest_version(spark, ref)
     log = delta_log(spark, ref)
     if log is not None:
         try:
@@ -158,3 +175,52 @@ def plain_columns(log) -> list[str] | None:
              and metadata.partitionColumns().isEmpty()
              and (not mapping.isDefined() or mapping.get() == "none"))
     return list(metadata.schema().fieldNames()) if plain else None
+
+
+def commit_user_metadata(spark, ref: TableRef, limit: int | None = None) -> list[tuple[int, str | None]]:
+    """``(version, userMetadata)`` of the table's newest ``limit`` commits (all: None), newest first: Delta's
+    ``DeltaTable.history`` on a classic session, ``DESCRIBE HISTORY`` on Spark Connect. Either reads the
+    commit files, not the table's state."""
+    if is_connect(spark):
+        return sql_commit_user_metadata(spark, ref, limit)
+    history = ref.delta_table(spark).history(limit) if limit else ref.delta_table(spark).history()
+    return [(int(r.version), r.userMetadata) for r in history.select("version", "userMetadata").collect()]
+
+
+# -- the same facts through SQL alone (Spark Connect) ---------------------------------------------------
+
+def _history_sql(ref: TableRef, limit: int | None) -> str:
+    return f"DESCRIBE HISTORY {ref.sql}" + (f" LIMIT {int(limit)}" if limit else "")
+
+
+def sql_newest_version(spark, ref: TableRef) -> int | None:
+    """The table's newest version, ``DESCRIBE HISTORY``'s newest row (one small job over the newest commit
+    files); None: no Delta table there."""
+    try:
+        row = spark.sql(_history_sql(ref, 1)).select("version").first()
+    except Exception as exc:  # noqa: BLE001 - only "no table" is an answer; anything else is raised
+        if _no_table(exc):
+            return None
+        raise
+    return None if row is None else int(row[0])
+
+
+def sql_files_bytes(spark, ref: TableRef) -> int | None:
+    """The bytes of the table's current data files, ``DESCRIBE DETAIL``'s ``sizeInBytes``; None: no Delta
+    table there."""
+    try:
+        row = spark.sql(f"DESCRIBE DETAIL {ref.sql}").select("format", "sizeInBytes").first()
+    except Exception as exc:  # noqa: BLE001 - only "no table" is an answer
+        if _no_table(exc):
+            return None
+        raise
+    if row is None or row[0] != "delta":
+        return None
+    return int(row[1])
+
+
+def sql_commit_user_metadata(spark, ref: TableRef, limit: int | None = None) -> list[tuple[int, str | None]]:
+    """``(version, userMetadata)`` of the newest ``limit`` commits (all: None), newest first, by
+    ``DESCRIBE HISTORY``."""
+    rows = spark.sql(_history_sql(ref, limit)).select("version", "userMetadata").collect()
+    return [(int(r[0]), r[1]) for r in rows]

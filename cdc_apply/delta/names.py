@@ -28,6 +28,39 @@ def quote_literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def sql_literal(value, ddl: str | None = None) -> str:
+    """A Python value (as Spark's ``collect`` gives one) as Spark SQL text, cast to ``ddl`` when given:
+    what ``F.lit(value).cast(ddl)`` means, for statements that must be text (Spark Connect's MERGE,
+    DELETE and UPDATE). A naive ``datetime`` is this process's local time, as pyspark takes it; a
+    ``TIMESTAMP_NTZ`` keeps it as it is. Raises ``TypeError`` for a value of another kind (a list, a map)."""
+    import datetime as dt
+    import math
+    from decimal import Decimal
+
+    if value is None:
+        text = "NULL"
+    elif isinstance(value, bool):
+        text = "TRUE" if value else "FALSE"
+    elif isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, float):
+        text = repr(value) + "D" if math.isfinite(value) else quote_literal(repr(value))
+    elif isinstance(value, Decimal):
+        text = quote_literal(str(value))
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        text = "X'" + bytes(value).hex() + "'"
+    elif isinstance(value, dt.datetime):
+        ntz = (ddl or "").strip().lower() == "timestamp_ntz"
+        text = quote_literal((value if ntz or value.tzinfo else value.astimezone()).isoformat())
+    elif isinstance(value, (dt.date, dt.time)):
+        text = quote_literal(value.isoformat())
+    elif isinstance(value, str):
+        text = quote_literal(value)
+    else:
+        raise TypeError(f"no SQL literal for a {type(value).__name__}")
+    return f"CAST({text} AS {ddl})" if ddl else text
+
+
 def path_segment(name: str) -> str:
     """A namespace, relation or source name as exactly one path segment.
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from cdc_apply.config import Config
 from cdc_apply.delta.names import child_path, quote_ident
+from cdc_apply.delta.sql_table import SqlDeltaTable, is_connect, sql_exists
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +31,17 @@ class TableRef:
         return self.path or self.name or "?"
 
     def delta_table(self, spark):
+        """Delta's ``DeltaTable`` on a classic session; on Spark Connect the same calls as SQL statements
+        (:class:`~cdc_apply.delta.sql_table.SqlDeltaTable`)."""
+        if is_connect(spark):
+            return SqlDeltaTable(spark, self)
         from delta.tables import DeltaTable
 
         return DeltaTable.forPath(spark, self.path) if self.path else DeltaTable.forName(spark, self.name)
 
     def exists(self, spark) -> bool:
+        if is_connect(spark):
+            return sql_exists(spark, self)
         from delta.tables import DeltaTable
 
         if self.path is not None:

@@ -17,7 +17,8 @@ silently leaves alone: every later run fails. :func:`ensure_table` therefore cre
    location must hold a commit afterwards — a create that did nothing is an error, never a skip.
 
 Catalog tables (by name) are left to their catalog: it creates them atomically or not, and their
-locations are not the job's to list.
+locations are not the job's to list. Over Spark Connect path tables are created the same way (the client
+has no file system of the server's to list).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import re
 import time
 from typing import Callable
 
+from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.errors import StateError
 
 _COMMIT = re.compile(r"^\d{20}\.json$|^\d{20}\.checkpoint(\.\d+\.\d+)?\.parquet$|^\d{20}\.checkpoint\.[^/]+\.(json|parquet)$")
@@ -106,7 +108,10 @@ def ensure_table(spark, ref, create: Callable[[], None], what: str | None = None
     A log folder without a commit younger than :data:`SETTLE_SECONDS` may be another process's creation
     under way: it is given that long to commit before it is taken for a killed one's."""
     what = what or str(ref)
-    if ref.path is None:
+    # A catalog's tables are its own to create; over Spark Connect the client cannot list the server's
+    # storage, so a path is asked through SQL (``DESCRIBE DETAIL``) and a killed creation's empty
+    # ``_delta_log/`` is not cleared (docs/CONNECT.md).
+    if ref.path is None or is_connect(spark):
         if ref.exists(spark):
             return False
         _retry_races(spark, ref, create, what)

@@ -2,19 +2,18 @@
 
 Per micro-batch (``foreachBatch``):
 
-1. collect the batch's control messages (everything but changes: a small set)
-   and plan it — transactions, relation versions, seq ranges — on the driver;
+1. collect the batch's control messages (everything but changes: a small set) and plan it —
+   transactions, relation versions, seq ranges — on the driver;
 2. decode the change rows once, in parallel (``mapInArrow``), and persist them;
-3. per silver table, in parallel threads: evolve the schema, empty the table
-   at a TRUNCATE, collapse to one row per key and MERGE;
-4. append the transactions log, messages and quarantine (beside step 3 in a
-   small batch without a snapshot load) and, last, progress.
+3. per silver table, in parallel threads: evolve the schema, empty the table at a TRUNCATE,
+   collapse to one row per key and MERGE;
+4. append the transactions log, messages and quarantine (beside step 3 in a small batch without
+   a snapshot load) and, last, progress.
 
-Every write is guarded by the pipeline's own apply version (not Spark's batch
-id): silver commits record their step in ``userMetadata`` (``ledger.py``),
-bookkeeping rows their apply version; change rows at or below a source's
-applied seq are skipped, so a re-run batch — or a replay of bronze from the
-start — changes nothing twice.
+Every write is guarded by the pipeline's own apply version (not Spark's batch id): silver commits
+record their step in ``userMetadata`` (``ledger.py``), bookkeeping rows their apply version; change
+rows at or below a source's applied seq are skipped, so a re-run batch — or a replay of bronze from
+the start — changes nothing twice. Over Spark Connect ``lake/batch_loop.py`` calls ``process``.
 """
 
 from __future__ import annotations
@@ -53,6 +52,8 @@ from cdc_apply.lake.sources.formats import SourceFormats
 from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+from cdc_apply.lake.batch_loop import run_batches
+from cdc_apply.spark.connect import default_parallelism, is_connect_session, partition_count
 from cdc_apply.spark.session import session_settings
 
 # Values (messages x decoded columns) per decode partition: few tasks, as each pays a fixed hand-off to a
@@ -110,7 +111,6 @@ class ApplyPipeline:
         """Every source's pgoutput messages (bronze's, or transcoded from it: see cdc_apply.lake.sources.formats)."""
         return self.formats.messages(self.spark, self.bronze)
 
-    # -- planning helpers ----------------------------------------------------------
     def _first_change_seq(self, source: str, ranges, subxids):
         """Seq of each subtransaction's first change within ``ranges`` (read from bronze, one job)."""
         return first_change_seqs(self.spark, self._messages(), source, ranges, subxids)
@@ -254,7 +254,7 @@ class ApplyPipeline:
         changes = fresh.where(~is_control()).select("source", "seq", "lsn", "payload")
         # Counted on the batch's own rows: planning the union with older rows would cost a Delta
         # file-skipping job here and another in the decode; those rows only add partitions.
-        partitions = changes.rdd.getNumPartitions()
+        partitions = partition_count(changes)   # None over Spark Connect: repartitioned only when large
         reread = None
         for source, batch in plan.sources.items():
             for a, b in batch.reread:
@@ -268,8 +268,9 @@ class ApplyPipeline:
         # As few partitions as keep each cached block small (DECODE_VALUES_PER_PARTITION).
         messages -= sum(b - a + 1 for load in loads for a, b in load.ranges)   # loaded on their own
         per_partition = max(1, DECODE_VALUES_PER_PARTITION // len(output_schema(plan.decode)))
-        wanted = max(self.spark.sparkContext.defaultParallelism, -(-messages // per_partition))
-        if partitions < wanted:
+        slots = default_parallelism(self.spark)
+        wanted = max(slots, -(-messages // per_partition))
+        if (partitions < wanted) if partitions is not None else wanted > slots:
             changes = changes.repartition(wanted)
         decoded = changes.mapInArrow(partial(decode_batches, plan=plan.decode), output_ddl(plan.decode))
         return decoded.persist()
@@ -369,9 +370,10 @@ class ApplyPipeline:
                               landed_only={s for s in ends if self.formats.of(s).name != "pgoutput"})
         return newest, ages, asked
 
-    # -- the streaming query --------------------------------------------------------------
     def run(self, once: bool = False, await_termination: bool = True):
         """Start the Structured Streaming query over bronze (``once``: everything available, then stop)."""
+        if is_connect_session(self.spark):   # foreachBatch would run in the server's Python: batch_loop.py
+            return run_batches(self, once)
         reader = self.spark.readStream.format("delta")
         if self.config.bronze.max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", self.config.bronze.max_files_per_trigger)
@@ -393,6 +395,5 @@ class ApplyPipeline:
             except Exception as exc:  # StreamingQueryException wraps our own error: surface that one
                 raise unwrap_error(exc, self.config) from None
         return query
-
 
 __all__ = ["ApplyPipeline", "BatchReport", "SKIP", "ApplyError"]

@@ -34,6 +34,8 @@ from cdc_apply.lake.silver.merge_moves import resolve_moves
 from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.delta.ddl import create_table, set_properties, silver_properties, table_properties
 from cdc_apply.delta.log import delta_version, files_bytes
+from cdc_apply.spark.connect import child_session
+from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.delta.refs import TableRef, silver_ref
 from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
@@ -150,7 +152,7 @@ class SilverTables:
 
     def _apply_table(self, batch: BatchContext, planned: TablePlan) -> TableStats:
         work, version = planned.work, batch.version
-        session = self.spark.newSession()
+        session = child_session(self.spark)   # newSession, or cloneSession over Spark Connect
         # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         # A child session starts from the static configuration: the job's own session may have been
@@ -261,7 +263,9 @@ class SilverTables:
             return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
         events = drop_cleared(key_events(projected, work), work)
         if work.toast_moves:
-            target = None if work.truncate_after is not None else work.ref.read(session)
+            # Over Spark Connect two sessions' DataFrames cannot be joined: read in the decoded rows' session.
+            own = projected.sparkSession if is_connect(session) else session
+            target = None if work.truncate_after is not None else work.ref.read(own)
             events = resolve_moves(events, work, target)
         # Materialised once: MERGE reads its source more than once, and a plain scan plans fast.
         partitions = collapse_partitions(planned.rows, len(work.columns),

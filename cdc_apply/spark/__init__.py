@@ -7,6 +7,6 @@ from typing import Any
 
 def spark_session(app_name: str = "cdc_apply", **conf: Any):
     """See :func:`cdc_apply.spark.session.spark_session`."""
-    from cdc_apply.spark.session import spark_session as _build
+    from cdc_apply.spark.connect import build_session as _build
 
     return _build(app_name, **conf)

@@ -48,14 +48,13 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 DELTA_CLASS = DELTA_EXTENSION  # present on the class path exactly when Delta's jars are
 
-# Why Connect cannot run the job: the micro-batch function keeps the carried state in the driver's
-# Python process between batches (Connect runs foreachBatch in a separate server-side process), each
-# silver table is merged in a child session (newSession) and Delta's log is read through the JVM.
+# Why Connect cannot land: the lander commits the Parquet files it wrote through Delta's JVM classes
+# (delta/commit.py), which a Connect client cannot reach. The apply job and the reads run over Connect.
 CONNECT_UNSUPPORTED = (
-    "cdc_apply needs a classic Spark session with its driver in this process, and this is a Spark Connect "
-    "session: on Databricks run it on a cluster in dedicated (single user) access mode, not on serverless "
-    "compute or a standard (shared) access mode cluster; elsewhere start Spark without spark.remote, "
-    "SPARK_REMOTE or spark.api.mode=connect"
+    "cdc_apply's lander needs a classic Spark session with its driver in this process, and this is a Spark "
+    "Connect session: on Databricks run it on a cluster in dedicated (single user) access mode, not on "
+    "serverless compute or a standard (shared) access mode cluster; elsewhere start Spark without "
+    "spark.remote, SPARK_REMOTE or spark.api.mode=connect"
 )
 
 # Settings the job wants on any session it starts, added only where the user's configuration leaves
@@ -429,7 +428,7 @@ def describe_session(spark) -> str:
 
 
 def spark_session(app_name: str = "cdc_apply", **conf: Any):
-    """Return a classic Spark session with Delta Lake, built from the configuration the user already has.
+    """Return a Spark session with Delta Lake, built from the configuration the user already has.
 
     * An existing session (Databricks, a notebook, ``pyspark``, a test fixture) is returned untouched;
       without Delta it is a :class:`SetupError` naming the settings it lacks.
@@ -442,11 +441,15 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
     Keyword arguments are Spark settings and win over everything above except an existing session;
     pass dotted keys with ``**{"spark.sql.shuffle.partitions": "8"}``. Delta's jars are added only when
     its classes are not on the class path (see :func:`cdc_apply.spark.jars.find_delta_jars`). A Spark
-    Connect session, or settings asking for one, raise :class:`SetupError` (:data:`CONNECT_UNSUPPORTED`).
+    Connect session already running is returned as it is; settings asking for one (``spark.remote``,
+    ``SPARK_REMOTE``, ``spark.api.mode=connect``) build it — ``local[N]`` starts a local server with Delta
+    in this process (docs/CONNECT.md).
     """
     existing = _existing_session()
+    if existing is not None and is_spark_connect(existing):
+        log.info("using the Spark Connect session already running")
+        return existing
     if existing is not None:
-        require_classic(existing)
         if not _has_delta(existing):
             raise SetupError(
                 "the Spark session already running has no Delta Lake; start it with "
@@ -460,8 +463,9 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
         log.info("using the Spark session already running: %s", describe_session(existing))
         return existing
     requested = _connect_requested(conf)
-    if requested:
-        raise SetupError(CONNECT_UNSUPPORTED, setting=requested)
+    if requested:   # cdc_apply.spark_session builds it (cdc_apply.spark.connect.connect_session)
+        raise SetupError("settings ask for a Spark Connect session: build it with cdc_apply.spark_session()",
+                         setting=requested)
 
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession

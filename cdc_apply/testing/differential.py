@@ -12,6 +12,7 @@ replays it::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import shutil
 import sys
@@ -69,7 +70,7 @@ def _lake(root: Path, extra: dict | None = None, history: bool = False) -> dict:
 def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int = 2,
                      configs=tuple(CONFIGS), root: Path | None = None, out: TextIO = sys.stdout,
                      large_rows: int = 300, history: bool = False, preload: int = 0,
-                     chunk_rows: int = 100) -> Outcome:
+                     chunk_rows: int = 100, apply_spark=None, apply_mode=None) -> Outcome:
     """Run the workload in ``checkpoints`` parts; after each, land every configuration, apply, compare.
 
     ``history``: every table keeps a history table; the source's state after every transaction is
@@ -77,7 +78,9 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     ``read_as_of`` must equal PostgreSQL (history at this checkpoint, time travel at the one before).
     ``preload``: transactions run before any slot exists; each lander then creates its slot with the
     initial snapshot (tables with an integer key in key ranges of ``chunk_rows`` rows), so silver must
-    hold the rows that were there before the slot as well.
+    hold the rows that were there before the slot as well. ``apply_spark``: the session the apply job
+    runs with (default ``spark``, which lands and compares), entered with ``apply_mode()`` around each of
+    its calls — a Spark Connect session and ``connect_mode`` (docs/CONNECT.md).
     """
     from cdc_apply.testing.history_check import SourceRecord
     from cdc_apply.delta.bronze_schema import create_bronze_table
@@ -120,7 +123,9 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
         if record:
             workload.execute = record.recorder(conn, execute)
             record.take(conn)  # the state before the first transaction
-        pipeline = ApplyPipeline(spark, lake, out=out)
+        apply_mode = apply_mode or contextlib.nullcontext
+        with apply_mode():
+            pipeline = ApplyPipeline(apply_spark or spark, lake, out=out)
         per_part = max(transactions // checkpoints, 1)
         seen = 0
         for part in range(checkpoints):
@@ -131,7 +136,8 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
             for name in configs:
                 Lander(landers[name], spark, out=io.StringIO()).run(once=True)
             t1 = time.monotonic()
-            pipeline.run(once=True)
+            with apply_mode():
+                pipeline.run(once=True)
             t2 = time.monotonic()
             results = {}
             snapshot = snapshot_postgres(conn, SCHEMAS)  # one read of the source for every configuration

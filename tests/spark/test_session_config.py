@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-import cdc_apply
 from cdc_apply.errors import SetupError
 from cdc_apply.spark.session import (
     CONNECT_UNSUPPORTED,
@@ -126,15 +125,6 @@ def test_a_spark_connect_session_is_refused_with_what_is_needed(stand_in):
         require_classic(stand_in())
     assert CONNECT_UNSUPPORTED in str(err.value)
     assert "dedicated (single user) access mode" in str(err.value)
-
-
-def test_the_api_refuses_spark_connect_before_reading_anything(tmp_path):
-    config = {"bronze": {"path": str(tmp_path / "b")}, "silver": {"path": str(tmp_path / "s")},
-              "state": {"path": str(tmp_path / "st")}}
-    for call in (lambda: cdc_apply.apply(_NoJvmStandIn(), config), lambda: cdc_apply.status(_NoJvmStandIn(), config)):
-        with pytest.raises(SetupError, match="Spark Connect"):
-            call()
-    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(("env", "conf", "named"), [

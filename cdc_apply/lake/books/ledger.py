@@ -147,10 +147,9 @@ class SilverLedger:
 
 def _read_newest(spark, ref: TableRef, app_id: str) -> tuple[int, tuple[int, int] | None]:
     """The newest step the table's commits record for ``app_id`` and that commit's batch seqs."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    table = DeltaTable.forPath(spark, ref.path) if ref.path else DeltaTable.forName(spark, ref.name)
+    table = ref.delta_table(spark)
     needle = app_marker(app_id)
     for limit in HISTORY_PROBES:
         history = table.history(limit) if limit else table.history()

@@ -39,6 +39,7 @@ from cdc_apply.delta.ddl import column_list, property_list, set_properties, tabl
 from cdc_apply.delta.log import delta_version
 from cdc_apply.delta.names import quote_ident, quote_literal
 from cdc_apply.delta.refs import TableRef, history_ref
+from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 from cdc_apply.errors import ApplyError, ConfigError, SchemaError, StateError
 from cdc_apply.delta.table_create import ensure_table
@@ -127,7 +128,8 @@ class HistoryTables:
         h = self.columns
         # Every change of the batch counts, those before a truncate too: each transaction is a version.
         projected = project(decoded, replace(work, truncate_after=None))
-        history = ref.read(session)
+        # Over Spark Connect two sessions' DataFrames cannot be joined: read in the decoded rows' session.
+        history = ref.read(decoded.sparkSession if is_connect(session) else session)
         small = planned.rows <= BROADCAST_KEYS
         if work.key is None:
             versions = keyless_versions(projected, history, work, h, truncates, small)

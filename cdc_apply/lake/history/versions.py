@@ -28,8 +28,10 @@ from functools import reduce
 from typing import Sequence
 
 from cdc_apply.lake.silver.merge import null_safe_equal
+from cdc_apply.lake.silver.merge_sql import truncate_closes_sql
+from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.planning.table_plan import TableWork
-from cdc_apply.delta.names import quote_ident
+from cdc_apply.delta.names import quote_ident, sql_literal
 from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
 from cdc_apply.planning import columns as cc
@@ -90,6 +92,17 @@ class Truncates:
         if high is not None:
             cond = cond & (value < F.lit(high).cast(ddl))
         return F.coalesce(cond, F.lit(False))
+
+    def applies_sql(self, point, key) -> str:
+        """:meth:`_applies` as SQL text (``key(column index)``: the column's SQL), for a MERGE's clause."""
+        rng = point[4] if len(point) > 4 else None
+        if rng is None:
+            return "TRUE"
+        column, low, high = rng
+        value, ddl = key(column), self.ddls[column]
+        parts = ([f"{value} >= {sql_literal(low, ddl)}"] if low is not None else []) + \
+                ([f"{value} < {sql_literal(high, ddl)}"] if high is not None else [])
+        return f"coalesce({' AND '.join(parts) or 'TRUE'}, FALSE)"
 
     def epoch(self, key=None, lsn_col: str = cc.COMMIT_LSN, seq_col: str = cc.SEQ):
         """How many truncates of the row come before an event (at ``(lsn, seq)``) in commit order."""
@@ -330,11 +343,15 @@ def merge_versions(spark, target, versions, work: TableWork, h: HistoryColumns, 
                           h.closed_by, h.copies, h.is_current]
     closing = [h.valid_to_lsn, h.valid_to_ts, h.closed_by, h.is_current]
     updated = (names if keyed else []) + closing
+    column_of = str if is_connect(spark) else F.col   # a Connect MERGE is a statement: SQL text
     builder = (target.delta_table(spark).alias("t").merge(versions.alias("s"), condition)
-               .whenMatchedUpdate(set={quote_ident(c): F.col(f"s.{quote_ident(c)}") for c in updated})
+               .whenMatchedUpdate(set={quote_ident(c): column_of(f"s.{quote_ident(c)}") for c in updated})
                .whenNotMatchedInsert(condition="NOT s._prior",
-                                     values={quote_ident(c): F.col(f"s.{quote_ident(c)}") for c in everything}))
-    if truncates.points:
+                                     values={quote_ident(c): column_of(f"s.{quote_ident(c)}") for c in everything}))
+    if truncates.points and is_connect(spark):
+        closes, assignments = truncate_closes_sql(truncates, work, h)
+        builder = builder.whenNotMatchedBySourceUpdate(condition=closes, set=assignments)
+    elif truncates.points:
         frm = F.col(f"t.{quote_ident(h.valid_from_lsn)}")
         target_key = lambda i: F.col(f"t.{quote_ident(work.columns[i].name)}")  # noqa: E731
         lsn, ts, cause, closes = None, None, None, F.lit(False)

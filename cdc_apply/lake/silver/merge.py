@@ -29,6 +29,8 @@ from typing import Sequence
 
 from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.delta.names import quote_ident
+from cdc_apply.delta.sql_table import is_connect
+from cdc_apply.lake.silver.merge_sql import key_bounds_sql, keyed_assignments_sql
 from cdc_apply.errors import ApplyError
 from cdc_apply.planning import columns as cc
 
@@ -285,26 +287,31 @@ def merge_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None) 
     values); insert rows with nothing left to fill from silver. ``bounds`` (lowest, highest key of a
     single-column key) go into the join condition, so Delta skips silver files outside them — a
     batch of recent keys reads only the files that hold recent keys."""
-    from pyspark.sql import functions as F
-
     from cdc_apply.lake.silver.replace_rows import needs_replace, replace_keyed
 
     if needs_replace(spark, work):
         return replace_keyed(spark, collapsed, work, bounds)
     key_names = [work.columns[i].name for i in work.key_index]
     condition = " AND ".join(f"t.{quote_ident(k)} = s.`{cc.key(p)}`" for p, k in enumerate(key_names))
-    if bounds is not None and bounds[0] is not None:
-        column = F.col(f"t.{quote_ident(key_names[0])}")
-        ddl = work.columns[work.key_index[0]].spark_ddl
-        condition = F.expr(condition) & column.between(F.lit(bounds[0]).cast(ddl), F.lit(bounds[1]).cast(ddl))
-    meta = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
-    assignments = {quote_ident(c.name): F.when(F.col(f"s.`{cc.sets(i)}`"), F.col(f"s.`{cc.final(i)}`"))
-                   .otherwise(F.col(f"t.{quote_ident(c.name)}")) for i, c in enumerate(work.columns)}
-    assignments.update(meta)
-    # A row silver lacks can be inserted only when no unchanged-TOAST value of it is missing: like
-    # PostgreSQL's apply worker, an update of a missing row is otherwise skipped.
-    values = {quote_ident(c.name): F.col(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
-    values.update(meta)
+    ddl = work.columns[work.key_index[0]].spark_ddl
+    if is_connect(spark):   # a MERGE statement: its expressions as SQL text (merge_sql.py)
+        if bounds is not None and bounds[0] is not None:
+            condition = key_bounds_sql(condition, f"t.{quote_ident(key_names[0])}", bounds, ddl)
+        assignments, values = keyed_assignments_sql(work)
+    else:
+        from pyspark.sql import functions as F
+
+        if bounds is not None and bounds[0] is not None:
+            column = F.col(f"t.{quote_ident(key_names[0])}")
+            condition = F.expr(condition) & column.between(F.lit(bounds[0]).cast(ddl), F.lit(bounds[1]).cast(ddl))
+        meta = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
+        assignments = {quote_ident(c.name): F.when(F.col(f"s.`{cc.sets(i)}`"), F.col(f"s.`{cc.final(i)}`"))
+                       .otherwise(F.col(f"t.{quote_ident(c.name)}")) for i, c in enumerate(work.columns)}
+        assignments.update(meta)
+        # A row silver lacks can be inserted only when no unchanged-TOAST value of it is missing: like
+        # PostgreSQL's apply worker, an update of a missing row is otherwise skipped.
+        values = {quote_ident(c.name): F.col(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
+        values.update(meta)
     metrics = (work.ref.delta_table(spark).alias("t").merge(collapsed.alias("s"), condition)
                .whenMatchedDelete(condition="s._action = 'delete'")
                .whenMatchedUpdate(condition="s._action = 'upsert'", set=assignments)
@@ -356,7 +363,10 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     if target_empty:
         counted = net.withColumn("_c", F.lit(0).cast("long"))
     else:
-        silver = work.ref.read(spark) if step is None else silver_before(spark, work.ref, step)
+        # Over Spark Connect a join of two sessions' DataFrames is refused (SESSION_NOT_SAME): read silver
+        # in the decoded rows' own session there.
+        own = projected.sparkSession if is_connect(spark) else spark
+        silver = work.ref.read(own) if step is None else silver_before(own, work.ref, step)
         target = silver.select(*[F.col(quote_ident(c.name)).alias(cc.final(i))
                                                for i, c in enumerate(work.columns)])
         cond = null_safe_equal([target[v] for v in values], [F.col(f"_n.{v}") for v in values])
@@ -376,8 +386,9 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
                .select(*values, *meta_cols, F.lit("ins").alias(cc.KIND)))
     source = deletes.unionByName(inserts)
     condition = " AND ".join(f"t.{quote_ident(c.name)} <=> s.`{cc.final(i)}`" for i, c in enumerate(work.columns))
-    meta_set = {quote_ident(col): F.col(f"s.`{src}`") for col, src in work.meta}
-    insert_values = {quote_ident(c.name): F.col(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
+    column_of = str if is_connect(spark) else F.col   # SQL text for a Connect MERGE statement (merge_sql.py)
+    meta_set = {quote_ident(col): column_of(f"s.`{src}`") for col, src in work.meta}
+    insert_values = {quote_ident(c.name): column_of(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
     insert_values.update(meta_set)
     metrics = (work.ref.delta_table(spark).alias("t")
                .merge(source.alias("s"), f"({condition}) AND s._kind = 'del'")

@@ -10,8 +10,9 @@ from itertools import groupby
 from typing import Sequence
 
 from cdc_apply.delta.ddl import USER_METADATA
-from cdc_apply.delta.names import quote_ident
+from cdc_apply.delta.names import quote_ident, sql_literal
 from cdc_apply.delta.refs import TableRef
+from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.lake.books.commit_tag import decode_tag, encode_tag
 from cdc_apply.planning.schema_net import net_schema_ops
 from cdc_apply.planning.tables import SchemaOp
@@ -61,10 +62,24 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str |
 
 def _fill(spark, ref: TableRef, run: Sequence[SchemaOp], values: dict, where: str | None = None) -> None:
     """Set columns just added to their missing values in every row (or those ``where`` holds for; one UPDATE)."""
+    literal = _literal if is_connect(spark) else _column
+    ref.delta_table(spark).update(condition=where, set={quote_ident(o.column): literal(values[o.column], o.spark_ddl)
+                                                        for o in run})
+
+
+def _column(value, ddl: str):
     from pyspark.sql import functions as F
 
-    ref.delta_table(spark).update(condition=where, set={quote_ident(o.column): F.lit(values[o.column]).cast(o.spark_ddl)
-                                                        for o in run})
+    return F.lit(value).cast(ddl)
+
+
+def _literal(value, ddl: str):
+    """SQL text (what a Spark Connect UPDATE statement takes); a value SQL text cannot hold here (an
+    array) stays a Column, which the statement refuses with a named error."""
+    try:
+        return sql_literal(value, ddl)
+    except TypeError:
+        return _column(value, ddl)
 
 
 def _steps_done(spark, ref: TableRef, chain: str, steps: int) -> int:

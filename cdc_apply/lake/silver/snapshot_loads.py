@@ -18,6 +18,8 @@ from cdc_apply.lake.silver.appends import append_rows
 from cdc_apply.lake.silver.merge import project
 from cdc_apply.lake.sources.payload_columns import in_seq_ranges, is_insert
 from cdc_apply.delta.names import quote_ident
+from cdc_apply.delta.sql_table import is_connect
+from cdc_apply.lake.silver.merge_sql import key_ranges_sql
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.assemble import merge_ranges
 from cdc_apply.planning.decode_plan import pool_columns
@@ -57,6 +59,9 @@ def in_range(column, low, high, ddl: str):
 def clear_ranges(session, work: TableWork) -> None:
     """Delete silver's rows in the key ranges of the batch's chunks (``work.clears``), one DELETE."""
     table = work.ref.delta_table(session)
+    if is_connect(session):   # a DELETE statement: its condition as SQL text
+        table.delete(key_ranges_sql(work))
+        return
     conds = []
     for c in work.clears:
         column = work.columns[c.column]

@@ -1,0 +1,120 @@
+"""Spark Connect with Delta on this machine: the settings a local Connect server starts with.
+
+``SparkSession.builder.remote("local[N]")`` (or ``SPARK_REMOTE=local[N]`` with a plain builder) starts the
+server in the calling process: pyspark launches a classic SparkContext with Spark's Connect plugin
+(``spark.plugins=org.apache.spark.sql.connect.SparkConnectPlugin``, Spark's own ``spark-connect_2.13``
+jar ships in pyspark's ``jars/``), gives it *every* setting the builder was given — ``spark.jars``, the
+Delta extension and catalog, driver memory, JVM options — and then connects a Connect client to it on
+``localhost`` (port 15002 unless ``spark.connect.grpc.binding.port`` says otherwise); the runtime SQL
+settings among them are also set on the client's session. So Delta reaches a local Connect server the
+way it reaches a classic session: its jars in ``spark.jars`` and its two SQL settings
+(:func:`local_connect_settings`). docs/CONNECT.md says what works over such a session.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from typing import Any, Mapping
+
+from cdc_apply.errors import SetupError
+from cdc_apply.spark.jars import find_delta_jars
+from cdc_apply.spark.session import JAVA_OPTIONS, _connect_requested, plan_settings
+from cdc_apply.spark.session import spark_session as classic_session
+
+log = logging.getLogger("cdc_apply.spark")
+
+# Spark's Connect server, as pyspark's remote("local[N]") starts it (pyspark/sql/connect/session.py,
+# SparkSession._start_connect_server): the plugin, and artifact isolation per client session.
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+CONNECT_PORT = "spark.connect.grpc.binding.port"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+def local_connect_settings(master: str = "local[2]", **overrides: Any) -> dict[str, str]:
+    """The settings for ``SparkSession.builder.remote(master)`` so that its in-process Connect server runs
+    with Delta: the Delta jars (:func:`cdc_apply.spark.jars.find_delta_jars`; :class:`SetupError` naming
+    what to pass when none are found), the Delta extension and catalog, and everything a classic session
+    this package launches gets (UTC, task counts for ``master``'s cores, the JVM's options, Python
+    workers on this interpreter). ``overrides`` win; the master is ``master``, given to ``remote``.
+
+    The server's Python workers (``mapInArrow``, UDFs) run ``$PYSPARK_PYTHON`` (else ``python3``), not
+    ``spark.pyspark.python``: set it in the environment before ``remote()`` starts the server.
+    """
+    settings = plan_settings({}, {"spark.master": master, **overrides}, launching=True)
+    settings.pop("spark.master")
+    if "spark.jars" not in overrides:
+        search = find_delta_jars()
+        if not search.jars:
+            raise SetupError(search.missing_message())
+        settings["spark.jars"] = ",".join(str(j) for j in search.jars)
+    for key, value in (("spark.driver.extraJavaOptions", JAVA_OPTIONS),
+                       ("spark.executor.extraJavaOptions", JAVA_OPTIONS), ("spark.pyspark.python", sys.executable)):
+        settings.setdefault(key, value)
+    return settings
+
+
+# -- what the job asks of a session, classic or Connect ---------------------------------------------
+
+def is_connect_session(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (pyspark's ``pyspark.sql.connect`` class)."""
+    return (type(spark).__module__ or "").startswith("pyspark.sql.connect.")
+
+
+def child_session(spark: Any):
+    """A session of its own for settings that must not reach the caller's (each silver table's Delta
+    settings and commit ``userMetadata``): ``newSession()`` on a classic session, ``cloneSession()`` (a
+    copy of its settings on the server) over Spark Connect, which has no ``newSession``."""
+    return spark.cloneSession() if is_connect_session(spark) else spark.newSession()
+
+
+def default_parallelism(spark: Any) -> int:
+    """The task slots a stage should at least use: Spark's default parallelism on a classic session; over
+    Spark Connect (where it cannot be read) the cores of a ``local[N]`` master, else the shuffle partitions."""
+    if not is_connect_session(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    master = spark.conf.get("spark.master", None) or ""
+    match = re.match(r"^local\[(\d+|\*)", master)
+    if match:
+        return (os.cpu_count() or 1) if match.group(1) == "*" else int(match.group(1))
+    return int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
+
+
+def partition_count(df: Any) -> int | None:
+    """How many partitions ``df`` has; None over Spark Connect (no RDD to ask)."""
+    return None if is_connect_session(df.sparkSession) else df.rdd.getNumPartitions()
+
+
+# -- building a session: classic, or Spark Connect when the settings ask for it ----------------------
+
+def build_session(app_name: str = "cdc_apply", **conf: Any):
+    """:func:`cdc_apply.spark.session.spark_session`, and a Spark Connect session when ``spark.remote``,
+    ``SPARK_REMOTE`` or ``spark.api.mode=connect`` ask for one and no session runs yet (:func:`connect_session`)."""
+    from pyspark.sql import SparkSession
+
+    requested = _connect_requested(conf)
+    if requested and SparkSession.getActiveSession() is None:
+        return connect_session(app_name, conf, requested)
+    return classic_session(app_name, **conf)
+
+
+def connect_session(app_name: str, conf: Mapping[str, Any], requested: str):
+    """A Spark Connect session as the settings ask: ``spark.remote`` / ``SPARK_REMOTE`` ``local[N]`` starts a
+    server in this process with Delta (:func:`cdc_apply.spark.connect.local_connect_settings`; its Python
+    workers run this interpreter), ``sc://...`` connects to one (Delta is the server's business)."""
+    from pyspark.sql import SparkSession
+
+    remote = str(conf.get("spark.remote") or os.environ.get("SPARK_REMOTE") or "")
+    settings = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in conf.items() if k != "spark.remote"}
+    builder = SparkSession.builder.appName(app_name)
+    if remote.startswith("local"):
+        # The server's Python workers run $PYSPARK_PYTHON (not spark.pyspark.python): docs/CONNECT.md.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        settings = local_connect_settings(remote, **settings)
+    if remote:
+        builder = builder.remote(remote)
+    session = builder.config(map=settings).getOrCreate() if settings else builder.getOrCreate()
+    log.info("Spark Connect session (%s=%s), Spark %s", requested, remote or "connect", session.version)
+    return session
