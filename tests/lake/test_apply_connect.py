@@ -10,7 +10,8 @@ import pytest
 from cdc_apply.testing.connect_server import connect_mode
 from cdc_apply.testing.differential import run_differential
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.connect]
+# Minutes each (a Connect server of its own, the differential workload): run by make system.
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.connect, pytest.mark.system]
 
 SEED = 20261128
 

@@ -17,7 +17,8 @@ from cdc_apply.testing.connect_server import connect_mode
 from cdc_apply.testing.history_check import check_as_of
 from pg_lake import PgLake
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.connect]
+# Minutes each (a Connect server of its own, the differential workload): run by make system.
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.connect, pytest.mark.system]
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 SETUP = [
