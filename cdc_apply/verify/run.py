@@ -103,6 +103,7 @@ class _Plan:
     bounds: list = field(default_factory=list)
     buckets: int | None = None
     sums: dict = field(default_factory=dict)
+    relation: object = None      # its RelationHistory: first names (where silver lives), key columns' lineage
 
     def where(self, index: int) -> tuple[str, list]:
         if self.buckets:
@@ -141,8 +142,8 @@ def verify(spark, config: Config, tables: Sequence[str] | None = None, range_row
         options = TypeOptions(numeric=config.apply.numeric)
         # The source's sums are read while the apply job catches up with the point: both take seconds.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-source") as pool:
-            planned = pool.submit(lambda: [_plan_source(spark, config, snap, name, ref, options, range_rows)
-                                           for name, ref in relations])
+            planned = pool.submit(lambda: [_plan_source(spark, config, snap, name, ref, rel, options, range_rows)
+                                           for name, ref, rel in relations])
             try:
                 run.applied_lsn = sv.wait_applied(spark, config, source, point.lsn, wait_seconds)
             finally:
@@ -165,8 +166,8 @@ def verify(spark, config: Config, tables: Sequence[str] | None = None, range_row
     return run
 
 
-def _relations(spark, config: Config, source: str, tables: Sequence[str] | None) -> list[tuple[str, object]]:
-    """``(current qualified name, silver ref)`` of the tables to verify (default: every applied, selected one)."""
+def _relations(spark, config: Config, source: str, tables: Sequence[str] | None) -> list[tuple[str, object, object]]:
+    """``(current qualified name, silver ref, relation history)`` of the tables to verify (default: every applied, selected one)."""
     history = Bookkeeping(config).load_history(spark).get(source)
     known = {} if history is None else {r.latest.qualified_name: r for r in history.relations.values()}
     if tables is None:
@@ -181,13 +182,13 @@ def _relations(spark, config: Config, source: str, tables: Sequence[str] | None)
     out = []
     for name in names:
         first = known[name].versions[0]
-        out.append((name, silver_ref(config, first.namespace, first.name, source)))
+        out.append((name, silver_ref(config, first.namespace, first.name, source), known[name]))
     return out
 
 
-def _plan_source(spark, config: Config, snap: SourceSnapshot, name: str, ref, options: TypeOptions,
+def _plan_source(spark, config: Config, snap: SourceSnapshot, name: str, ref, relation, options: TypeOptions,
                  range_rows: int) -> _Plan:
-    plan = _Plan(cmp.TableResult(name))
+    plan = _Plan(cmp.TableResult(name), relation=relation)
     started = time.monotonic()
     try:
         namespace, relname = name.split(".", 1)
@@ -235,7 +236,8 @@ def _compare(spark, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int,
     key = list(shape.key)
     try:
         result.silver_version, frame = sv.pin(spark, plan.silver)
-        history = history_ref(config, *_first_names(spark, config, plan), config.source.name)
+        first = plan.relation.versions[0]
+        history = history_ref(config, first.namespace, first.name, config.source.name)
         if config.history_for(result.table) is not None and history.exists(spark):
             excluded = sv.changed_keys(spark, history, config.silver.metadata_prefix, lsn, plan.columns, key)
         else:
@@ -280,25 +282,12 @@ def _changed_from_bronze(spark, config: Config, plan: _Plan, lsn: int, key: list
         raise VerifyError("a table without a key is compared as a multiset of rows, which needs a history table to "
                           "tell the rows changed past the point; keep one ([tables.\"<name>\"] history = true)",
                           table=table)
-    source = config.source.name
-    relation = next((r for r in Bookkeeping(config).load_history(spark).get(source).relations.values()
-                     if r.latest.qualified_name == table), None)
-    if relation is None:
-        raise VerifyError("no relation of that name was applied", table=table, source=source)
+    source, relation = config.source.name, plan.relation
     sv.wait_logged(spark, config, plan.silver, plan.result.silver_version, wait_seconds)
     names = sorted({v.qualified_name for v in relation.versions})
     spans = bronze_keys.transactions_past(spark, config, source, names, lsn)
     units = bronze_keys.bronze_units(spark, config, source, spans)
     return sorted(bronze_keys.changed_keys(units, relation, bronze_keys.key_positions(relation, key)))
-
-
-def _first_names(spark, config: Config, plan: _Plan) -> tuple[str, str]:
-    """The namespace and name the relation had first (where its silver and history tables live)."""
-    history = Bookkeeping(config).load_history(spark).get(config.source.name)
-    for rel in history.relations.values():
-        if rel.latest.qualified_name == plan.result.table:
-            return rel.versions[0].namespace, rel.versions[0].name
-    return tuple(plan.result.table.split(".", 1))  # type: ignore[return-value]
 
 
 _COLUMNS = [("run_id", "STRING"), ("verified_at", "TIMESTAMP"), ("source", "STRING"), ("table_name", "STRING"),
