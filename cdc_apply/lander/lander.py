@@ -80,7 +80,7 @@ class Lander:
     def run(self, once: bool = False) -> LandSummary:
         """Land until idle (``once``) or until :attr:`stop` is set; returns what was done."""
         started = time.monotonic()
-        self.server.connect()
+        self.server.lock()
         self.server.preflight()
         # A snapshot left open is closed first; a slot the lander creates comes with its initial snapshot.
         landed = self.snapshots.initial(self.snapshots.close_open(self.writer.open()))

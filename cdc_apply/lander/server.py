@@ -21,6 +21,10 @@ from cdc_apply.pgoutput.messages import format_lsn
 TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 
 
+# The advisory lock key of a slot's lander: hashtextextended(LOCK_PREFIX || slot, 0).
+LOCK_PREFIX = "cdc_apply-land:"
+
+
 # What to do when bronze and the slot do not belong together (changes may be missing from bronze).
 LOSS_REMEDY = ("this source's bronze cannot be continued: land into a new bronze table or under a new "
                "source.name (with source.create_slot a missing slot is created there) and load the published "
@@ -53,6 +57,7 @@ class SourceServer:
         self.created: list[str] = []     # what preflight created, for the log
         self.source_file: str | None = None  # the configuration file, named in what to run
         self._conn = None
+        self._locked = False             # this session holds the slot's lander lock (taken again on reconnect)
 
     def connect(self) -> None:
         import psycopg2
@@ -68,6 +73,29 @@ class SourceServer:
             err.transient = is_transient(exc)
             raise err from None
         self._conn.autocommit = True
+        if self._locked:
+            self._take_lock()
+
+    def lock(self) -> None:
+        """Hold the lander lock of the configured slot for this session's life, or raise :class:`LandError`.
+
+        Two landers of one slot started together would both find bronze empty and both write the first
+        batches before the slot refuses one of them, each failing the other; the lock is a session-level
+        advisory lock on the source, so the second lander stops before writing anything, and a killed
+        lander's lock goes with its connection."""
+        self.connect()
+        self._checking(self._take_lock)
+        self._locked = True
+
+    def _take_lock(self) -> None:
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (LOCK_PREFIX + self.source.slot,))
+            held = cur.fetchone()[0]
+        if not held:
+            self.close()
+            raise LandError(f"another lander is landing slot {self.source.slot!r} (it holds the lander lock on "
+                            f"database {self.target.dbname!r}): run one lander per source, then start this one "
+                            "again once it has stopped", slot=self.source.slot, dsn=self.target.shown)
 
     def close(self) -> None:
         if self._conn is not None:

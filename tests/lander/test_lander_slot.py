@@ -90,3 +90,23 @@ def test_a_slot_the_lander_confirmed_past_bronze_itself_is_not_mistaken_for_a_ne
     db.execute("INSERT INTO t VALUES (302, 'after')", dbname=DB)
     summary, _ = run_lander(config, spark)
     assert summary.messages == 4                       # B R I C: started, nothing lost, nothing twice
+
+
+def test_a_second_lander_of_a_slot_stops_before_writing_while_the_first_holds_the_lander_lock(db, spark, tmp_path):
+    from cdc_apply.lander.server import LOCK_PREFIX
+
+    config = make_config(tmp_path, db.dsn(DB), "locked", "locked", "pub", create_slot=True)
+    holder = db.connect(DB)        # the first lander's session, as far as the lock goes
+    try:
+        with holder.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (LOCK_PREFIX + "locked",))
+            assert cur.fetchone()[0]
+        with pytest.raises(LandError) as err:
+            run_lander(config, spark)
+        assert "another lander is landing slot 'locked'" in str(err.value)
+        assert err.value.context["slot"] == "locked"
+        assert not (tmp_path / "bronze").exists() and not slot_exists(db, "locked")
+    finally:
+        holder.close()                 # the lock goes with its session, as a killed lander's does
+    summary, _ = run_lander(config, spark)
+    assert slot_exists(db, "locked") and summary.state.batch >= 1
