@@ -80,11 +80,15 @@ class Lander:
     def run(self, once: bool = False) -> LandSummary:
         """Land until idle (``once``) or until :attr:`stop` is set; returns what was done."""
         started = time.monotonic()
-        self.server.lock()
-        self.server.preflight()
-        # A snapshot left open is closed first; a slot the lander creates comes with its initial snapshot.
-        landed = self.snapshots.initial(self.snapshots.close_open(self.writer.open()))
-        slot = self.server.ensure_slot(landed)
+        try:
+            self.server.lock()
+            self.server.preflight()
+            # A snapshot left open is closed first; a slot the lander creates comes with its initial snapshot.
+            landed = self.snapshots.initial(self.snapshots.close_open(self.writer.open()))
+            slot = self.server.ensure_slot(landed)
+        except BaseException:
+            self.server.close()         # the lander lock goes with the session: a next run may start
+            raise
         unchecked = landed.landed and landed.confirmed_lsn is None
         # From here on the slot may stand where it stands now (checked above, or not checkable).
         self.state = replace(landed, confirmed_lsn=max(landed.confirmed_lsn or 0, slot.confirmed_flush_lsn))

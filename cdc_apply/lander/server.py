@@ -7,6 +7,7 @@ SQL to run (or the config key to set) to fix it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from cdc_apply.config import SourceConfig
@@ -23,6 +24,7 @@ TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval":
 
 # The advisory lock key of a slot's lander: hashtextextended(LOCK_PREFIX || slot, 0).
 LOCK_PREFIX = "cdc_apply-land:"
+LOCK_WAIT_SECONDS = 3.0
 
 
 # What to do when bronze and the slot do not belong together (changes may be missing from bronze).
@@ -88,9 +90,15 @@ class SourceServer:
         self._locked = True
 
     def _take_lock(self) -> None:
-        with self._conn.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (LOCK_PREFIX + self.source.slot,))
-            held = cur.fetchone()[0]
+        # A lander killed a moment ago may still hold it until its backend has seen the socket close.
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        while True:
+            with self._conn.cursor() as cur:
+                cur.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (LOCK_PREFIX + self.source.slot,))
+                held = cur.fetchone()[0]
+            if held or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
         if not held:
             self.close()
             raise LandError(f"another lander is landing slot {self.source.slot!r} (it holds the lander lock on "
