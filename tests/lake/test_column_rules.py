@@ -156,3 +156,34 @@ def test_an_apply_with_a_hashed_column_and_no_salt_stops_naming_the_key(masked, 
     with pytest.raises(ConfigError) as err:
         lake.apply()
     assert err.value.context.get("key") == "silver.mask_salt_env" and SALT not in str(err.value)
+
+
+def test_verify_leaves_masked_columns_uncompared_and_names_a_masked_key(masked):
+    import threading
+
+    from cdc_apply.verify.run import verify
+
+    lake, _, _ = masked
+    stop, errors = threading.Event(), []
+
+    def keep_applying():
+        try:
+            while not stop.is_set():
+                lake.land_and_apply()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=keep_applying, daemon=True)
+    thread.start()
+    try:
+        run = verify(lake.spark, lake.lander_config, tables=["public.people", "public.accounts"], wait_seconds=600,
+                     record=False)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+    results = {t.table: t for t in run.tables}
+    people, accounts = results["public.people"], results["public.accounts"]
+    assert people.status == "equal", people.line()
+    assert sorted(people.unhashed_columns) == ["doc", "email", "social"] and people.source_only_columns == ["pass"]
+    assert accounts.status == "error" and "email" in accounts.error and "masked" in accounts.error
