@@ -207,7 +207,8 @@ def _plan_source(spark, config: Config, snap: SourceSnapshot, name: str, ref, re
         for column in shape.columns:
             if column.name in masked and column.name in silver_types:   # silver holds masks, not values
                 plan.result.unhashed_columns.append(column.name)
-            elif column.name not in silver_types:
+                continue
+            if column.name not in silver_types:
                 plan.result.source_only_columns.append(column.name)
                 continue
             encoding = encode_column(column.name, column.type, silver_types[column.name])

@@ -61,7 +61,7 @@ def masked(postgres, spark, tmp_path_factory):
              "UPDATE people SET n = 10 WHERE id = 1",   # doc: unchanged TOAST
              f"UPDATE accounts SET n = 5 WHERE email = '{KEY_MAIL}'",
              f"UPDATE accounts SET email = '{MOVED_MAIL}' WHERE email = 'plain@example.com'",
-             f"UPDATE full_rows SET a = 3 WHERE a = 2", "DELETE FROM full_rows WHERE ctid = "
+             "UPDATE full_rows SET a = 3 WHERE a = 2", "DELETE FROM full_rows WHERE ctid = "
              f"(SELECT min(ctid) FROM full_rows WHERE secret = '{FULL_SECRET}')")
     printed.append(lake.land_and_apply())
     lake.run("ALTER TABLE people RENAME COLUMN ssn TO social", "ALTER TABLE people RENAME COLUMN pw TO pass")
