@@ -285,9 +285,11 @@ def apply_column_rules(want: pa.Table, names: list[str], relation, config) -> tu
     if not (rules.excluded or rules.masked):
         return want, names
     salt, masks = config.mask_salt(), dict(rules.masked)
+    # A name's column in the newest version that has it: ``names`` may be of an older state (history).
+    lineage_of = {c.name: lin for version in relation.versions for lin, c in zip(version.lineage, version.columns)}
     arrays, kept = [], []
     for i, name in enumerate(names):
-        lineage = latest.lineage[latest.column_names.index(name)] if name in latest.column_names else None
+        lineage = lineage_of.get(name)
         if lineage in rules.excluded:
             continue
         column = want.column(i).combine_chunks()

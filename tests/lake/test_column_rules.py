@@ -81,6 +81,11 @@ def test_silver_equals_postgresql_with_the_same_exclusions_and_masks(masked):
     assert lake.silver_differences() == []
 
 
+def test_the_history_table_holds_every_state_postgresql_went_through_masked_alike(masked):
+    lake, _, _ = masked
+    assert lake.history_differences() == []
+
+
 def test_an_excluded_column_is_no_silver_column_even_after_a_rename(masked):
     lake, _, _ = masked
     columns = lake.spark.read.format("delta").load(f"{lake.config.silver.path}/public/people").columns
