@@ -193,3 +193,19 @@ def test_verify_leaves_masked_columns_uncompared_and_names_a_masked_key(masked):
     assert people.status == "equal", people.line()
     assert sorted(people.unhashed_columns) == ["doc", "email", "social"] and people.source_only_columns == ["pass"]
     assert accounts.status == "error" and "email" in accounts.error and "masked" in accounts.error
+
+
+def test_a_hashed_integer_key_copied_in_key_ranges_stops_naming_snapshot_chunk_rows(postgres, spark, tmp_path,
+                                                                                    monkeypatch):
+    from cdc_apply.errors import CdcApplyError
+
+    monkeypatch.setenv("CDC_APPLY_MASK_SALT", SALT)
+    lake = PgLake(postgres, spark, tmp_path, "column_rules_chunks",
+                  ["CREATE TABLE ids (id int PRIMARY KEY, v text)", "INSERT INTO ids VALUES (1, 'a'), (2, 'b')"],
+                  {"tables": {"public.ids": {"mask_columns": {"id": "sha256"}}}})
+    try:
+        with pytest.raises(CdcApplyError) as err:
+            lake.land_and_apply()
+        assert "snapshot_chunk_rows" in str(err.value) and "public.ids" in str(err.value)
+    finally:
+        lake.close()
