@@ -18,6 +18,9 @@ from typing import Any, Mapping
 from cdc_apply.config.choices import (
     CommitPosition, DropColumns, HeartbeatUnit, OnError, Retype, Snapshot, Streaming, choose_fields,
 )
+from cdc_apply.config.columns import (
+    ColumnPolicy, check_masks, check_table_columns, policy_for, read_salt, split_pattern,
+)
 from cdc_apply.config.values import read_section
 from cdc_apply.errors import ConfigError
 
@@ -74,6 +77,10 @@ class SilverConfig:
     history: tuple[str, ...] = ()
     # History tables live beside silver's: <silver.path><suffix>/<ns>/<rel>, or the template's table + suffix.
     history_suffix: str = "_history"
+    # Columns never in silver / masked, for many tables: "<table pattern>.<column pattern>" (docs/MASKING.md)
+    exclude_columns: tuple[str, ...] = ()
+    mask_columns: tuple[tuple[str, str], ...] = ()   # {"*.*.email" = "sha256"}
+    mask_salt_env: str = "CDC_APPLY_MASK_SALT"       # the environment variable holding sha256's salt
 
     def __post_init__(self) -> None:
         choose_fields(self, "silver", drop_columns=DropColumns, retype=Retype)
@@ -106,6 +113,9 @@ class TableConfig:
     key: tuple[str, ...] = ()            # key columns (for REPLICA IDENTITY FULL tables with a primary key)
     history: bool | None = None          # keep a history table (None: as silver.history says)
     track_columns: tuple[str, ...] = ()  # history: only changes of these columns open a version (default: all)
+    # Column exclusion and masking (docs/MASKING.md): columns never in silver, columns masked in silver.
+    exclude_columns: tuple[str, ...] = ()
+    mask_columns: tuple[tuple[str, str], ...] = ()   # {email = "sha256", ssn = "redact"}
 
 
 @dataclass(frozen=True)
@@ -207,6 +217,15 @@ class Config:
             return None
         return HistorySpec(table.track_columns if table is not None else ())
 
+    def columns_for(self, qualified_name: str) -> ColumnPolicy:
+        """The table's column exclusion and masking rules (empty when none apply)."""
+        return policy_for(qualified_name, self.tables.get(qualified_name), self.silver)
+
+    def mask_salt(self) -> str:
+        """The salt of ``"sha256"`` masks from ``silver.mask_salt_env`` ("" when nothing hashes); a
+        :class:`ConfigError` naming that key when it is needed and not set."""
+        return read_salt(self.tables, self.silver)
+
     @property
     def checkpoint_location(self) -> str:
         if self.state.checkpoint:
@@ -303,6 +322,15 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         if table.track_columns and not keeps:
             raise ConfigError("track_columns needs history (it says which changes open a version)",
                               key=f"tables.{name}.track_columns")
+    # Column exclusion and masking: the words, the wildcards' shape, and no configured key excluded.
+    for pattern, key in [(p, "silver.exclude_columns") for p in silver.exclude_columns] + [
+            (p, "silver.mask_columns") for p, _ in silver.mask_columns]:
+        split_pattern(pattern, key)
+    check_masks(silver.mask_columns, "silver.mask_columns")
+    if not silver.mask_salt_env:
+        raise ConfigError("must name an environment variable", key="silver.mask_salt_env")
+    for name, table in tables.items():
+        check_table_columns(name, table, table.key)
     source = read_section(SourceConfig, raw.get("source"), "source")
     if source.proto_version not in (1, 2, 3, 4):
         raise ConfigError("must be 1, 2, 3 or 4", key="source.proto_version")

@@ -35,7 +35,8 @@ def _coerce(key: str, value: Any, annotation: str) -> Any:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if key in _POSITIVE and not value > 0:
             raise ConfigError(f"must be more than 0, got {value}", key=key)
-    if isinstance(value, str) and "\x00" in value or isinstance(value, tuple) and any("\x00" in v for v in value):
+    if isinstance(value, str) and "\x00" in value or isinstance(value, tuple) and any(
+            "\x00" in (v if isinstance(v, str) else "".join(v)) for v in value):
         raise ConfigError("must not contain a NUL character", key=key)
     return value
 
@@ -46,6 +47,10 @@ def _coerce_kind(key: str, value: Any, annotation: str) -> Any:
     kinds = [a.strip() for a in annotation.split("|")]
     if value is None and "None" in kinds:
         return None
+    if "tuple[tuple[str, str], ...]" in kinds:   # a TOML table of strings: {email = "sha256"}
+        if isinstance(value, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            return tuple(value.items())
+        raise ConfigError("expected a table of column = \"word\" (e.g. { email = \"sha256\" })", key=key)
     if "tuple[str, ...]" in kinds:
         if isinstance(value, str):
             return tuple(v.strip() for v in value.split(",") if v.strip())

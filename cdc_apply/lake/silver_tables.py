@@ -73,6 +73,7 @@ class SilverTables:
         self.spark = spark
         self.config = config
         self.type_options = TypeOptions(numeric=config.apply.numeric)
+        self._salt = config.mask_salt()   # "sha256" masks' salt: a missing variable stops the job here
         self._names: dict[tuple[str, int], str] = {}   # (source, relation id) -> its newest qualified name
         # What this process knows a silver table to look like: table -> (source, relation id, version seq).
         # Saves reading each table's properties and schema every batch.
@@ -117,7 +118,8 @@ class SilverTables:
             self._names[(source, rid)] = latest.qualified_name
             rules = TableRules(self.config.key_for(latest.qualified_name), self.config.silver.drop_columns,
                                self.config.silver.retype, meta, self.type_options,
-                               self.config.history_for(latest.qualified_name))
+                               self.config.history_for(latest.qualified_name),
+                               self.config.columns_for(latest.qualified_name), self._salt)
             planned = plan_table(source, history, latest, histories[source], plan, touch, pool,
                                  silver_ref(self.config, first.namespace, first.name, source), rules)
             tables.append(planned)
@@ -335,7 +337,7 @@ class SilverTables:
         if reflected is not None:
             start = next((i for i, v in enumerate(chain) if v.seq == int(reflected)), 0)
         columns, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype,
-                              start=start)
+                              start=start, rules=planned.rules)
         # Rows silver holds existed before a column added since: they read its missing value.
         fills = [(columns[c], value) for c, added, value in work.defaults if added > chain[start].seq]
         if ops or fills:

@@ -13,15 +13,19 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
 from cdc_apply.config import HistorySpec
+from cdc_apply.config.columns import REDACT, ColumnPolicy
 from cdc_apply.config.choices import DropColumns, Retype
-from cdc_apply.errors import SchemaError
+from cdc_apply.errors import ConfigError, SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange, parse_snapshot_directive
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.planning.decode_plan import Pool
 from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.planning.schema import RelationHistory, RelationVersion, SchemaHistory
-from cdc_apply.planning.tables import SilverColumn, evolve, identity_of, slot_mapping
+from cdc_apply.planning.masks import mask_value
+from cdc_apply.planning.tables import (
+    NO_RULES, ColumnRules, SilverColumn, evolve, identity_of, resolve_rules, slot_mapping,
+)
 
 TypeOf = Callable[[int, int], str]   # (type OID, type modifier) -> Spark type
 
@@ -60,6 +64,10 @@ class TableWork:
     # Key-range snapshot chunks after the last truncate, in commit order: silver's rows whose column
     # lies in the range are replaced by the chunk's, and earlier changes of keys in it are gone.
     clears: tuple["Clear", ...] = ()
+    # (silver column index, "sha256" | "redact"): the projection masks these columns' values; the salt
+    # of "sha256" rides along unprinted (docs/MASKING.md).
+    masks: tuple[tuple[int, str], ...] = ()
+    salt: str = field(default="", repr=False, compare=False)
 
     @property
     def key_index(self) -> tuple[int, ...]:
@@ -177,6 +185,8 @@ class TableRules:
     meta: tuple[tuple[str, str], ...]   # (silver column, decoded column) of the metadata columns
     type_options: TypeOptions
     history: HistorySpec | None = None
+    columns: ColumnPolicy = ColumnPolicy()   # excluded and masked columns, by name
+    salt: str = field(default="", repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -196,6 +206,7 @@ class TablePlan:
     # truncate, (silver column index, low, high) for a chunk
     truncates: tuple[tuple[int, int, object, str, tuple | None], ...] = ()
     previous_lsn: int | None = None     # the source's last applied commit LSN before the batch
+    rules: ColumnRules = NO_RULES       # excluded and masked columns by lineage: every evolve of the table
 
     @property
     def has_rows(self) -> bool:
@@ -212,7 +223,8 @@ def plan_table(source: str, history: RelationHistory, latest: RelationVersion, s
     rid = latest.relation_id
     chain = tuple(v for v in history.versions if v.seq <= latest.seq)
     type_of = type_of_in(schema, rules.type_options)
-    columns, _ = evolve(chain, type_of, rules.drop_columns, rules.retype)
+    column_rules = resolve_rules(chain, rules.columns)
+    columns, _ = evolve(chain, type_of, rules.drop_columns, rules.retype, rules=column_rules)
     # Versions whose row identity differs (ADD PRIMARY KEY, REPLICA IDENTITY FULL) are merged
     # one after the other: an identity applies only to the changes written under it.
     segments: list[tuple[tuple[str, ...] | None, list[SlotMap]]] = []
@@ -221,6 +233,7 @@ def plan_table(source: str, history: RelationHistory, latest: RelationVersion, s
             continue
         version = next(v for v in history.versions if v.seq == slot.version_seq)
         key = identity_of(version, rules.configured_key)
+        check_key_rules(version, key, column_rules)
         slot_map = SlotMap(k, slot_mapping(version, columns), tuple(t.spark_ddl for t in slot.column_types),
                            pool.columns[k], version.seq)
         if segments and segments[-1][0] == key:
@@ -230,8 +243,13 @@ def plan_table(source: str, history: RelationHistory, latest: RelationVersion, s
     if not segments:
         segments.append((identity_of(latest, rules.configured_key), []))
     truncate = touch.truncate
-    defaults = column_defaults(chain, columns, schema, rules.type_options)
+    masks = tuple((i, kind) for i, c in enumerate(columns) for lin, kind in column_rules.masked if lin == c.lineage)
+    defaults = masked_defaults(column_defaults(chain, columns, schema, rules.type_options), masks, rules.salt)
     every_clear = range_clears(touch.ranges, history, columns)
+    if any(c.column == i for c in every_clear for i, _ in masks):
+        raise ConfigError(f"{latest.qualified_name} is copied in key ranges of a masked column: set "
+                          "source.snapshot_chunk_rows = 0 for its source so that it is copied whole",
+                          key=f"tables.{latest.qualified_name}.mask_columns")
     clears = tuple(c for c in every_clear if c.after(truncate[:2] if truncate else None))
     points = [(*t, None) for t in touch.truncates] + [
         (c.commit_lsn, c.seq, ts, "snapshot", (c.column, c.low, c.high))
@@ -240,11 +258,29 @@ def plan_table(source: str, history: RelationHistory, latest: RelationVersion, s
         source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
         columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
         meta=rules.meta, has_toast=touch.toasted > 0, toast_moves=touch.moved_toasted > 0, defaults=defaults,
-        clears=clears)
+        clears=clears, masks=masks, salt=rules.salt)
         for key, slot_maps in segments)
     return TablePlan(works[-1], works, chain, type_of, touch.rows, touch.last_commit_lsn, frozenset(touch.ops),
                      touch.inserts, rules.history, tuple(sorted(points, key=lambda t: t[:2])),
-                     plan.sources[source].previous.last_commit_lsn)
+                     plan.sources[source].previous.last_commit_lsn, column_rules)
+
+
+def check_key_rules(version: RelationVersion, key: tuple[str, ...] | None, rules: ColumnRules) -> None:
+    """A key column (replica identity or configured) cannot be excluded or redacted: rows could no longer
+    be matched. A hashed key still matches: every change's key is hashed the same way."""
+    redacted = {lin for lin, kind in rules.masked if kind == REDACT}
+    for name in key or ():
+        lineage = version.lineage[version.column_names.index(name)]
+        if lineage in rules.excluded or lineage in redacted:
+            how = "excluded" if lineage in rules.excluded else "redacted"
+            raise ConfigError(f"column {name!r} is a key of {version.qualified_name} and cannot be {how}",
+                              key=f"tables.{version.qualified_name}.{'exclude' if how == 'excluded' else 'mask'}_columns")
+
+
+def masked_defaults(defaults, masks, salt: str):
+    """``defaults`` with a masked column's missing value masked as the projection masks its values."""
+    kinds = dict(masks)
+    return tuple((i, seq, mask_value(kinds[i], salt, value) if i in kinds else value) for i, seq, value in defaults)
 
 
 def column_defaults(chain, columns, schema: SchemaHistory, options: TypeOptions) -> tuple[tuple[int, int, object], ...]:

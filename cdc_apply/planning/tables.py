@@ -47,6 +47,40 @@ class SchemaOp:
     in_place: bool = False  # retype: Delta type widening, no rewrite
 
 
+@dataclass(frozen=True, slots=True)
+class ColumnRules:
+    """Column exclusion and masking resolved to lineages: ``excluded`` lineages never become silver
+    columns; ``masked`` lineages (lineage, "sha256" | "redact") become STRING columns."""
+
+    excluded: frozenset[int] = frozenset()
+    masked: tuple[tuple[int, str], ...] = ()
+
+    def ddl(self, lineage: int, ddl: str) -> str:
+        """The silver type of a column of ``lineage`` whose PostgreSQL type maps to ``ddl``."""
+        return "STRING" if any(lin == lineage for lin, _ in self.masked) else ddl
+
+
+NO_RULES = ColumnRules()
+
+
+def resolve_rules(chain: Sequence[RelationVersion], policy) -> ColumnRules:
+    """Lineages of the columns ``policy`` (:class:`cdc_apply.config.columns.ColumnPolicy`) names, each
+    name read in the relation versions where it appears: a column renamed since keeps its rule."""
+    if not policy:
+        return NO_RULES
+    excluded: set[int] = set()
+    masked: dict[int, str] = {}
+    for version in chain:
+        for lin, col in zip(version.lineage, version.columns):
+            if lin in excluded or lin in masked:
+                continue
+            if policy.excludes(col.name):
+                excluded.add(lin)
+            elif (kind := policy.mask_of(col.name)) is not None:
+                masked[lin] = kind
+    return ColumnRules(frozenset(excluded), tuple(sorted(masked.items())))
+
+
 def decimal_shape(ddl: str) -> tuple[int, int] | None:
     if not ddl.startswith("DECIMAL("):
         return None
@@ -65,10 +99,12 @@ def widens(old: str, new: str) -> bool:
 
 
 def transition(columns: list[SilverColumn], old: RelationVersion, new: RelationVersion, type_of: TypeOf,
-               drop_policy: DropColumns, retype_policy: Retype) -> tuple[list[SilverColumn], list[SchemaOp]]:
-    """Silver columns and operations for the step from version ``old`` to version ``new``."""
+               drop_policy: DropColumns, retype_policy: Retype,
+               rules: ColumnRules = NO_RULES) -> tuple[list[SilverColumn], list[SchemaOp]]:
+    """Silver columns and operations for the step from version ``old`` to version ``new`` (an excluded
+    lineage of ``rules`` is no silver column; a masked one is STRING whatever its type)."""
     ops: list[SchemaOp] = []
-    new_by_lineage = {lin: col for lin, col in zip(new.lineage, new.columns)}
+    new_by_lineage = {lin: col for lin, col in zip(new.lineage, new.columns) if lin not in rules.excluded}
     out: list[SilverColumn] = []
     for col in columns:
         if col.dropped or col.lineage in new_by_lineage:
@@ -99,7 +135,7 @@ def transition(columns: list[SilverColumn], old: RelationVersion, new: RelationV
         if col.dropped:
             continue
         rc = new_by_lineage[col.lineage]
-        ddl = type_of(rc.type_oid, rc.type_modifier)
+        ddl = rules.ddl(col.lineage, type_of(rc.type_oid, rc.type_modifier))
         if ddl != col.spark_ddl:
             in_place = widens(col.spark_ddl, ddl)
             if not in_place and retype_policy == Retype.FAIL:
@@ -110,9 +146,9 @@ def transition(columns: list[SilverColumn], old: RelationVersion, new: RelationV
     # Additions, at the end as in PostgreSQL.
     known = {c.lineage for c in out}
     for lin, rc in zip(new.lineage, new.columns):
-        if lin in known:
+        if lin in known or lin in rules.excluded:
             continue
-        ddl = type_of(rc.type_oid, rc.type_modifier)
+        ddl = rules.ddl(lin, type_of(rc.type_oid, rc.type_modifier))
         clash = next((j for j, c in enumerate(out) if c.name == rc.name), None)
         if clash is not None:  # only a kept, dropped column can hold the name
             aside = f"{rc.name}__dropped_{new.seq}"
@@ -123,18 +159,19 @@ def transition(columns: list[SilverColumn], old: RelationVersion, new: RelationV
     return out, ops
 
 
-def initial_columns(version: RelationVersion, type_of: TypeOf) -> list[SilverColumn]:
-    return [SilverColumn(c.name, type_of(c.type_oid, c.type_modifier), lin)
-            for lin, c in zip(version.lineage, version.columns)]
+def initial_columns(version: RelationVersion, type_of: TypeOf, rules: ColumnRules = NO_RULES) -> list[SilverColumn]:
+    return [SilverColumn(c.name, rules.ddl(lin, type_of(c.type_oid, c.type_modifier)), lin)
+            for lin, c in zip(version.lineage, version.columns) if lin not in rules.excluded]
 
 
 def evolve(chain: Sequence[RelationVersion], type_of: TypeOf, drop_policy: DropColumns = DropColumns.DROP,
-           retype_policy: Retype = Retype.REWRITE, start: int = 0) -> tuple[list[SilverColumn], list[SchemaOp]]:
+           retype_policy: Retype = Retype.REWRITE, start: int = 0,
+           rules: ColumnRules = NO_RULES) -> tuple[list[SilverColumn], list[SchemaOp]]:
     """Silver columns after ``chain[-1]`` and the operations from ``chain[start]`` on."""
-    columns = initial_columns(chain[0], type_of)
+    columns = initial_columns(chain[0], type_of, rules)
     ops: list[SchemaOp] = []
     for i in range(1, len(chain)):
-        columns, step = transition(columns, chain[i - 1], chain[i], type_of, drop_policy, retype_policy)
+        columns, step = transition(columns, chain[i - 1], chain[i], type_of, drop_policy, retype_policy, rules)
         if i > start:
             ops.extend(step)
     return columns, ops
@@ -165,5 +202,5 @@ def slot_mapping(version: RelationVersion, columns: Sequence[SilverColumn]) -> t
     return tuple(by_lineage.get(lin) for lin in version.lineage)
 
 
-__all__ = ["SchemaOp", "SilverColumn", "evolve", "identity_of", "initial_columns",
+__all__ = ["NO_RULES", "ColumnRules", "SchemaOp", "SilverColumn", "evolve", "resolve_rules", "identity_of", "initial_columns",
            "slot_mapping", "transition", "widens"]

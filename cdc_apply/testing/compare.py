@@ -273,6 +273,33 @@ def compare_silver(name: str, want: pa.Table, df, names: list[str], part_bytes: 
                       [r for c in checks for r in c.unexpected][:5])
 
 
+def apply_column_rules(want: pa.Table, names: list[str], relation, config) -> tuple[pa.Table, list[str]]:
+    """PostgreSQL's rows as silver keeps them under the table's ``exclude_columns`` and ``mask_columns``
+    (resolved by lineage over the relation's versions, as the job resolves them): excluded columns
+    left out, masked ones masked by the same rule in Python (:mod:`cdc_apply.planning.masks`)."""
+    from cdc_apply.planning.masks import mask_value
+    from cdc_apply.planning.tables import resolve_rules
+
+    latest = relation.versions[-1]
+    rules = resolve_rules(relation.versions, config.columns_for(latest.qualified_name))
+    if not (rules.excluded or rules.masked):
+        return want, names
+    salt, masks = config.mask_salt(), dict(rules.masked)
+    # A name's column in the newest version that has it: ``names`` may be of an older state (history).
+    lineage_of = {c.name: lin for version in relation.versions for lin, c in zip(version.lineage, version.columns)}
+    arrays, kept = [], []
+    for i, name in enumerate(names):
+        lineage = lineage_of.get(name)
+        if lineage in rules.excluded:
+            continue
+        column = want.column(i).combine_chunks()
+        if lineage in masks:
+            column = pa.array([mask_value(masks[lineage], salt, v) for v in column.to_pylist()], pa.string())
+        arrays.append(column)
+        kept.append(name)
+    return _positional(arrays, want.num_rows), kept
+
+
 def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[str] | None = None,
                           options: TypeOptions = TypeOptions(),
                           snapshot: list[SourceTable] | None = None) -> list[TableCheck]:
@@ -298,6 +325,7 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
             ref = silver_ref(config, first.namespace, first.name, source)
         if ref is not None and ref.exists(spark):
             names = [c[0] for c in table.columns]
+            want, names = apply_column_rules(want, names, relation, config)
             checks.append(compare_silver(table.qualified_name, want, ref.read(spark), names))
         else:  # no silver table: the source table must be empty
             checks.append(compare_rows(table.qualified_name, _python_rows(want), []))

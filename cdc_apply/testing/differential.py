@@ -70,7 +70,7 @@ def _lake(root: Path, extra: dict | None = None, history: bool = False) -> dict:
 def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int = 2,
                      configs=tuple(CONFIGS), root: Path | None = None, out: TextIO = sys.stdout,
                      large_rows: int = 300, history: bool = False, preload: int = 0,
-                     chunk_rows: int = 100, apply_spark=None, apply_mode=None) -> Outcome:
+                     chunk_rows: int = 100, apply_spark=None, apply_mode=None, rules: dict | None = None) -> Outcome:
     """Run the workload in ``checkpoints`` parts; after each, land every configuration, apply, compare.
 
     ``history``: every table keeps a history table; the source's state after every transaction is
@@ -80,7 +80,9 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     initial snapshot (tables with an integer key in key ranges of ``chunk_rows`` rows), so silver must
     hold the rows that were there before the slot as well. ``apply_spark``: the session the apply job
     runs with (default ``spark``, which lands and compares), entered with ``apply_mode()`` around each of
-    its calls — a Spark Connect session and ``connect_mode`` (docs/CONNECT.md).
+    its calls — a Spark Connect session and ``connect_mode`` (docs/CONNECT.md). ``rules``: configuration
+    sections merged into the apply job's (``{"tables": {"diff.pk_t": {"mask_columns": ...}}}``); the
+    comparisons apply the same exclusions and masks to PostgreSQL's rows (docs/MASKING.md).
     """
     from cdc_apply.testing.history_check import SourceRecord
     from cdc_apply.delta.bronze_schema import create_bronze_table
@@ -114,7 +116,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
             two_phase = "true" if CONFIGS[name]["two_phase"] else "false"
             pg.execute(f"SELECT pg_create_logical_replication_slot('diff_{name}', 'pgoutput', false, "
                        f"{two_phase})", dbname="diff")
-        lake = parse_config(_lake(root, history=history))
+        lake = parse_config(_lake(root, rules, history=history))
         create_bronze_table(spark, lake.bronze.path)
         landers = {name: parse_config(_lake(root, {
             "source": {"name": name, "dsn": pg.dsn("diff"), "slot": f"diff_{name}", "publication": "diff_pub",

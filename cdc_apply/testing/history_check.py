@@ -17,7 +17,9 @@ from typing import Callable
 import pyarrow as pa
 
 from cdc_apply.pgoutput.messages import parse_lsn
-from cdc_apply.testing.compare import SourceTable, compare_tables, silver_table, snapshot_postgres, typed_source_table
+from cdc_apply.testing.compare import (
+    SourceTable, apply_column_rules, compare_tables, silver_table, snapshot_postgres, typed_source_table,
+)
 
 
 @dataclass
@@ -87,9 +89,9 @@ def check_history(spark, config, source: str, states: list[tuple[int, list[Sourc
                     failures.append(f"{source}: {table.qualified_name}: no history table")
                 continue
             state = _history_state(kept, lsn, prefix)
-            names = [c[0] for c in table.columns]
+            want, names = apply_column_rules(typed_source_table(table, history.types),
+                                             [c[0] for c in table.columns], relation, config)
             common = [i for i, n in enumerate(names) if n in kept.column_names]
-            want = typed_source_table(table, history.types)
             want = pa.Table.from_arrays([want.column(i) for i in common], names=[f"c{k}" for k in range(len(common))])
             got = pa.Table.from_arrays([state.column(names[i]).combine_chunks() for i in common],
                                        names=[f"c{k}" for k in range(len(common))])
@@ -113,9 +115,9 @@ def check_as_of(spark, config, source: str, lsn: int, snapshot: list[SourceTable
         if name is None:
             continue
         frame = result[name]
-        columns = [c[0] for c in table.columns]
+        want, columns = apply_column_rules(typed_source_table(table, history.types), [c[0] for c in table.columns],
+                                           history.relations[table.oid], config)
         common = [i for i, n in enumerate(columns) if n in frame.columns]
-        want = typed_source_table(table, history.types)
         want = pa.Table.from_arrays([want.column(i) for i in common], names=[f"c{k}" for k in range(len(common))])
         check = compare_tables(table.qualified_name, want, silver_table(frame, [columns[i] for i in common]))
         if not check.equal:

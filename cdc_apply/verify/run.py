@@ -199,7 +199,15 @@ def _plan_source(spark, config: Config, snap: SourceSnapshot, name: str, ref, re
             raise VerifyError("the table has no silver table", table=name)
         plan.shape, plan.silver = shape, ref
         silver_types = sv.silver_columns(ref.read(spark), config.silver.metadata_prefix)
+        masked = _masked_names(config, name, relation)
+        masked_keys = [k for k in shape.key if k in masked]
+        if masked_keys:   # silver's keys are hashes: no key range or key of silver names a source row
+            raise VerifyError(f"key column {', '.join(masked_keys)} is masked (mask_columns): verify cannot "
+                              "compare the table", table=name)
         for column in shape.columns:
+            if column.name in masked and column.name in silver_types:   # silver holds masks, not values
+                plan.result.unhashed_columns.append(column.name)
+                continue
             if column.name not in silver_types:
                 plan.result.source_only_columns.append(column.name)
                 continue
@@ -227,6 +235,17 @@ def _plan_source(spark, config: Config, snap: SourceSnapshot, name: str, ref, re
         plan.result.status, plan.result.error = cmp.ERROR, str(err)
     plan.result.seconds = time.monotonic() - started
     return plan
+
+
+def _masked_names(config: Config, name: str, relation) -> set[str]:
+    """The table's columns silver keeps masked (``mask_columns``), by their current names."""
+    from cdc_apply.planning.tables import resolve_rules
+
+    if relation is None or not relation.versions:
+        return set()
+    latest = relation.versions[-1]
+    masked = dict(resolve_rules(relation.versions, config.columns_for(name)).masked)
+    return {c.name for lin, c in zip(latest.lineage, latest.columns) if lin in masked}
 
 
 def _compare(spark, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int, samples: int,

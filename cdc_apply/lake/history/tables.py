@@ -240,7 +240,7 @@ class HistoryTables:
         chain = planned.chain
         start = next((i for i, v in enumerate(chain) if reflected is not None and v.seq == int(reflected)), 0)
         columns, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype,
-                              start=start)
+                              start=start, rules=planned.rules)
         fills = [(columns[c], value) for c, added, value in work.defaults if added > chain[start].seq]
         if ops or fills:
             apply_schema_ops(session, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills,

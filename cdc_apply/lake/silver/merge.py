@@ -1,10 +1,9 @@
 """Collapse one silver table's changes to one row per key and MERGE them.
 
-Changes arrive as decoded rows of one or more relation versions (slots). They
-are projected onto the silver columns (``n_i`` value, ``x_i`` "the change
-carries column i"), turned into per-key events — an update that changes the
-key is a delete of the old key and a *move-in* to the new one — and reduced
-per key in commit order:
+Changes arrive as decoded rows of one or more relation versions (slots). They are projected onto
+the silver columns (``n_i`` value, ``x_i`` "the change carries column i"; masked columns masked),
+turned into per-key events — an update that changes the key is a delete of the old key and a
+*move-in* to the new one — and reduced per key in commit order:
 
 * the last event decides: delete, or upsert;
 * a column the last event does not carry (unchanged TOAST, or a column its
@@ -15,10 +14,9 @@ per key in commit order:
   the move (earlier in the batch, else silver), resolved before the reduction
   (:mod:`cdc_apply.lake.silver.merge_moves`).
 
-Tables without a key (REPLICA IDENTITY FULL, or no identity) are matched on
-all values, with exact duplicate counts: see :func:`merge_keyless`. A table
-Delta's MERGE cannot write (a column name holding a backtick while its Change
-Data Feed is on) gets the same rows through :mod:`cdc_apply.lake.silver.replace_rows`.
+Tables without a key (REPLICA IDENTITY FULL, or no identity) are matched on all values, with exact
+duplicate counts: see :func:`merge_keyless`. A table Delta's MERGE cannot write (a column name holding
+a backtick while its Change Data Feed is on) gets the same rows through :mod:`cdc_apply.lake.silver.replace_rows`.
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.lake.silver.merge_sql import key_bounds_sql, keyed_assignments_sql
 from cdc_apply.errors import ApplyError
 from cdc_apply.planning import columns as cc
+from cdc_apply.planning.masks import mask_sql
 
 # The collapse's output is materialised (localCheckpoint) as row blocks, one per partition; a block
 # evicted to disk is read back whole, so a wide table's batch needs more partitions than the default.
@@ -57,7 +56,6 @@ REWRITE_MIN_CHANGES = 10_000
 # that commit costs Spark jobs and a Delta commit, more than a few thousand rows cost in the MERGE's join
 # (docs/BENCHMARKS.md). An insert-only batch of new keys is one append whatever its size.
 NEW_KEYS_APPEND_MIN = 10_000
-
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ def project(decoded, work: TableWork):
         ("seq", cc.SEQ), ("commit_lsn", cc.COMMIT_LSN), ("commit_ts", cc.COMMIT_TS), ("xid", cc.XID),
         ("origin", cc.ORIGIN), ("user", cc.USER), ("op", cc.OP), ("old_kind", cc.OLD_KIND))]
     not_delete = "`op` <> 'D'"
-    all_slots = {s.slot for s in work.slots}
+    all_slots, masks = {s.slot for s in work.slots}, dict(work.masks)
     # silver column -> its position in each slot's relation version
     positions_of = [{i: j for j, i in enumerate(sm.mapping) if i is not None} for sm in work.slots]
     for i, column in enumerate(work.columns):
@@ -110,6 +108,8 @@ def project(decoded, work: TableWork):
             else:
                 hit = _slot_in_sql(positions)
                 new_v, old_v, carried = (_case(hit, nv, new_v), _case(hit, ov, old_v), _case(hit, cv, carried))
+        if i in masks:   # masked where values enter: silver, history, keys and matches see only masks
+            new_v, old_v = (mask_sql(masks[i], work.salt, v) for v in (new_v, old_v))
         holders = {k for positions in groups.values() for k in positions}
         older = {sm.slot for sm in work.slots for c, added, _ in work.defaults
                  if c == i and sm.version_seq < added and sm.slot not in holders}
