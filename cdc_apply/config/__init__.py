@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cdc_apply.config.choices import (
-    CommitPosition, DropColumns, HeartbeatUnit, OnError, Retype, Snapshot, Streaming, choose_fields,
+    CommitPosition, Deletes, DropColumns, HeartbeatUnit, OnError, Retype, Snapshot, Streaming, choose, choose_fields,
 )
 from cdc_apply.config.values import read_section
 from cdc_apply.errors import ConfigError
@@ -74,6 +74,9 @@ class SilverConfig:
     history: tuple[str, ...] = ()
     # History tables live beside silver's: <silver.path><suffix>/<ns>/<rel>, or the template's table + suffix.
     history_suffix: str = "_history"
+    # Tables whose deletes are soft (wildcards like apply.tables): the row stays, marked deleted. [tables."ns.t"]
+    # deletes = "soft"/"hard" decides for one table over these.
+    soft_deletes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         choose_fields(self, "silver", drop_columns=DropColumns, retype=Retype)
@@ -106,6 +109,12 @@ class TableConfig:
     key: tuple[str, ...] = ()            # key columns (for REPLICA IDENTITY FULL tables with a primary key)
     history: bool | None = None          # keep a history table (None: as silver.history says)
     track_columns: tuple[str, ...] = ()  # history: only changes of these columns open a version (default: all)
+    # "soft": a Delete or TRUNCATE keeps the row, marked deleted (None: as silver.soft_deletes says, else "hard")
+    deletes: Deletes | None = None
+
+    def __post_init__(self) -> None:
+        if self.deletes is not None:
+            object.__setattr__(self, "deletes", choose(Deletes, self.deletes, "tables.deletes"))
 
 
 @dataclass(frozen=True)
@@ -206,6 +215,13 @@ class Config:
         if not enabled:
             return None
         return HistorySpec(table.track_columns if table is not None else ())
+
+    def soft_deletes_for(self, qualified_name: str) -> bool:
+        """Whether the table's deletes are soft (``[tables."ns.t"] deletes``, else ``silver.soft_deletes``)."""
+        table = self.tables.get(qualified_name)
+        if table is not None and table.deletes is not None:
+            return table.deletes is Deletes.SOFT
+        return any(_match(p, qualified_name) for p in self.silver.soft_deletes)
 
     @property
     def checkpoint_location(self) -> str:

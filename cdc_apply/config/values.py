@@ -46,6 +46,9 @@ def _coerce_kind(key: str, value: Any, annotation: str) -> Any:
     kinds = [a.strip() for a in annotation.split("|")]
     if value is None and "None" in kinds:
         return None
+    enum = next((ENUMS[k] for k in kinds if k in ENUMS), None)
+    if enum is not None:   # an optional word: `Deletes | None`
+        return choose(enum, value, key)
     if "tuple[str, ...]" in kinds:
         if isinstance(value, str):
             return tuple(v.strip() for v in value.split(",") if v.strip())
