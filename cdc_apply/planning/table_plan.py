@@ -60,6 +60,8 @@ class TableWork:
     # Key-range snapshot chunks after the last truncate, in commit order: silver's rows whose column
     # lies in the range are replaced by the chunk's, and earlier changes of keys in it are gone.
     clears: tuple["Clear", ...] = ()
+    # Soft deletes: the silver column marking deleted rows (``<metadata_prefix>deleted``); None: deletes remove rows.
+    deleted: str | None = None
 
     @property
     def key_index(self) -> tuple[int, ...]:
@@ -177,6 +179,7 @@ class TableRules:
     meta: tuple[tuple[str, str], ...]   # (silver column, decoded column) of the metadata columns
     type_options: TypeOptions
     history: HistorySpec | None = None
+    deleted: str | None = None          # soft deletes: the column marking deleted rows
 
 
 @dataclass(frozen=True)
@@ -240,7 +243,7 @@ def plan_table(source: str, history: RelationHistory, latest: RelationVersion, s
         source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
         columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
         meta=rules.meta, has_toast=touch.toasted > 0, toast_moves=touch.moved_toasted > 0, defaults=defaults,
-        clears=clears)
+        clears=clears, deleted=rules.deleted)
         for key, slot_maps in segments)
     return TablePlan(works[-1], works, chain, type_of, touch.rows, touch.last_commit_lsn, frozenset(touch.ops),
                      touch.inserts, rules.history, tuple(sorted(points, key=lambda t: t[:2])),
