@@ -49,3 +49,20 @@ def test_history_tables_hold_every_source_state_and_read_as_of_equals_the_source
     print(out.getvalue())
     assert outcome.ok, "\n".join(outcome.failures)
     assert out.getvalue().count("history and read_as_of checked") == 2
+
+
+@pytest.mark.skipif(os.environ.get("CDC_APPLY_DIFF_SOFT") != "1",
+                    reason="minutes on 2 cores: set CDC_APPLY_DIFF_SOFT=1")
+def test_silver_less_its_soft_deleted_rows_equals_the_source_at_every_checkpoint(spark, tmp_path):
+    """Every table's deletes soft (``deletes = "soft"``) through the whole workload — TOAST, key moves, keyless
+    duplicates, truncates, initial snapshots in key ranges: silver, its marked rows read as absent, equals
+    PostgreSQL at each checkpoint, and rows are marked, not removed."""
+    out = io.StringIO()
+    configs = ("v1_binary", "v4_parallel")
+    outcome = run_differential(spark, SEED, transactions=80, checkpoints=2, configs=configs, root=tmp_path,
+                               out=out, large_rows=150, preload=40, chunk_rows=40, soft_deletes=True)
+    print(out.getvalue())
+    assert outcome.ok, "\n".join(outcome.failures)
+    marked = sum(spark.read.format("delta").load(str(tmp_path / "silver" / name / "diff" / table))
+                 .where("_cdc_deleted").count() for name in configs for table in ("pk_t", "full_t"))
+    assert marked > 0
