@@ -116,7 +116,8 @@ def ensure_deleted_column(session, ref: TableRef, work: TableWork, columns: list
         if work.deleted not in columns:
             session.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({quote_ident(work.deleted)} BOOLEAN)").collect()
         return
-    marker = next((c for c in columns if c.endswith(DELETED) and c in _markers(work)), None)
+    own = {c.name for c in work.columns}   # a source column of that name is no marker
+    marker = next((c for c in columns if c in _markers(work) and c not in own), None)
     if marker is not None:
         raise SchemaError(f"silver table {ref} keeps soft-deleted rows (column {marker!r}) but {key} is not "
                           "\"soft\": set it back to \"soft\", or remove the table's marked rows and the column "
