@@ -51,8 +51,6 @@ def test_history_tables_hold_every_source_state_and_read_as_of_equals_the_source
     assert out.getvalue().count("history and read_as_of checked") == 2
 
 
-@pytest.mark.skipif(os.environ.get("CDC_APPLY_DIFF_SOFT") != "1",
-                    reason="minutes on 2 cores: set CDC_APPLY_DIFF_SOFT=1")
 def test_silver_less_its_soft_deleted_rows_equals_the_source_at_every_checkpoint(spark, tmp_path):
     """Every table's deletes soft (``deletes = "soft"``) through the whole workload — TOAST, key moves, keyless
     duplicates, truncates, initial snapshots in key ranges: silver, its marked rows read as absent, equals
