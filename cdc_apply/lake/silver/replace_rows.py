@@ -117,7 +117,7 @@ def replace_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None
     counts = joined.agg(*[F.count(F.when(c, 1)).alias(a) for a, c in (
         ("updated", upsert & live), ("inserted", upsert & ~live & F.col("_complete")),
         ("deleted", ~upsert & live))]).first()
-    flag = [F.lit(False).alias(work.deleted)] * soft
+    flag = [F.lit(False).alias(work.deleted)] if soft else []
     kept = joined.where(upsert & (live | F.col("_complete"))).select(
         *[F.col(cc.final(i)).alias(c.name) for i, c in enumerate(work.columns)],
         *[F.col(src).alias(col) for col, src in work.meta], *flag)
