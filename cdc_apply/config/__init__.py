@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cdc_apply.config.choices import (
-    CommitPosition, DropColumns, HeartbeatUnit, OnError, Retype, Snapshot, Streaming, choose_fields,
+    CommitPosition, Deletes, DropColumns, HeartbeatUnit, OnError, Retype, Snapshot, Streaming, choose, choose_fields,
 )
 from cdc_apply.config.columns import (
     ColumnPolicy, check_masks, check_table_columns, policy_for, read_salt, split_pattern,
@@ -81,6 +81,9 @@ class SilverConfig:
     exclude_columns: tuple[str, ...] = ()
     mask_columns: tuple[tuple[str, str], ...] = ()   # {"*.*.email" = "sha256"}
     mask_salt_env: str = "CDC_APPLY_MASK_SALT"       # the environment variable holding sha256's salt
+    # Tables whose deletes are soft (wildcards like apply.tables): the row stays, marked deleted. [tables."ns.t"]
+    # deletes = "soft"/"hard" decides for one table over these.
+    soft_deletes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         choose_fields(self, "silver", drop_columns=DropColumns, retype=Retype)
@@ -116,6 +119,12 @@ class TableConfig:
     # Column exclusion and masking (docs/MASKING.md): columns never in silver, columns masked in silver.
     exclude_columns: tuple[str, ...] = ()
     mask_columns: tuple[tuple[str, str], ...] = ()   # {email = "sha256", ssn = "redact"}
+    # "soft": a Delete or TRUNCATE keeps the row, marked deleted (None: as silver.soft_deletes says, else "hard")
+    deletes: Deletes | None = None
+
+    def __post_init__(self) -> None:
+        if self.deletes is not None:
+            object.__setattr__(self, "deletes", choose(Deletes, self.deletes, "tables.deletes"))
 
 
 @dataclass(frozen=True)
@@ -225,6 +234,12 @@ class Config:
         """The salt of ``"sha256"`` masks from ``silver.mask_salt_env`` ("" when nothing hashes); a
         :class:`ConfigError` naming that key when it is needed and not set."""
         return read_salt(self.tables, self.silver)
+    def soft_deletes_for(self, qualified_name: str) -> bool:
+        """Whether the table's deletes are soft (``[tables."ns.t"] deletes``, else ``silver.soft_deletes``)."""
+        table = self.tables.get(qualified_name)
+        if table is not None and table.deletes is not None:
+            return table.deletes is Deletes.SOFT
+        return any(_match(p, qualified_name) for p in self.silver.soft_deletes)
 
     @property
     def checkpoint_location(self) -> str:

@@ -49,6 +49,13 @@ class Streaming(StrEnum):
     PARALLEL = "parallel"
 
 
+class Deletes(StrEnum):
+    """``tables."ns.t".deletes``: what a Delete (or TRUNCATE) does to silver's row."""
+
+    HARD = "hard"   # the row goes away
+    SOFT = "soft"   # the row stays, marked ``<metadata_prefix>deleted = true`` with the delete's commit LSN/time
+
+
 class CommitPosition(StrEnum):
     """``gaussdb.commit_position``: which position a GaussDB transaction commits at."""
 
@@ -87,4 +94,4 @@ def choose_fields(section: Any, prefix: str, **kinds: type[StrEnum]) -> None:
 
 
 ENUMS: dict[str, type[StrEnum]] = {kind.__name__: kind for kind in (
-    OnError, DropColumns, Retype, Snapshot, Streaming, CommitPosition, HeartbeatUnit)}
+    OnError, DropColumns, Retype, Snapshot, Streaming, CommitPosition, HeartbeatUnit, Deletes)}

@@ -51,6 +51,9 @@ def _coerce_kind(key: str, value: Any, annotation: str) -> Any:
         if isinstance(value, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             return tuple(value.items())
         raise ConfigError("expected a table of column = \"word\" (e.g. { email = \"sha256\" })", key=key)
+    enum = next((ENUMS[k] for k in kinds if k in ENUMS), None)
+    if enum is not None:   # an optional word: `Deletes | None`
+        return choose(enum, value, key)
     if "tuple[str, ...]" in kinds:
         if isinstance(value, str):
             return tuple(v.strip() for v in value.split(",") if v.strip())

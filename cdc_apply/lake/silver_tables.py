@@ -31,6 +31,7 @@ from cdc_apply.lake.books.ledger import (
 from cdc_apply.lake.books.state_match import check_tables
 from cdc_apply.lake.silver.snapshot_loads import clear_ranges, drop_cleared, load_snapshots
 from cdc_apply.lake.silver.merge_moves import resolve_moves
+from cdc_apply.lake.silver.soft_deletes import deleted_column, ensure_deleted_column, mark_all_deleted
 from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.delta.ddl import create_table, set_properties, silver_properties, table_properties
 from cdc_apply.delta.log import delta_version, files_bytes
@@ -116,10 +117,12 @@ class SilverTables:
                 continue
             first = history.versions[0]
             self._names[(source, rid)] = latest.qualified_name
+            soft = self.config.soft_deletes_for(latest.qualified_name)
             rules = TableRules(self.config.key_for(latest.qualified_name), self.config.silver.drop_columns,
                                self.config.silver.retype, meta, self.type_options,
                                self.config.history_for(latest.qualified_name),
-                               self.config.columns_for(latest.qualified_name), self._salt)
+                               self.config.columns_for(latest.qualified_name), self._salt,
+                               deleted_column(self.config.silver.metadata_prefix) if soft else None)
             planned = plan_table(source, history, latest, histories[source], plan, touch, pool,
                                  silver_ref(self.config, first.namespace, first.name, source), rules)
             tables.append(planned)
@@ -180,16 +183,21 @@ class SilverTables:
             """Run ``action(metadata)`` as the write of ``step`` unless the table has it (a re-run)."""
             return self.ledger.write(session, work.ref, app_id, step, tag, action)
 
-        if work.truncate_after is not None:
+        if work.truncate_after is not None and work.deleted is not None:   # soft: the rows stay, marked
+            lsn, seq = work.truncate_after
+            ts = next((t[2] for t in planned.truncates if t[:2] == (lsn, seq)), None)
+            write(truncate_step(version), lambda _: mark_all_deleted(session, work, lsn, ts))
+        elif work.truncate_after is not None:
             if write(truncate_step(version), lambda _: work.ref.delta_table(session).delete()) is not None:
                 self._empty.add(str(work.ref))
         elif work.clears and str(work.ref) not in self._empty:   # key-range chunks: only their ranges are emptied
-            write(truncate_step(version), lambda _: clear_ranges(session, work))
+            write(truncate_step(version), lambda _: clear_ranges(session, work, planned.truncates))
         loads = [load for load in batch.loads_of(work) if load.in_force(work.truncate_after)]
         if loads:
             # The snapshots' rows go in right after their Truncate (or ranges) emptied the table.
+            revive = work.deleted is not None and str(work.ref) not in self._empty   # marked rows stay
             loaded = write(snapshot_step(version), lambda meta: load_snapshots(
-                session, batch.messages(), loads, work.clears, planned.segments, meta))
+                session, batch.messages(), loads, work.clears, planned.segments, meta, revive))
             if loaded is not None:
                 stats.inserted += loaded
                 if len(loads) == 1:
@@ -240,7 +248,8 @@ class SilverTables:
         replica identity (unique in PostgreSQL; a configured key need not be), and no change of the
         source was ever quarantined (silver might then hold a row PostgreSQL deleted). It also takes
         silver to be written by cdc_apply alone."""
-        return not self.config.key_for(work.qualified_name) and work.source not in batch.quarantined_sources
+        return (not self.config.key_for(work.qualified_name) and work.source not in batch.quarantined_sources
+                and work.deleted is None)   # a soft table keeps deleted keys: an insert may revive one
 
     def _merge(self, session, batch: BatchContext, work: TableWork, planned: TablePlan, segment: int,
                write) -> MergeResult:
@@ -314,11 +323,13 @@ class SilverTables:
         ref = work.ref
         meta = [(c, t) for c, _, t in self.metadata()]
         names = {c.name for c in work.columns}
-        for col, _, _ in self.metadata():
+        for col in [c for c, _, _ in self.metadata()] + ([work.deleted] if work.deleted is not None else []):
             if col in names:
                 raise SchemaError(f"column {col!r} of {work.qualified_name} collides with a metadata column; "
                                   f"set silver.metadata_prefix", table=work.qualified_name)
         columns = [(c.name, c.spark_ddl) for c in work.columns] + meta
+        if work.deleted is not None:
+            columns.append((work.deleted, "BOOLEAN"))
         comment = f"cdc_apply silver table of {work.source}:{work.qualified_name}"
         if not ref.exists(session):
             create_table(session, ref, columns, silver_properties(self.config), comment=comment)
@@ -331,6 +342,7 @@ class SilverTables:
             create_table(session, ref, columns, silver_properties(self.config), comment=comment, replace=True)
             self._empty.add(str(ref))
             return
+        ensure_deleted_column(session, ref, work, ref.read(session).columns, f"tables.{work.qualified_name}.deletes")
         reflected = props.get(PROP_VERSION_SEQ)
         chain = planned.chain
         start = 0

@@ -68,6 +68,8 @@ class TableWork:
     # of "sha256" rides along unprinted (docs/MASKING.md).
     masks: tuple[tuple[int, str], ...] = ()
     salt: str = field(default="", repr=False, compare=False)
+    # Soft deletes: the silver column marking deleted rows (``<metadata_prefix>deleted``); None: deletes remove rows.
+    deleted: str | None = None
 
     @property
     def key_index(self) -> tuple[int, ...]:
@@ -187,6 +189,7 @@ class TableRules:
     history: HistorySpec | None = None
     columns: ColumnPolicy = ColumnPolicy()   # excluded and masked columns, by name
     salt: str = field(default="", repr=False, compare=False)
+    deleted: str | None = None          # soft deletes: the column marking deleted rows
 
 
 @dataclass(frozen=True)
@@ -258,7 +261,7 @@ def plan_table(source: str, history: RelationHistory, latest: RelationVersion, s
         source=source, relation_id=rid, qualified_name=latest.qualified_name, ref=ref,
         columns=tuple(columns), key=key, slots=tuple(slot_maps), truncate_after=truncate[:2] if truncate else None,
         meta=rules.meta, has_toast=touch.toasted > 0, toast_moves=touch.moved_toasted > 0, defaults=defaults,
-        clears=clears, masks=masks, salt=rules.salt)
+        clears=clears, masks=masks, salt=rules.salt, deleted=rules.deleted)
         for key, slot_maps in segments)
     return TablePlan(works[-1], works, chain, type_of, touch.rows, touch.last_commit_lsn, frozenset(touch.ops),
                      touch.inserts, rules.history, tuple(sorted(points, key=lambda t: t[:2])),

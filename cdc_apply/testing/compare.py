@@ -312,6 +312,7 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
     """
     from cdc_apply.lake.books.bookkeeping import Bookkeeping
     from cdc_apply.delta.refs import silver_ref
+    from cdc_apply.lake.silver.soft_deletes import live_rows
 
     history = Bookkeeping(config).load_history(spark).get(source)
     checks = []
@@ -326,7 +327,8 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
         if ref is not None and ref.exists(spark):
             names = [c[0] for c in table.columns]
             want, names = apply_column_rules(want, names, relation, config)
-            checks.append(compare_silver(table.qualified_name, want, ref.read(spark), names))
+            silver = live_rows(ref.read(spark), config.silver.metadata_prefix)   # soft-deleted rows: absent
+            checks.append(compare_silver(table.qualified_name, want, silver, names))
         else:  # no silver table: the source table must be empty
             checks.append(compare_rows(table.qualified_name, _python_rows(want), []))
     return checks

@@ -49,12 +49,14 @@ class Outcome:
         return not self.failures
 
 
-def replay_command(seed: int, transactions: int, checkpoints: int, configs, history: bool = False) -> str:
+def replay_command(seed: int, transactions: int, checkpoints: int, configs, history: bool = False,
+                   soft_deletes: bool = False) -> str:
     return (f".venv/bin/python -m cdc_apply.testing.differential --seed {seed} --transactions {transactions} "
-            f"--checkpoints {checkpoints} --configs {','.join(configs)}" + (" --history" if history else ""))
+            f"--checkpoints {checkpoints} --configs {','.join(configs)}" + (" --history" if history else "")
+            + (" --soft-deletes" if soft_deletes else ""))
 
 
-def _lake(root: Path, extra: dict | None = None, history: bool = False) -> dict:
+def _lake(root: Path, extra: dict | None = None, history: bool = False, soft_deletes: bool = False) -> dict:
     raw = {"pipeline": "differential",
            "bronze": {"path": str(root / "bronze")},
            "silver": {"path": str(root / "silver"), "source_in_path": True},
@@ -62,6 +64,8 @@ def _lake(root: Path, extra: dict | None = None, history: bool = False) -> dict:
            "apply": {"parallelism": 6}}
     if history:
         raw["silver"]["history"] = [f"{schema}.*" for schema in SCHEMAS]
+    if soft_deletes:   # marked rows stay in silver; the comparisons read them as absent (soft_deletes.live_rows)
+        raw["silver"]["soft_deletes"] = [f"{schema}.*" for schema in SCHEMAS]
     for section, values in (extra or {}).items():
         raw.setdefault(section, {}).update(values)
     return raw
@@ -70,7 +74,8 @@ def _lake(root: Path, extra: dict | None = None, history: bool = False) -> dict:
 def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int = 2,
                      configs=tuple(CONFIGS), root: Path | None = None, out: TextIO = sys.stdout,
                      large_rows: int = 300, history: bool = False, preload: int = 0,
-                     chunk_rows: int = 100, apply_spark=None, apply_mode=None, rules: dict | None = None) -> Outcome:
+                     chunk_rows: int = 100, apply_spark=None, apply_mode=None, rules: dict | None = None,
+                     soft_deletes: bool = False) -> Outcome:
     """Run the workload in ``checkpoints`` parts; after each, land every configuration, apply, compare.
 
     ``history``: every table keeps a history table; the source's state after every transaction is
@@ -83,6 +88,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     its calls — a Spark Connect session and ``connect_mode`` (docs/CONNECT.md). ``rules``: configuration
     sections merged into the apply job's (``{"tables": {"diff.pk_t": {"mask_columns": ...}}}``); the
     comparisons apply the same exclusions and masks to PostgreSQL's rows (docs/MASKING.md).
+    ``soft_deletes``: every table's deletes are soft; silver less its marked rows must equal the source.
     """
     from cdc_apply.testing.history_check import SourceRecord
     from cdc_apply.delta.bronze_schema import create_bronze_table
@@ -116,7 +122,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
             two_phase = "true" if CONFIGS[name]["two_phase"] else "false"
             pg.execute(f"SELECT pg_create_logical_replication_slot('diff_{name}', 'pgoutput', false, "
                        f"{two_phase})", dbname="diff")
-        lake = parse_config(_lake(root, rules, history=history))
+        lake = parse_config(_lake(root, rules, history=history, soft_deletes=soft_deletes))
         create_bronze_table(spark, lake.bronze.path)
         landers = {name: parse_config(_lake(root, {
             "source": {"name": name, "dsn": pg.dsn("diff"), "slot": f"diff_{name}", "publication": "diff_pub",
@@ -164,7 +170,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
         pg.destroy()
     outcome.seconds = time.monotonic() - started
     if outcome.failures:
-        outcome.failures.append("replay: " + replay_command(seed, transactions, checkpoints, configs, history))
+        outcome.failures.append("replay: " + replay_command(seed, transactions, checkpoints, configs, history, soft_deletes))
     return outcome
 
 
@@ -213,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history", action="store_true",
                         help="history tables on, checked against the source's state after every transaction "
                              "(records every state: for small runs)")
+    parser.add_argument("--soft-deletes", action="store_true",
+                        help="every table's deletes soft: silver less its marked rows must equal the source")
     args = parser.parse_args(argv)
     configs = [c for c in args.configs.split(",") if c]
     unknown = [c for c in configs if c not in CONFIGS]
@@ -225,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root)
     spark = spark_session("cdc_apply-differential")
     outcome = run_differential(spark, args.seed, args.transactions, args.checkpoints, configs, root,
-                               large_rows=args.large_rows, history=args.history, preload=args.preload)
+                               large_rows=args.large_rows, history=args.history, preload=args.preload,
+                               soft_deletes=args.soft_deletes)
     print(f"seed {args.seed}: {args.transactions} transactions, {args.checkpoints} checkpoints, "
           f"{len(configs)} configs, {outcome.seconds:.0f}s: {'OK' if outcome.ok else 'FAILED'}")
     for failure in outcome.failures:

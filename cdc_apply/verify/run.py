@@ -32,6 +32,7 @@ from cdc_apply.config import Config
 from cdc_apply.delta.refs import history_ref, silver_ref, state_ref
 from cdc_apply.errors import CdcApplyError, VerifyError
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
+from cdc_apply.lake.silver.soft_deletes import live_rows
 from cdc_apply.lander.dsn import resolve_dsn
 from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
 from cdc_apply.pgoutput.types import TypeOptions
@@ -255,6 +256,7 @@ def _compare(spark, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int,
     key = list(shape.key)
     try:
         result.silver_version, frame = sv.pin(spark, plan.silver)
+        frame = live_rows(frame, config.silver.metadata_prefix)   # soft-deleted rows are rows the source lacks
         first = plan.relation.versions[0]
         history = history_ref(config, first.namespace, first.name, config.source.name)
         if config.history_for(result.table) is not None and history.exists(spark):

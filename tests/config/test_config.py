@@ -44,6 +44,7 @@ def test_the_example_loads_with_every_commented_option_enabled():
     assert config.state.schema == "main.cdc" and config.key_for("public.audit") == ("id",)
     assert config.history_for("public.audit") == c.HistorySpec(("status",)) and config.silver.history_suffix
     assert config.format_of("gaussdb_src") == "gaussdb" and config.bronze.max_bytes_per_trigger == "1g"
+    assert config.soft_deletes_for("public.audit") and not config.soft_deletes_for("public.orders")
     # ... and the example names every option of every section.
     for name, cls in [("bronze", c.BronzeConfig), ("silver", c.SilverConfig), ("state", c.StateConfig),
                       ("apply", c.ApplyConfig), ("source", c.SourceConfig), ("land", c.LandConfig),
@@ -85,6 +86,9 @@ def test_three_paths_are_enough_and_everything_else_has_a_default(tmp_path):
     ({**MINIMAL, "silver": {"path": "s", "metadata_prefix": "_\x00"}}, "silver.metadata_prefix"),
     ({**MINIMAL, "apply": {"tables": ["public.\x00"]}}, "apply.tables"),
     ({**MINIMAL, "pipeline": "p\x00"}, "pipeline"),
+    ({**MINIMAL, "tables": {"public.t": {"deletes": "maybe"}}}, "tables.public.t.deletes"),
+    ({**MINIMAL, "tables": {"public.t": {"deletes": True}}}, "tables.public.t.deletes"),
+    ({**MINIMAL, "silver": {"path": "s", "soft_deletes": 1}}, "silver.soft_deletes"),
 ])
 def test_a_bad_setting_is_a_config_error_naming_the_key(raw, key):
     with pytest.raises(ConfigError) as info:
@@ -126,3 +130,11 @@ def test_an_unreadable_file_names_the_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read") as info:
         load_config(tmp_path)
     assert info.value.context["file"] == str(tmp_path)
+
+
+def test_soft_deletes_follow_silver_wildcards_unless_the_table_decides():
+    config = parse_config({**MINIMAL, "silver": {"path": "s", "soft_deletes": ["public.*"]},
+                           "tables": {"public.kept": {"deletes": "hard"}, "other.t": {"deletes": "soft"}}})
+    assert [config.soft_deletes_for(n) for n in ("public.a", "public.kept", "other.t", "other.u")] == [
+        True, False, True, False]
+    assert config.tables["other.t"].deletes == "soft" and not parse_config(MINIMAL).soft_deletes_for("public.a")

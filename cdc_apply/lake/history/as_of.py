@@ -27,6 +27,7 @@ from cdc_apply.config import Config
 from cdc_apply.config.choices import Retype
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lake.history.tables import PROP_COMPLETE_FROM
+from cdc_apply.lake.silver.soft_deletes import live_rows
 from cdc_apply.lake.history.versions import HISTORY_COLUMNS, HistoryColumns
 from cdc_apply.lake.history.lsn import lsn_text, lsn_value
 from cdc_apply.delta.ddl import table_properties
@@ -108,7 +109,8 @@ def read_as_of(spark, config: Config, lsn: int | str, tables: Sequence[str] | No
         delta_version = _silver_version(spark, mine, rel.relation_id, ref, version, end)
         result.versions[name] = delta_version
         frame = _time_travel(spark, ref, delta_version, name)
-        result.frames[name] = ColumnsAt(rel, config, end).of_silver(frame)
+        # A soft table's marked rows are rows the source lacked then, as in its history table.
+        result.frames[name] = ColumnsAt(rel, config, end).of_silver(live_rows(frame, config.silver.metadata_prefix))
     return result
 
 

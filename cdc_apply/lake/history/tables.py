@@ -31,6 +31,7 @@ from cdc_apply.lake.history.versions import (
     HistoryColumns, Truncates, keyed_versions, keyless_versions, merge_versions, open_versions_of,
 )
 from cdc_apply.lake.books.ledger import STEPS_PER_VERSION, SilverLedger, batch_tag
+from cdc_apply.lake.silver.soft_deletes import live_rows
 from cdc_apply.lake.silver.appends import append_files
 from cdc_apply.lake.silver.merge import key_events, project
 from cdc_apply.planning.table_plan import TableWork
@@ -170,7 +171,7 @@ class HistoryTables:
         h = self.columns
         work = planned.segments[0]  # the identity silver's rows were written under
         p = self.config.silver.metadata_prefix
-        silver = work.ref.read(session)
+        silver = live_rows(work.ref.read(session), p)   # a soft table's marked rows are no versions
         names = [c.name for c in work.columns if c.name in silver.columns]
         meta = [col for col, _ in work.meta if col in silver.columns]
         if work.key is None:

@@ -27,7 +27,7 @@ def append_new_keys(spark, collapsed, work: TableWork, metadata: str) -> int:
 
     rows = collapsed.where(F.col("_new") & (F.col("_action") == "upsert") & F.col("_complete"))
     values = [F.col(cc.final(i)).alias(c.name) for i, c in enumerate(work.columns)]
-    meta = [F.col(src).alias(col) for col, src in work.meta]
+    meta = [F.col(src).alias(col) for col, src in work.meta] + live_marker(work)
     count = rows.count()
     if count:
         out = rows.select(*values, *meta).coalesce(append_files(count, len(work.columns)))
@@ -43,6 +43,13 @@ def _key_sorted(rows, work: TableWork):
     if not work.key:
         return rows
     return rows.sortWithinPartitions(*[F.col(quote_ident(work.columns[i].name)) for i in work.key_index])
+
+
+def live_marker(work: TableWork) -> list:
+    """A soft-deleting table's marker column, false (live), for appended rows; nothing otherwise."""
+    from pyspark.sql import functions as F
+
+    return [] if work.deleted is None else [F.lit(False).alias(work.deleted)]
 
 
 def append_files(rows: int, columns: int) -> int:
@@ -62,7 +69,7 @@ def append_rows(spark, projected, work: TableWork, metadata: str, inserts: int |
     from pyspark.sql import functions as F
 
     values = [F.col(cc.value(i)).alias(c.name) for i, c in enumerate(work.columns)]
-    meta = [F.col(src).alias(col) for col, src in work.meta]
+    meta = [F.col(src).alias(col) for col, src in work.meta] + live_marker(work)
     rows = projected.where(F.col(cc.OP) == "I").select(*values, *meta)
     # The decoded batch's partitions each hold rows of every table: an initial load of ten tables would
     # otherwise leave each with dozens of small files for every MERGE to visit.

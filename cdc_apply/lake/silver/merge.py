@@ -29,6 +29,7 @@ from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.lake.silver.merge_sql import key_bounds_sql, keyed_assignments_sql
+from cdc_apply.lake.silver.soft_deletes import is_deleted_sql, keyed_soft_delete, keyless_soft_delete
 from cdc_apply.errors import ApplyError
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.masks import mask_sql
@@ -312,12 +313,13 @@ def merge_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None) 
         # PostgreSQL's apply worker, an update of a missing row is otherwise skipped.
         values = {quote_ident(c.name): F.col(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
         values.update(meta)
-    metrics = (work.ref.delta_table(spark).alias("t").merge(collapsed.alias("s"), condition)
-               .whenMatchedDelete(condition="s._action = 'delete'")
-               .whenMatchedUpdate(condition="s._action = 'upsert'", set=assignments)
+    merge = work.ref.delta_table(spark).alias("t").merge(collapsed.alias("s"), condition)
+    merge, upsert = (keyed_soft_delete(merge, work, assignments, values) if work.deleted is not None else
+                     (merge.whenMatchedDelete(condition="s._action = 'delete'"), "s._action = 'upsert'"))
+    metrics = (merge.whenMatchedUpdate(condition=upsert, set=assignments)
                .whenNotMatchedInsert(condition="s._action = 'upsert' AND s._complete", values=values)
                .execute().collect())
-    row = metrics[0].asDict() if metrics else {}
+    row = metrics[0].asDict() if metrics else {}   # a soft table's markings count as updates
     return MergeResult(row.get("num_inserted_rows", 0) or 0, row.get("num_updated_rows", 0) or 0,
                        row.get("num_deleted_rows", 0) or 0)
 
@@ -333,7 +335,7 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     sums ``S_k`` leave ``max(c + S_n, S_n - min(0, min_k S_k))`` copies (a
     Delete of a row silver lacks, then its Insert: one copy, not none). Delta
     cannot delete k of n identical rows, so when copies go away all ``c`` are
-    deleted and the rest re-inserted (with the batch's latest commit metadata).
+    deleted and the rest re-inserted (with the batch's latest commit metadata; soft deletes mark them).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -367,6 +369,7 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
         # in the decoded rows' own session there.
         own = projected.sparkSession if is_connect(spark) else spark
         silver = work.ref.read(own) if step is None else silver_before(own, work.ref, step)
+        silver = silver.where(f"NOT {is_deleted_sql(work.deleted)}") if work.deleted else silver  # live copies
         target = silver.select(*[F.col(quote_ident(c.name)).alias(cc.final(i))
                                                for i, c in enumerate(work.columns)])
         cond = null_safe_equal([target[v] for v in values], [F.col(f"_n.{v}") for v in values])
@@ -390,10 +393,9 @@ def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False)
     meta_set = {quote_ident(col): column_of(f"s.`{src}`") for col, src in work.meta}
     insert_values = {quote_ident(c.name): column_of(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
     insert_values.update(meta_set)
-    metrics = (work.ref.delta_table(spark).alias("t")
-               .merge(source.alias("s"), f"({condition}) AND s._kind = 'del'")
-               .whenMatchedDelete()
-               .whenNotMatchedInsert(condition="s._kind = 'ins'", values=insert_values)
-               .execute().collect())
+    target = work.ref.delta_table(spark).alias("t")
+    merge = (keyless_soft_delete(target, source.alias("s"), condition, work, insert_values) if work.deleted else
+             target.merge(source.alias("s"), f"({condition}) AND s._kind = 'del'").whenMatchedDelete())
+    metrics = merge.whenNotMatchedInsert(condition="s._kind = 'ins'", values=insert_values).execute().collect()
     row = metrics[0].asDict() if metrics else {}
     return MergeResult(row.get("num_inserted_rows", 0) or 0, 0, row.get("num_deleted_rows", 0) or 0)

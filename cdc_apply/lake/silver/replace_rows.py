@@ -101,25 +101,35 @@ def replace_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None
         key = work.columns[work.key_index[0]]
         target = target.where(F.col(quote_ident(key.name)).between(F.lit(bounds[0]).cast(key.spark_ddl),
                                                                    F.lit(bounds[1]).cast(key.spark_ddl)))
+    soft = work.deleted is not None   # a marked row counts as absent; deletes mark rows (soft_deletes.py)
+    marked = F.expr(f"coalesce({quote_ident(work.deleted)}, false)") if soft else F.lit(False)
     target = target.select(*[F.col(quote_ident(c.name)).alias(f"_t_{i}") for i, c in enumerate(work.columns)],
-                           F.lit(True).alias("_in_t"))
+                           F.lit(True).alias("_in_t"), marked.alias("_t_del"))
     match = [F.col(cc.key(p)) == F.col(f"_t_{i}") for p, i in enumerate(work.key_index)]
     upsert, found = F.col("_action") == "upsert", F.coalesce(F.col("_in_t"), F.lit(False))
     joined = collapsed.join(target, reduce(lambda a, b: a & b, match), "left").select(
         *[F.col(cc.key(p)) for p in range(len(work.key_index))], "_action", found.alias("_in_t"), "_complete",
+        F.coalesce(F.col("_t_del"), F.lit(False)).alias("_t_del"),
         *[F.when(F.col(cc.sets(i)), F.col(cc.final(i))).otherwise(F.col(f"_t_{i}")).alias(cc.final(i))
-          for i in range(n)],
+          for i in range(n)], *[F.col(f"_t_{i}") for i in range(n)] * soft,
         *[F.col(src) for _, src in work.meta]).localCheckpoint()
+    live = F.col("_in_t") & ~F.col("_t_del")
     counts = joined.agg(*[F.count(F.when(c, 1)).alias(a) for a, c in (
-        ("updated", upsert & found), ("inserted", upsert & ~found & F.col("_complete")),
-        ("deleted", ~upsert & found))]).first()
-    kept = joined.where(upsert & (found | F.col("_complete"))).select(
+        ("updated", upsert & live), ("inserted", upsert & ~live & F.col("_complete")),
+        ("deleted", ~upsert & live))]).first()
+    flag = [F.lit(False).alias(work.deleted)] if soft else []
+    kept = joined.where(upsert & (live | F.col("_complete"))).select(
         *[F.col(cc.final(i)).alias(c.name) for i, c in enumerate(work.columns)],
-        *[F.col(src).alias(col) for col, src in work.meta])
-    gone = joined.where(~upsert & found).select(*[F.col(cc.key(p)) for p in range(len(work.key_index))])
+        *[F.col(src).alias(col) for col, src in work.meta], *flag)
+    gone = joined.where(~upsert & live).select(*[F.col(cc.key(p)) for p in range(len(work.key_index))])
+    if soft:   # the deleted rows stay, silver's values marked with the delete's commit
+        kept = kept.unionByName(joined.where(~upsert & live).select(
+            *[F.col(f"_t_{i}").alias(c.name) for i, c in enumerate(work.columns)],
+            *[F.col(src).alias(col) for col, src in work.meta], F.lit(True).alias(work.deleted)))
+        gone = gone.limit(0)
     key_names = [work.columns[i].name for i in work.key_index]
-    _write(spark, work.ref, step, kept, counts.updated + counts.inserted, key_names,
-           gone, [cc.key(p) for p in range(len(key_names))], counts.deleted)
+    _write(spark, work.ref, step, kept, counts.updated + counts.inserted + counts.deleted * soft, key_names,
+           gone, [cc.key(p) for p in range(len(key_names))], counts.deleted * (not soft))
     return MergeResult(counts.inserted, counts.updated, counts.deleted)
 
 
@@ -133,6 +143,11 @@ def replace_keyless(spark, counted, work: TableWork, values: list[str], step: St
 
     from cdc_apply.lake.silver.merge import MergeResult
 
+    if work.deleted is not None:
+        raise ApplyError(f"silver table {work.ref} has no key, a column name holding a backtick and Change Data "
+                         "Feed on, which cannot take soft deletes: set its deletes to \"hard\" or turn its change "
+                         "feed off (silver.change_data_feed = false)", table=work.qualified_name, source=work.source,
+                         key=f"tables.{work.qualified_name}.deletes")
     counted = counted.where(F.col("_new") != F.col("_c")).localCheckpoint()
     counts = counted.agg(F.sum(F.when(F.col("_new") > 0, F.col("_new"))).alias("written"),
                          F.count(F.when(F.col("_new") > 0, 1)).alias("values"),

@@ -20,6 +20,7 @@ from cdc_apply.lake.sources.payload_columns import in_seq_ranges, is_insert
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.lake.silver.merge_sql import key_ranges_sql
+from cdc_apply.lake.silver.soft_deletes import mark_ranges_deleted, revive_copied
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.assemble import merge_ranges
 from cdc_apply.planning.decode_plan import pool_columns
@@ -56,8 +57,14 @@ def in_range(column, low, high, ddl: str):
     return reduce(lambda a, b: a & b, parts, F.lit(True))
 
 
-def clear_ranges(session, work: TableWork) -> None:
-    """Delete silver's rows in the key ranges of the batch's chunks (``work.clears``), one DELETE."""
+def clear_ranges(session, work: TableWork, points=()) -> None:
+    """Delete silver's rows in the key ranges of the batch's chunks (``work.clears``), one DELETE; in a
+    soft-deleting table mark them deleted at the last chunk's commit (``points``: the plan's truncates)."""
+    if work.deleted is not None:
+        last = work.clears[-1]
+        ts = next((p[2] for p in points if p[:2] == (last.commit_lsn, last.seq)), None)
+        mark_ranges_deleted(session, work, key_ranges_sql(work), last.commit_lsn, ts)
+        return
     table = work.ref.delta_table(session)
     if is_connect(session):   # a DELETE statement: its condition as SQL text
         table.delete(key_ranges_sql(work))
@@ -96,11 +103,13 @@ def drop_cleared(events, work: TableWork):
 
 
 def load_snapshots(session, messages, loads: list[SnapshotLoad], clears: tuple[Clear, ...],
-                   segments: tuple[TableWork, ...], metadata: str) -> int:
+                   segments: tuple[TableWork, ...], metadata: str, revive: bool = False) -> int:
     """Append the rows of ``loads`` (one table's snapshots in force after the batch's last truncate) to its
     silver table, emptied just before; returns how many rows it wrote. A row a later chunk of the batch
     replaces (its key in that chunk's range, ``clears``) is left out. ``segments``: the table's works in
-    the batch; the one holding a snapshot's slot says how its relation version maps onto silver."""
+    the batch; the one holding a snapshot's slot says how its relation version maps onto silver. ``revive``:
+    a keyed soft-deleting table whose rows were marked deleted, not removed: the rows are merged on the key
+    instead (:func:`cdc_apply.lake.silver.soft_deletes.revive_copied`)."""
     from pyspark.sql import functions as F
 
     frames, work = [], None
@@ -128,6 +137,11 @@ def load_snapshots(session, messages, loads: list[SnapshotLoad], clears: tuple[C
             projected = projected.where(~gone)
         frames.append(projected)
     union = reduce(lambda a, b: a.unionByName(b), frames)
+    if revive and work.key is not None:
+        copied = union.where(F.col(cc.OP) == "I").select(
+            *[F.col(cc.value(i)).alias(c.name) for i, c in enumerate(work.columns)],
+            *[F.col(src).alias(col) for col, src in work.meta])
+        return revive_copied(session, copied, work)
     # One file per bronze split read (no shuffle to size them): a snapshot's splits hold ~1M rows each.
     append_rows(session, union, work, metadata, inserts=None)
     metrics = work.ref.delta_table(session).history(1).select("operationMetrics").first()[0] or {}
