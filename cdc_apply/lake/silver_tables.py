@@ -31,7 +31,7 @@ from cdc_apply.lake.books.ledger import (
 from cdc_apply.lake.books.state_match import check_tables
 from cdc_apply.lake.silver.snapshot_loads import clear_ranges, drop_cleared, load_snapshots
 from cdc_apply.lake.silver.merge_moves import resolve_moves
-from cdc_apply.lake.silver.soft_deletes import deleted_column, ensure_deleted_column, mark_all_deleted
+from cdc_apply.lake.silver.soft_deletes import deleted_column, ensure_deleted_column, mark_deleted
 from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.delta.ddl import create_table, set_properties, silver_properties, table_properties
 from cdc_apply.delta.log import delta_version, files_bytes
@@ -186,7 +186,7 @@ class SilverTables:
         if work.truncate_after is not None and work.deleted is not None:   # soft: the rows stay, marked
             lsn, seq = work.truncate_after
             ts = next((t[2] for t in planned.truncates if t[:2] == (lsn, seq)), None)
-            write(truncate_step(version), lambda _: mark_all_deleted(session, work, lsn, ts))
+            write(truncate_step(version), lambda _: mark_deleted(session, work, lsn, ts))
         elif work.truncate_after is not None:
             if write(truncate_step(version), lambda _: work.ref.delta_table(session).delete()) is not None:
                 self._empty.add(str(work.ref))

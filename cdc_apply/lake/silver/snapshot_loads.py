@@ -20,7 +20,7 @@ from cdc_apply.lake.sources.payload_columns import in_seq_ranges, is_insert
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.lake.silver.merge_sql import key_ranges_sql
-from cdc_apply.lake.silver.soft_deletes import mark_ranges_deleted, revive_copied
+from cdc_apply.lake.silver.soft_deletes import mark_deleted, revive_copied
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.assemble import merge_ranges
 from cdc_apply.planning.decode_plan import pool_columns
@@ -63,7 +63,7 @@ def clear_ranges(session, work: TableWork, points=()) -> None:
     if work.deleted is not None:
         last = work.clears[-1]
         ts = next((p[2] for p in points if p[:2] == (last.commit_lsn, last.seq)), None)
-        mark_ranges_deleted(session, work, key_ranges_sql(work), last.commit_lsn, ts)
+        mark_deleted(session, work, last.commit_lsn, ts, key_ranges_sql(work))
         return
     table = work.ref.delta_table(session)
     if is_connect(session):   # a DELETE statement: its condition as SQL text

@@ -78,17 +78,13 @@ def keyless_soft_delete(target, source, condition: str, work: TableWork, insert_
         set=tombstone_set(work, f"s.`{cc.COMMIT_LSN}`", f"s.`{cc.COMMIT_TS}`", "s"))
 
 
-def mark_all_deleted(session, work: TableWork, lsn: int, ts) -> None:
-    """A TRUNCATE of a soft table: every live row marked deleted at the truncate's commit."""
+def mark_deleted(session, work: TableWork, lsn: int, ts, ranges_sql: str | None = None) -> None:
+    """Every live row marked deleted at a commit: a TRUNCATE of a soft table (``ranges_sql`` None), or the
+    rows in key-range snapshot chunks' ranges (the chunks' copies then revive those the source still
+    has: see :func:`revive_copied`)."""
     stamp = tombstone_set(work, f"CAST({int(lsn)} AS BIGINT)", None if ts is None else sql_literal(ts, "timestamp"))
-    work.ref.delta_table(session).update(f"NOT {is_deleted_sql(work.deleted)}", stamp)
-
-
-def mark_ranges_deleted(session, work: TableWork, ranges_sql: str, lsn: int, ts) -> None:
-    """Key-range snapshot chunks of a soft table: the live rows in their ranges marked deleted (the
-    chunks' copies then revive those the source still has: see :func:`revive_copied`)."""
-    stamp = tombstone_set(work, f"CAST({int(lsn)} AS BIGINT)", None if ts is None else sql_literal(ts, "timestamp"))
-    work.ref.delta_table(session).update(f"({ranges_sql}) AND NOT {is_deleted_sql(work.deleted)}", stamp)
+    live = f"NOT {is_deleted_sql(work.deleted)}"
+    work.ref.delta_table(session).update(live if ranges_sql is None else f"({ranges_sql}) AND {live}", stamp)
 
 
 def revive_copied(session, rows, work: TableWork) -> int:
