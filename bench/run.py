@@ -94,6 +94,12 @@ STEPS: tuple[Step, ...] = (
     Step("large_batch", "large_batch", ("--reps", "1", "--previous", "c9068a9", "--floor"),
          what="~1M-change batches over ten tables, mixed and mostly new keys, against c9068a9 in the same run "
               "and against Delta's own MERGEs of them"),
+    Step("scheduled_run", "scheduled_run", ("--reps", "5"),
+         what="`cdc-apply apply --once` as a fresh process on a 1,000-change backlog over ten tables landed from "
+              "PostgreSQL, against a fresh process doing Delta's own MERGEs of the same rows"),
+    Step("many_tables", "many_tables", ("--tables", "500", "--touched", "10,50,200"),
+         what="a 500-table publication, batches touching 10, 50, 200 tables with 5 changes each, against "
+              "Delta's own MERGEs at parallelism 1, 2, 4"),
     Step("snapshot", "snapshot", ("--rows", "10000000"),
          what="a 10M-row table PostgreSQL -> bronze -> silver by the initial snapshot, vs binary COPY into Parquet "
               "and a Delta append of it"),
