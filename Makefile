@@ -34,11 +34,12 @@ test: setup
 # other JVMs in subprocesses — the crash tests (tests/crash: land and apply SIGKILLed at random moments,
 # first runs included, run again and silver compared with PostgreSQL, ~4 minutes a seed on 2 cores; two
 # of each command started together), a failed batch's output under the CLI and spark-submit, the wheel
-# in a fresh virtualenv. .ci/run runs both targets.
+# in a fresh virtualenv. .ci/run runs both targets. A module's tests run in one worker (its fixture starts
+# JVMs), the Connect tests in one, each crash seed on its own (tests/conftest.py: pytest_xdist_make_scheduler).
 KILL_SEEDS ?= 1,2,3,4
 system: setup
 	@mkdir -p .tmp
-	@CDC_APPLY_KILL_SEEDS=$(KILL_SEEDS) $(VPY) -m pytest -n $(PYTEST_WORKERS) --dist load \
+	@CDC_APPLY_KILL_SEEDS=$(KILL_SEEDS) $(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope \
 		--basetemp "$(CURDIR)/.tmp/system" -m "system and not cluster" $(PYTEST_ARGS)
 
 # The cluster tests (marker `cluster`, tests/cluster; docs/CLUSTER.md): the apply job under spark-submit on a

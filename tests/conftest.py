@@ -80,3 +80,27 @@ def pytest_collection_modifyitems(config, items):
             marker = _MARKER_OF_FIXTURE.get(fixture)
             if marker is not None and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
+
+
+# `make system` runs a module's tests in one worker (their module fixture starts several JVMs: with plain
+# `load` both workers built it), every Connect test in one worker (one Connect server), and each crash
+# seed on its own, so the seeds spread over both workers. (xdist's `loadgroup` would do this from markers,
+# but under pytest 9 its renamed node ids are not seen by the scheduler.)
+_CONNECT_MODULES = ("tests/lake/test_apply_connect.py", "tests/lake/test_connect_entry_points.py",
+                    "tests/spark/test_connect_session.py")
+_ONE_PER_TEST_MODULES = ("tests/crash/test_kill_anywhere.py",)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SystemScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            if module in _CONNECT_MODULES:
+                return "connect"
+            return nodeid if module in _ONE_PER_TEST_MODULES else module
+
+    return SystemScheduling(config, log)

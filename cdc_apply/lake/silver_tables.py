@@ -30,10 +30,11 @@ from cdc_apply.lake.books.ledger import (
 )
 from cdc_apply.lake.books.state_match import check_tables
 from cdc_apply.lake.silver.snapshot_loads import clear_ranges, drop_cleared, load_snapshots
+from cdc_apply.lake.silver.replace_rows import ALLOW_EXISTS
 from cdc_apply.lake.silver.merge_moves import resolve_moves
 from cdc_apply.lake.silver.soft_deletes import deleted_column, ensure_deleted_column, mark_deleted
 from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
-from cdc_apply.delta.ddl import create_table, set_properties, silver_properties, table_properties
+from cdc_apply.delta.ddl import USER_METADATA, create_table, set_properties, silver_properties, table_properties
 from cdc_apply.delta.log import delta_version, files_bytes
 from cdc_apply.spark.connect import child_session
 from cdc_apply.delta.sql_table import is_connect
@@ -156,8 +157,12 @@ class SilverTables:
                              table=work.qualified_name, source=work.source) from exc
 
     def _apply_table(self, batch: BatchContext, planned: TablePlan) -> TableStats:
+        # newSession, or a cloneSession over Spark Connect (reused: the settings a table's writes set are reset)
+        with child_session(self.spark, (PERSISTENT_DVS, USER_METADATA, ALLOW_EXISTS)) as session:
+            return self._apply_table_in(session, batch, planned)
+
+    def _apply_table_in(self, session, batch: BatchContext, planned: TablePlan) -> TableStats:
         work, version = planned.work, batch.version
-        session = child_session(self.spark)   # newSession, or cloneSession over Spark Connect
         # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
         session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         # A child session starts from the static configuration: the job's own session may have been

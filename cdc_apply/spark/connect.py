@@ -17,7 +17,9 @@ import logging
 import os
 import re
 import sys
-from typing import Any, Mapping
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 from cdc_apply.errors import SetupError
 from cdc_apply.spark.jars import find_delta_jars
@@ -63,11 +65,38 @@ def is_connect_session(spark: Any) -> bool:
     return (type(spark).__module__ or "").startswith("pyspark.sql.connect.")
 
 
-def child_session(spark: Any):
+# Per Connect session (its session id): the clones not in use. A clone is never dropped: dropping a Connect
+# session closes its client, and pyspark's close shuts down the release thread pool every Connect client of
+# the process shares (ExecutePlanResponseReattachableIterator.shutdown, holding a class-wide lock). When
+# that runs from the garbage collector inside gRPC's token callback while another thread's ReleaseExecute
+# waits on that callback, both wait for ever: an apply job hung in a MERGE that way.
+_FREE_CLONES: dict[str, list[Any]] = {}
+_CLONES_LOCK = threading.Lock()
+
+
+@contextmanager
+def child_session(spark: Any, reset: tuple[str, ...] = ()) -> Iterator[Any]:
     """A session of its own for settings that must not reach the caller's (each silver table's Delta
-    settings and commit ``userMetadata``): ``newSession()`` on a classic session, ``cloneSession()`` (a
-    copy of its settings on the server) over Spark Connect, which has no ``newSession``."""
-    return spark.cloneSession() if is_connect_session(spark) else spark.newSession()
+    settings and commit ``userMetadata``), for the block: ``newSession()`` on a classic session; over Spark
+    Connect, which has no ``newSession``, a ``cloneSession()`` (a copy of its settings on the server) kept
+    for the process and handed out again, the settings in ``reset`` unset first."""
+    if not is_connect_session(spark):
+        yield spark.newSession()
+        return
+    key = str(spark._session_id)
+    with _CLONES_LOCK:
+        free = _FREE_CLONES.setdefault(key, [])
+        clone = free.pop() if free else None
+    if clone is None:
+        clone = spark.cloneSession()
+    else:
+        for setting in reset:
+            clone.conf.unset(setting)
+    try:
+        yield clone
+    finally:
+        with _CLONES_LOCK:
+            _FREE_CLONES[key].append(clone)
 
 
 def default_parallelism(spark: Any) -> int:

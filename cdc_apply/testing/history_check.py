@@ -38,12 +38,16 @@ class SourceRecord:
         return run
 
     def take(self, conn) -> int:
-        """Record the state now; returns the LSN it is read at."""
+        """Record the state now; returns the LSN it is read at: the WAL insert position, where the next
+        record will start. Every commit made so far started before it and any later one starts after it
+        (a transaction that changes rows writes records before its commit). Not the position less one: a
+        slot created with nothing written since has its consistent point there, and an initial snapshot's
+        rows are valid from that point, not one byte before it."""
         with conn.cursor() as cur:
             cur.execute("SELECT pg_current_wal_insert_lsn()::text")
             position = parse_lsn(cur.fetchone()[0])
-        self.states.append((position - 1, snapshot_postgres(conn, self.schemas)))
-        return position - 1
+        self.states.append((position, snapshot_postgres(conn, self.schemas)))
+        return position
 
 
 def _history_state(table: pa.Table, lsn: int, prefix: str) -> pa.Table:

@@ -71,6 +71,34 @@ def test_describe_history_shows_the_user_metadata_set_on_the_connect_session(con
         (0, "CREATE TABLE", None), (1, "WRITE", '{"app":"cdc_apply","apply_step":65}'), (2, "WRITE", None)]
 
 
+def test_a_child_session_over_connect_is_a_clone_kept_and_handed_out_again_with_the_given_settings_reset(
+        connect_spark):
+    """A dropped Connect session closes the release pool all Connect clients share (a deadlock when the
+    garbage collector runs it in gRPC's callback thread): the tables' sessions are kept and reused."""
+    import gc
+    import weakref
+
+    from cdc_apply.spark.connect import child_session
+
+    dvs = "spark.databricks.delta.merge.deletionVectors.persistent"
+    with child_session(connect_spark, (dvs,)) as first:
+        with child_session(connect_spark, (dvs,)) as second:   # two tables at once: two clones
+            assert second is not first and connect_spark not in (first, second)
+        first.conf.set(dvs, "false")
+        first.conf.set("spark.sql.shuffle.partitions", "3")
+    clones = {weakref.ref(first), weakref.ref(second)}
+    del first, second
+    gc.collect()
+    kept = {ref() for ref in clones}
+    assert None not in kept   # not dropped
+    with child_session(connect_spark, (dvs,)) as a, child_session(connect_spark, (dvs,)) as b:
+        assert {a, b} == kept   # handed out again: no third clone
+        changed = a if a.conf.get("spark.sql.shuffle.partitions") == "3" else b
+        assert changed.conf.get("spark.sql.shuffle.partitions") == "3"   # its own settings stay
+        assert changed.conf.get(dvs, None) != "false"                     # the given ones are reset
+    assert connect_spark.conf.get("spark.sql.shuffle.partitions") != "3"   # never the caller's
+
+
 def test_the_lander_refuses_a_connect_session_with_what_is_needed(connect_spark):
     from cdc_apply.spark.session import require_classic
 
