@@ -44,6 +44,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.pipeline_toml import pipeline_toml
 from bench.results import merge_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,23 +54,6 @@ BASE_ROWS = 2_000
 CHANGES = 1_000
 PARALLELISM = 4  # the job's default apply.parallelism
 
-TOML = """pipeline = "bench_scheduled"
-[bronze]
-path = "{lake}/bronze"
-[silver]
-path = "{lake}/silver"
-[state]
-path = "{lake}/state"
-[source]
-name = "bench"
-dsn = "{dsn}"
-slot = "bench_slot"
-publication = "bench_pub"
-create_slot = true
-snapshot = "initial"
-[land]
-idle_exit_seconds = 1.0
-"""
 
 
 def _cli(*args: str) -> tuple[float, str]:
@@ -132,7 +116,7 @@ def set_up(seed: int) -> dict:
                        dbname="bench")
         pg.execute(f"CREATE PUBLICATION bench_pub FOR TABLE {', '.join(names)}", dbname="bench")
         toml = WORK / "template.toml"
-        toml.write_text(TOML.format(lake=WORK / "template", dsn=pg.dsn("bench")))
+        toml.write_text(pipeline_toml("bench_scheduled", WORK / "template", pg.dsn("bench")))
         land_base, _ = _cli("land", "--once", "--config", str(toml))
         apply_base, _ = _cli("apply", "--once", "--config", str(toml))
         changes = _changes(pg, random.Random(seed), names, BASE_ROWS, CHANGES)
@@ -145,7 +129,7 @@ def set_up(seed: int) -> dict:
         collapsed.setdefault(name, {})[i] = [op, a, t]
     (WORK / "rows.json").write_text(json.dumps({n: [[i, *v] for i, v in sorted(rows.items())]
                                                  for n, rows in collapsed.items()}))
-    (WORK / "run.toml").write_text(TOML.format(lake=WORK / "run", dsn="postgresql://unused/bench"))
+    (WORK / "run.toml").write_text(pipeline_toml("bench_scheduled", WORK / "run", "postgresql://unused/bench"))
     return {"tables": TABLES, "base_rows": BASE_ROWS, "changes": len(changes),
             "collapsed_rows": sum(map(len, collapsed.values())), "postgres_rows": counts,
             "set_up_seconds": {"land_base": land_base, "apply_base": apply_base, "land_backlog": land_backlog}}

@@ -38,30 +38,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench.pipeline_toml import pipeline_toml
 from bench.results import merge_results
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = Path(os.environ.get("CDC_APPLY_BENCH_WORK", ROOT / "bench" / "work")) / "snapshot"
 CHUNK_BLOCKS = 2048          # as cdc_apply.lander.snapshots.copy_sessions.CHUNK_BLOCKS
 
-TOML = """pipeline = "bench_snapshot"
-[bronze]
-path = "{root}/bronze"
-[silver]
-path = "{root}/silver"
-[state]
-path = "{root}/state"
-[source]
-name = "bench"
-dsn = "{dsn}"
-slot = "bench_slot"
-publication = "bench_pub"
-create_slot = true
-snapshot = "initial"
-snapshot_workers = {workers}
-[land]
-idle_exit_seconds = 1.0
-"""
 
 
 def _load(pg, rows: int) -> None:
@@ -193,7 +176,7 @@ def run(rows: int, workers: int, keep: bool) -> dict:
         from cdc_apply.spark import spark_session
 
         toml = WORK / "bench.toml"
-        toml.write_text(TOML.format(root=WORK, dsn=pg.dsn("bench"), workers=workers))
+        toml.write_text(pipeline_toml("bench_snapshot", WORK, pg.dsn("bench"), snapshot_workers=workers))
         config = load_config(toml)
         spark = spark_session("cdc_apply-bench-snapshot")
         _warm_up(spark, WORK / "warm")
