@@ -50,6 +50,14 @@ class SourceRecord:
         return position
 
 
+def states_since(states: list[tuple[int, list[SourceTable]]], point: int) -> list[tuple[int, list[SourceTable]]]:
+    """The states a slot whose consistent point is ``point`` can show: the last one taken at or before it,
+    read at the point (an initial snapshot's rows are valid from there, and nothing committed in between),
+    and every later one. States taken before a slot existed are not in its stream: only its snapshot is."""
+    before = [s for s in states if s[0] <= point]
+    return ([(point, before[-1][1])] if before else []) + [s for s in states if s[0] > point]
+
+
 def _history_state(table: pa.Table, lsn: int, prefix: str) -> pa.Table:
     """A history table's rows (Arrow) valid at ``lsn``, one per copy."""
     import numpy as np
