@@ -71,18 +71,6 @@ def _lake(root: Path, extra: dict | None = None, history: bool = False, soft_del
     return raw
 
 
-def _consistent_point(spark, lake, source: str) -> int:
-    """Where the source's slot starts: its first applied commit LSN (an initial snapshot's units carry the
-    slot's consistent point), 0 when nothing was applied."""
-    from pyspark.sql import functions as F
-
-    from cdc_apply.lake.books.bookkeeping import Bookkeeping
-
-    log = Bookkeeping(lake).ref("transactions").read(spark)
-    first = log.where(F.col("source") == source).agg(F.min("commit_lsn")).first()[0]
-    return int(first or 0)
-
-
 def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int = 2,
                      configs=tuple(CONFIGS), root: Path | None = None, out: TextIO = sys.stdout,
                      large_rows: int = 300, history: bool = False, preload: int = 0,
@@ -191,11 +179,11 @@ def _check_history(spark, lake, configs, record, part: int, seen: int, preload: 
     this checkpoint (history) and at the one before (time travel to a batch end) against PostgreSQL.
     With ``--preload`` each lander made its slot after states were recorded: a configuration is checked
     only on the states from its slot's consistent point on (history_check.states_since)."""
-    from cdc_apply.testing.history_check import check_as_of, check_history, states_since
+    from cdc_apply.testing.history_check import check_as_of, check_history, consistent_point, states_since
 
     failures = []
     for name in configs:
-        point = _consistent_point(spark, lake, name) if preload else 0
+        point = consistent_point(spark, lake, name) if preload else 0
         states = states_since(record.states, point)
         part_states = states_since(record.states[seen:], point) if seen else states
         found = check_history(spark, lake, name, part_states)

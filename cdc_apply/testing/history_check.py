@@ -3,8 +3,8 @@ PostgreSQL at an LSN?
 
 :class:`SourceRecord` keeps the source's state after every statement batch a workload ran (a
 snapshot of its tables and ``pg_current_wal_insert_lsn()`` right after it). A commit's LSN is below
-the insert position read after it, and the next commit's is above it, so the history as of that
-position is the state after the commit (:meth:`SourceRecord.take`). States are compared on the columns the
+the insert position read after it, and the next commit's is at or above it, so the history as of
+that position minus one is the state after the commit (:meth:`SourceRecord.take`). States are compared on the columns the
 history table still has under the same name (a column dropped or renamed since is not compared;
 silver's own comparison covers those), typed values exactly, as :mod:`cdc_apply.testing.compare` does.
 """
@@ -38,16 +38,16 @@ class SourceRecord:
         return run
 
     def take(self, conn) -> int:
-        """Record the state now; returns the LSN it is read at: the WAL insert position, where the next
-        record will start. Every commit made so far started before it and any later one starts after it
-        (a transaction that changes rows writes records before its commit). Not the position less one: a
-        slot created with nothing written since has its consistent point there, and an initial snapshot's
-        rows are valid from that point, not one byte before it."""
+        """Record the state now; returns the LSN it is read at: the WAL insert position less one. Every
+        commit made so far started before the position; the next may start exactly there — a ``COMMIT
+        PREPARED`` writes nothing before its commit record. A slot made after this state has its
+        consistent point at or above the position, and its initial snapshot's rows are valid from that
+        point only: :func:`states_since` reads the states taken before a slot at its consistent point."""
         with conn.cursor() as cur:
             cur.execute("SELECT pg_current_wal_insert_lsn()::text")
             position = parse_lsn(cur.fetchone()[0])
-        self.states.append((position, snapshot_postgres(conn, self.schemas)))
-        return position
+        self.states.append((position - 1, snapshot_postgres(conn, self.schemas)))
+        return position - 1
 
 
 def states_since(states: list[tuple[int, list[SourceTable]]], point: int) -> list[tuple[int, list[SourceTable]]]:
@@ -56,6 +56,18 @@ def states_since(states: list[tuple[int, list[SourceTable]]], point: int) -> lis
     and every later one. States taken before a slot existed are not in its stream: only its snapshot is."""
     before = [s for s in states if s[0] <= point]
     return ([(point, before[-1][1])] if before else []) + [s for s in states if s[0] > point]
+
+
+def consistent_point(spark, config, source: str) -> int:
+    """Where ``source``'s slot starts, for a slot made with an initial snapshot: its first applied commit
+    LSN (the snapshot's units carry the slot's consistent point); 0 when nothing was applied."""
+    from pyspark.sql import functions as F
+
+    from cdc_apply.lake.books.bookkeeping import Bookkeeping
+
+    log = Bookkeeping(config).ref("transactions").read(spark)
+    first = log.where(F.col("source") == source).agg(F.min("commit_lsn")).first()[0]
+    return int(first or 0)
 
 
 def _history_state(table: pa.Table, lsn: int, prefix: str) -> pa.Table:

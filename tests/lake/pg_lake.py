@@ -70,10 +70,17 @@ class PgLake:
         assert checks, "no table compared"
         return [check.line() for check in checks if not check.equal]
 
+    def states(self) -> list:
+        """The recorded states from the slot's consistent point on (states taken before any commit since
+        the snapshot read at that point: history_check.states_since)."""
+        from cdc_apply.testing.history_check import consistent_point, states_since
+
+        return states_since(self.record.states, consistent_point(self.spark, self.config, self.SOURCE))
+
     def history_differences(self) -> list[str]:
         from cdc_apply.testing.history_check import check_history
 
-        return check_history(self.spark, self.config, self.SOURCE, self.record.states)
+        return check_history(self.spark, self.config, self.SOURCE, self.states())
 
     def close(self) -> None:
         self.conn.close()

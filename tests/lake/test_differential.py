@@ -38,14 +38,16 @@ def test_silver_equals_the_source_at_every_checkpoint_for_every_protocol_configu
 
 @pytest.mark.skipif(os.environ.get("CDC_APPLY_DIFF_HISTORY") != "1",
                     reason="minutes on 2 cores: set CDC_APPLY_DIFF_HISTORY=1 (make soak SOAK_HISTORY=1 runs it large)")
-def test_history_tables_hold_every_source_state_and_read_as_of_equals_the_source(spark, tmp_path):
+@pytest.mark.parametrize("preload", [0, 40])
+def test_history_tables_hold_every_source_state_and_read_as_of_equals_the_source(spark, tmp_path, preload):
     """History on for every table, one configuration (streamed, parallel): at each checkpoint every
     history table holds the source's state after each transaction, and read_as_of equals PostgreSQL
-    (from history now, by time travel at the checkpoint before). Opt-in: the history capture's tests
-    check the same against the reference applier in the default run."""
+    (from history now, by time travel at the checkpoint before). With ``preload`` the slot is made with
+    an initial snapshot after states were recorded: history holds them from its consistent point on.
+    Opt-in: the history capture's tests check the same against the reference applier in the default run."""
     out = io.StringIO()
     outcome = run_differential(spark, SEED, transactions=60, checkpoints=2, configs=("v4_parallel",), root=tmp_path,
-                               out=out, large_rows=150, history=True)
+                               out=out, large_rows=150, history=True, preload=preload, chunk_rows=40)
     print(out.getvalue())
     assert outcome.ok, "\n".join(outcome.failures)
     assert out.getvalue().count("history and read_as_of checked") == 2

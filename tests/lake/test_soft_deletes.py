@@ -117,7 +117,7 @@ def test_the_history_table_and_reads_as_of_agree_with_postgres(soft):
     from cdc_apply.testing.history_check import check_history
 
     only = lambda state, names: [t for t in state if t.name in names]  # noqa: E731
-    states = [(lsn, only(state, {"k"})) for lsn, state in lake.record.states]
+    states = [(lsn, only(state, {"k"})) for lsn, state in lake.states()]
     assert check_history(lake.spark, lake.config, lake.SOURCE, states) == []
     for lsn, state in ((deleted, at_delete), (revived, at_revive)):
         assert check_as_of(lake.spark, lake.config, lake.SOURCE, lsn, only(state, {"k"}), method="history") == []
