@@ -55,7 +55,6 @@ CHANGES = 1_000
 PARALLELISM = 4  # the job's default apply.parallelism
 
 
-
 def _cli(*args: str) -> tuple[float, str]:
     """``cdc-apply ARGS`` in a fresh process from this checkout; (wall seconds, stdout)."""
     started = time.monotonic()

@@ -46,7 +46,6 @@ WORK = Path(os.environ.get("CDC_APPLY_BENCH_WORK", ROOT / "bench" / "work")) / "
 CHUNK_BLOCKS = 2048          # as cdc_apply.lander.snapshots.copy_sessions.CHUNK_BLOCKS
 
 
-
 def _load(pg, rows: int) -> None:
     pg.create_database("bench")
     pg.execute("CREATE TABLE big (id bigint PRIMARY KEY, a int, x double precision, t text, at timestamptz)",

@@ -157,7 +157,8 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
                         outcome.failures.append(f"checkpoint {part + 1}, {name}: {check.line()}")
             if record:
                 t3 = time.monotonic()
-                outcome.failures += _check_history(spark, lake, configs, record, part, seen, bool(preload))
+                outcome.failures += _check_history(spark, lake, configs, record, part, seen,
+                                                   preload=bool(preload))
                 seen = len(record.states)
                 print(f"[differential seed={seed}] checkpoint {part + 1}: history and read_as_of checked "
                       f"({time.monotonic() - t3:.0f} s)", file=out)
@@ -184,9 +185,8 @@ def _check_history(spark, lake, configs, record, part: int, seen: int, preload: 
     failures = []
     for name in configs:
         point = consistent_point(spark, lake, name) if preload else 0
-        states = states_since(record.states, point)
-        part_states = states_since(record.states[seen:], point) if seen else states
-        found = check_history(spark, lake, name, part_states)
+        states = states_since(record.states[seen:], point)
+        found = check_history(spark, lake, name, states)
         now_lsn, now = states[-1]
         found += check_as_of(spark, lake, name, now_lsn, now, method="history")
         if part > 0:

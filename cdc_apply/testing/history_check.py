@@ -4,9 +4,10 @@ PostgreSQL at an LSN?
 :class:`SourceRecord` keeps the source's state after every statement batch a workload ran (a
 snapshot of its tables and ``pg_current_wal_insert_lsn()`` right after it). A commit's LSN is below
 the insert position read after it, and the next commit's is at or above it, so the history as of
-that position minus one is the state after the commit (:meth:`SourceRecord.take`). States are compared on the columns the
-history table still has under the same name (a column dropped or renamed since is not compared;
-silver's own comparison covers those), typed values exactly, as :mod:`cdc_apply.testing.compare` does.
+that position minus one is the state after the commit (:meth:`SourceRecord.take`). States are
+compared on the columns the history table still has under the same name (a column dropped or renamed
+since is not compared; silver's own comparison covers those), typed values exactly, as
+:mod:`cdc_apply.testing.compare` does.
 """
 
 from __future__ import annotations

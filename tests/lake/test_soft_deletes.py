@@ -14,6 +14,7 @@ from cdc_apply.config import TableConfig
 from cdc_apply.errors import SchemaError
 from cdc_apply.testing.history_check import check_as_of
 from pg_lake import PgLake
+from tests.verify.test_verify_spark import verify_while_applying
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -126,8 +127,6 @@ def test_the_history_table_and_reads_as_of_agree_with_postgres(soft):
 
 
 def test_verify_reads_marked_rows_as_absent_and_finds_the_tables_equal(soft):
-    from tests.verify.test_verify_spark import verify_while_applying
-
     lake = soft[0]
     run = verify_while_applying(lake, [], 0, steady=False, tables=["public.k", "public.plain"])
     assert {t.table: t.status for t in run.tables} == {"public.k": "equal", "public.plain": "equal"}, run.lines()
@@ -135,8 +134,6 @@ def test_verify_reads_marked_rows_as_absent_and_finds_the_tables_equal(soft):
 
 
 def test_verify_finds_a_live_row_marked_deleted_in_silver_as_missing(soft):
-    from tests.verify.test_verify_spark import verify_while_applying
-
     lake = soft[0]
     lake.spark.sql(f"UPDATE delta.`{lake.config.silver.path}/public/k` SET _cdc_deleted = true WHERE id = 4")
     run = verify_while_applying(lake, [], 0, steady=False, tables=["public.k"])
