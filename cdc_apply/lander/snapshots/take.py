@@ -34,6 +34,7 @@ import pyarrow as pa
 from cdc_apply.errors import LandError
 from cdc_apply.lander.snapshots import catalog
 from cdc_apply.lander.bronze_files import ArrowAppender
+from cdc_apply.lander.dsn import scrub
 from cdc_apply.lander.options import publication_names
 from cdc_apply.lander.sequencer import Batch
 from cdc_apply.lander.snapshots.copy_sessions import (
@@ -56,6 +57,7 @@ class Snapshots:
         self.publications = publication_names(lander.source)
         self._appender: ArrowAppender | None = None
         self._checked_at = float("-inf")
+        self._missing = False    # the last check found a published table without a snapshot: due until taken
         self._quiet_until = 0.0
         self._told_never = False
         self.tables = 0          # tables landed by this run
@@ -146,7 +148,7 @@ class Snapshots:
             return False
         if now < self._quiet_until:
             return False
-        if pending:
+        if pending or self._missing:
             return True
         if self.mode != "when_needed" or now - self._checked_at < self.source.snapshot_check_seconds:
             return False
@@ -156,10 +158,16 @@ class Snapshots:
                 published = {r.relation_id for r in catalog.published_relations(cur, self.publications)}
         except LandError:
             raise
-        except Exception:  # the side session may be reconnecting: ask again at the next check
+        except Exception as exc:  # the side session may be reconnecting: ask again at the next check
             self.lander.server.close()
+            why = scrub(str(exc), self.lander.dsn).strip().splitlines() or [type(exc).__name__]
+            self.say(f"could not list the published tables ({why[0]}); asking again in "
+                     f"{self.source.snapshot_check_seconds:g} s")
             return False
-        return published != set(state.snapshots.done)
+        # Remembered until taken: the session that finds it ends, and the lander's loop asks again at once,
+        # within snapshot_check_seconds of this check (a busy stream never let it through otherwise).
+        self._missing = published != set(state.snapshots.done)
+        return self._missing
 
     def take(self, state: ResumeState) -> ResumeState:
         """Serve what :meth:`due` found: land the chunks the stream reached, drop requests that cannot be
@@ -170,6 +178,7 @@ class Snapshots:
             if self.flow.finished:
                 self.flow = None
             return state
+        self._missing = False
         with self.lander.server.cursor() as cur:
             relations = catalog.published_relations(cur, self.publications)
             plan, drops = self._targets(state, relations, cur)
