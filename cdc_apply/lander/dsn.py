@@ -75,11 +75,16 @@ def scrub(text: str, dsn: str) -> str:
     return text.strip()
 
 
+def scrubbed_line(exc: BaseException, dsn: str) -> str:
+    """An error's first line without the DSN's secrets (:func:`scrub`), or its type's name when it says nothing."""
+    message = scrub(str(exc), dsn)
+    return message.splitlines()[0] if message else type(exc).__name__
+
+
 def connection_error(exc: BaseException, dsn: str, replication: bool = False) -> LandError:
     """A :class:`LandError` that says what is wrong with connecting and what to do about it."""
     target = Target.of(dsn)
-    message = scrub(str(exc), dsn)
-    first = message.splitlines()[0] if message else type(exc).__name__
+    message, first = scrub(str(exc), dsn), scrubbed_line(exc, dsn)
     low = message.lower()
     where = f"{target.host}:{target.port}"
     if "password authentication failed" in low or "authentication failed" in low or \

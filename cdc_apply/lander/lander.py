@@ -22,7 +22,7 @@ from cdc_apply.config import Config
 from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import LandError
 from cdc_apply.lander.bronze_rs import open_writer
-from cdc_apply.lander.dsn import Target, connection_error, is_transient, resolve_dsn, scrub
+from cdc_apply.lander.dsn import Target, connection_error, is_transient, resolve_dsn, scrub, scrubbed_line
 from cdc_apply.lander.options import SESSION_SETTINGS, replication_options
 from cdc_apply.lander.reader import ReplicationReader, StreamInterrupted
 from cdc_apply.lander.sequencer import Batch, Sequencer, StreamDiverged
@@ -165,7 +165,7 @@ class Lander:
         except psycopg2.Error as exc:
             if is_transient(exc):
                 raise StreamInterrupted(str(exc)) from None
-            raise LandError(f"START_REPLICATION failed: {scrub(str(exc), self.dsn).splitlines()[0]}",
+            raise LandError(f"START_REPLICATION failed: {scrubbed_line(exc, self.dsn)}",
                             slot=self.source.slot, dsn=self.target.shown) from None
         # Everything up to the resume LSN is in bronze: say so at once (the previous run may
         # have stopped between its last Delta commit and its confirmation).

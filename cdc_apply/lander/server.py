@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from cdc_apply.config import SourceConfig
 from cdc_apply.errors import LandError
-from cdc_apply.lander.dsn import Target, connection_error, is_transient, scrub
+from cdc_apply.lander.dsn import Target, connection_error, is_transient, scrubbed_line
 from cdc_apply.lander.options import publication_names, quote_ident
 from cdc_apply.lander.state import ResumeState
 from cdc_apply.pgoutput.messages import format_lsn
@@ -149,7 +149,7 @@ class SourceServer:
             return check()
         except psycopg2.Error as exc:
             self.close()
-            err = LandError(f"checking the source failed: {scrub(str(exc), self.dsn).splitlines()[0]}",
+            err = LandError(f"checking the source failed: {scrubbed_line(exc, self.dsn)}",
                             dsn=self.target.shown)
             err.transient = is_transient(exc) or isinstance(exc, psycopg2.OperationalError)
             raise err from None

@@ -29,24 +29,29 @@ def spark_text(value: object) -> str:
     """A Python value's text as Spark's ``CAST(... AS STRING)`` writes it under the job's session time zone
     (``spark.sql.session.timeZone = "UTC"``, the job's default): timestamps in UTC without a zone and
     with the fraction's trailing zeros cut, doubles as Java prints them, a struct (an interval) as
-    ``{v1, v2, ...}``. Bytes are not text: :func:`mask_value` hashes them as they are."""
+    ``{v1, v2, ...}``. Bytes are not text: see :func:`spark_bytes`."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             value = value.astimezone(dt.timezone.utc)
-        text = (f"{value.year:04d}-{value.month:02d}-{value.day:02d} "
-                f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}")
-        return text + (("." + f"{value.microsecond:06d}".rstrip("0")) if value.microsecond else "")
+        fraction = ("." + f"{value.microsecond:06d}".rstrip("0")) if value.microsecond else ""
+        return f"{spark_text(value.date())} {value.hour:02d}:{value.minute:02d}:{value.second:02d}{fraction}"
     if isinstance(value, dt.date):
         return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
     if isinstance(value, float):
         return _java_double(value)
     if isinstance(value, dict):
         return "{" + ", ".join("null" if v is None else spark_text(v) for v in value.values()) + "}"
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", "replace")
     return str(value)
+
+
+def spark_bytes(value: object) -> bytes:
+    """The bytes the projection's hash reads for ``value`` (``CAST(CAST(v AS STRING) AS BINARY)``): a binary
+    value's own bytes, which the two casts leave as they are; any other value's text in UTF-8."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    return spark_text(value).encode()
 
 
 def _java_double(value: float) -> str:
@@ -75,10 +80,8 @@ def mask_value(kind: str, salt: str, value: object) -> str | None:
     if value is None:
         return None
     if kind == SHA256:
-        # Spark casts BINARY to STRING and back without touching the bytes: hashed as they are.
-        raw = bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else spark_text(value).encode()
-        return hashlib.sha256(salt.encode() + raw).hexdigest()
+        return hashlib.sha256(salt.encode() + spark_bytes(value)).hexdigest()
     return REDACTED
 
 
-__all__ = ["mask_sql", "mask_value", "spark_text"]
+__all__ = ["mask_sql", "mask_value", "spark_bytes", "spark_text"]

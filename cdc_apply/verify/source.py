@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from cdc_apply.errors import VerifyError
-from cdc_apply.lander.dsn import connection_error, scrub
+from cdc_apply.lander.dsn import connection_error, scrubbed_line
 from cdc_apply.lander.options import SESSION_SETTINGS, options_string
 from cdc_apply.lander.snapshots.copy_sessions import ConsistentPoint, ExportSlot
 from cdc_apply.pgoutput.messages import format_lsn
@@ -156,7 +156,7 @@ class SourceSnapshot:
                 return cur.fetchall()
         except psycopg2.Error as exc:
             lsn = format_lsn(self.point.lsn) if self.point else None
-            raise VerifyError(f"reading the source failed: {scrub(str(exc), self.dsn).splitlines()[0]}",
+            raise VerifyError(f"reading the source failed: {scrubbed_line(exc, self.dsn)}",
                               lsn=lsn) from None
 
     def table(self, namespace: str, name: str, options: TypeOptions = TypeOptions(),

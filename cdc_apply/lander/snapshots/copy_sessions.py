@@ -26,7 +26,7 @@ import pyarrow as pa
 from cdc_apply.errors import LandError
 from cdc_apply.lander.snapshots.catalog import CopySource, TableShape
 from cdc_apply.lander.snapshots.copy_binary import CopySink, insert_payloads
-from cdc_apply.lander.dsn import connection_error, scrub
+from cdc_apply.lander.dsn import connection_error, scrubbed_line
 from cdc_apply.lander.options import SESSION_SETTINGS, options_string, quote_ident
 from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS, format_lsn, parse_lsn
 from cdc_apply.pgoutput.snapshot import KeyRange
@@ -109,7 +109,7 @@ class ExportSlot:
         except psycopg2.Error as exc:
             self.close()
             raise LandError(f"creating replication slot {self.slot!r} with an exported snapshot failed: "
-                            f"{scrub(str(exc), self.dsn).splitlines()[0]}", slot=self.slot) from None
+                            f"{scrubbed_line(exc, self.dsn)}", slot=self.slot) from None
         return ConsistentPoint(slot, read_server_lsn(lsn), snapshot, now_micros())
 
     def close(self) -> None:
@@ -200,7 +200,7 @@ class TableCopier:
         except psycopg2.Error as exc:
             conn.close()
             raise LandError(f"importing snapshot {self.point.snapshot} failed: "
-                            f"{scrub(str(exc), self.dsn).splitlines()[0]}", lsn=format_lsn(self.point.lsn)) from None
+                            f"{scrubbed_line(exc, self.dsn)}", lsn=format_lsn(self.point.lsn)) from None
         with self._lock:
             self._conns.append(conn)
         return conn
@@ -295,7 +295,7 @@ class TableCopier:
                 cur.copy_expert(sql, sink)
         except psycopg2.Error as exc:
             raise LandError(f"copying {shape.published.qualified_name} failed: "
-                            f"{scrub(str(exc), self.dsn).splitlines()[0]}", table=chunk.source.sql_name,
+                            f"{scrubbed_line(exc, self.dsn)}", table=chunk.source.sql_name,
                             lsn=format_lsn(self.point.lsn)) from None
         copied = sum(map(len, sink.parts))
         try:

@@ -23,7 +23,7 @@ def emit_request(config, tables: Sequence[str] = (), ranges: Sequence[Range] = (
     checking each table is published; returns the message's LSN as PostgreSQL prints it."""
     import psycopg2
 
-    from cdc_apply.lander.dsn import Target, connection_error, resolve_dsn, scrub
+    from cdc_apply.lander.dsn import Target, connection_error, resolve_dsn, scrubbed_line
     from cdc_apply.lander.options import publication_names
     from cdc_apply.lander.snapshots import catalog
 
@@ -48,7 +48,7 @@ def emit_request(config, tables: Sequence[str] = (), ranges: Sequence[Range] = (
             cur.execute("SELECT pg_logical_emit_message(false, %s, %s)::text", (REQUEST_PREFIX, json.dumps(body)))
             return cur.fetchone()[0]
     except psycopg2.Error as exc:
-        raise LandError(f"emitting the snapshot request failed: {scrub(str(exc), dsn).splitlines()[0]}",
+        raise LandError(f"emitting the snapshot request failed: {scrubbed_line(exc, dsn)}",
                         dsn=Target.of(dsn).shown) from None
     finally:
         conn.close()

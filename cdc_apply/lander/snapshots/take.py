@@ -34,7 +34,7 @@ import pyarrow as pa
 from cdc_apply.errors import LandError
 from cdc_apply.lander.snapshots import catalog
 from cdc_apply.lander.bronze_files import ArrowAppender
-from cdc_apply.lander.dsn import scrub
+from cdc_apply.lander.dsn import scrubbed_line
 from cdc_apply.lander.options import publication_names
 from cdc_apply.lander.sequencer import Batch
 from cdc_apply.lander.snapshots.copy_sessions import (
@@ -160,8 +160,7 @@ class Snapshots:
             raise
         except Exception as exc:  # the side session may be reconnecting: ask again at the next check
             self.lander.server.close()
-            why = scrub(str(exc), self.lander.dsn).strip().splitlines() or [type(exc).__name__]
-            self.say(f"could not list the published tables ({why[0]}); asking again in "
+            self.say(f"could not list the published tables ({scrubbed_line(exc, self.lander.dsn)}); asking again in "
                      f"{self.source.snapshot_check_seconds:g} s")
             return False
         # Remembered until taken: the session that finds it ends, and the lander's loop asks again at once,
