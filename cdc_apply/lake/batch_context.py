@@ -27,6 +27,7 @@ class Landed:
     small: bool                  # payloads of at most pipeline.FRESH_CACHE_BYTES: bronze read once, logs beside tables
     lag: Future                  # the lag's query, running beside the batch (ApplyPipeline._bronze_lag)
     started: float               # time.monotonic() when the batch began
+    bronze_rows: Any = None      # a large batch's rows read from bronze's files (bronze_contract.count_runs)
 
 
 @dataclass(frozen=True)

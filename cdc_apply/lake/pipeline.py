@@ -171,17 +171,23 @@ class ApplyPipeline:
         small = sum(int(r.bytes or 0) for r in stats.values()) <= FRESH_CACHE_BYTES
         if small:
             fresh = fresh.persist()
+        # A large batch's bronze files, read in place, can prove their seqs unique without a shuffle
+        # (bronze_contract.count_runs); a small one is counted on its cached rows.
+        in_place = (self.bronze.read(self.spark).where(new_rows)
+                    if not small and all(self.formats.of(s).counts_bronze_rows for s in stats) else None)
         try:
-            return self._process_fresh(fresh, Landed(stats, last, prepared, small, lag_query, started), report)
+            return self._process_fresh(fresh, Landed(stats, last, prepared, small, lag_query, started, in_place),
+                                       report)
         finally:
             fresh.unpersist()   # a no-op for a batch read from bronze each time
 
     def _process_fresh(self, fresh, landed: Landed, report: BatchReport) -> BatchReport:
         version = report.apply_version
         report.messages = sum(int(row.n) for row in landed.stats.values())
-        # The bronze contract's count (a shuffle of every row's seq) runs beside the control scan and
-        # the planning, which are mostly the driver's Python; nothing is written before it is answered.
-        counting = self._side.submit(count_rows, fresh)
+        # The bronze contract's count (a shuffle of every row's seq, unless its files' runs prove them
+        # unique) runs beside the control scan and the planning, which are mostly the driver's Python;
+        # nothing is written before it is answered.
+        counting = self._side.submit(count_rows, fresh, landed.bronze_rows)
         try:
             plan = self._plan(fresh, landed)
         except BaseException:

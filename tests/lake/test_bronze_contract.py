@@ -5,6 +5,9 @@ applied seq."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from cdc_apply.errors import CdcApplyError
 from cdc_apply.testing.stream import StreamBuilder
@@ -129,3 +132,77 @@ def test_a_bronze_replay_after_a_lost_checkpoint_applies_nothing_again(lake_fact
     _, printed = lake.apply()
     assert sorted(r.id for r in lake.silver("public", "t").collect()) == [1, 2]
     assert "0 txns applied" in printed
+
+
+# -- proving (source, seq) unique from the files' runs (bronze_contract.count_runs) -------------------
+
+def _bronze_of_files(spark, path, files, packed: bool):
+    """A Delta table with one Parquet file per entry of ``files`` (each a list of (source, seq)), in that
+    order, read back with every file in one partition (``packed``) or one a partition."""
+    schema = "source STRING, seq BIGINT, lsn BIGINT, payload BINARY"
+    for rows in files:
+        frame = spark.createDataFrame([(s, q, q, b"x") for s, q in rows], schema).coalesce(1)
+        frame.write.format("delta").mode("append").save(str(path))
+    # Spark packs files into a partition up to a split size: packed, opening a file costs nothing and
+    # one split takes the whole table; otherwise opening one costs a whole split.
+    settings = {"spark.sql.files.openCostInBytes": "0" if packed else "134217728",
+                "spark.sql.files.maxPartitionBytes": "134217728", "spark.sql.files.minPartitionNum": "1"}
+    return spark.read.format("delta").load(str(path)), settings
+
+
+def _count(spark, bronze, settings):
+    from cdc_apply.lake.sources.bronze_contract import count_runs
+    from cdc_apply.spark.session import session_settings
+
+    with session_settings(spark, settings):
+        assert bronze.rdd.getNumPartitions() == (1 if settings["spark.sql.files.openCostInBytes"] == "0"
+                                                  else len(bronze.inputFiles()))
+        return count_runs(bronze)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["a file a partition", "files packed in one partition"])
+def test_files_of_consecutive_seqs_prove_the_batch_unique_without_counting_each_seq(spark, tmp_path, packed):
+    files = [[("a", q) for q in range(1, 6)], [("a", q) for q in range(6, 9)] + [("b", q) for q in range(1, 4)],
+             [("a", q) for q in range(20, 31)]]
+    bronze, settings = _bronze_of_files(spark, tmp_path / "bronze", files, packed)
+    assert _count(spark, bronze, settings) == {"a": 19, "b": 3}
+
+
+def test_a_seq_in_two_files_is_not_proven_unique_and_the_count_names_it(spark, tmp_path):
+    from cdc_apply.lake.sources.bronze_contract import count_rows
+
+    files = [[("a", q) for q in range(1, 6)], [("a", q) for q in range(5, 9)]]
+    bronze, settings = _bronze_of_files(spark, tmp_path / "bronze", files, packed=False)
+    assert _count(spark, bronze, settings) is None
+    with pytest.raises(CdcApplyError) as info:
+        count_rows(bronze, bronze)
+    assert "landed more than once" in str(info.value) and "seq=5" in str(info.value)
+
+
+def test_unique_seqs_out_of_order_in_a_file_are_counted_each(spark, tmp_path):
+    from cdc_apply.lake.sources.bronze_contract import count_rows
+
+    files = [[("a", q) for q in (1, 3, 2, 4)]]
+    bronze, settings = _bronze_of_files(spark, tmp_path / "bronze", files, packed=False)
+    assert _count(spark, bronze, settings) is None
+    assert count_rows(bronze, bronze) == {"a": 4}
+
+
+@given(layout=st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 12), st.integers(1, 6), st.booleans()),
+                       min_size=1, max_size=3),
+       packed=st.booleans())
+@hyp_settings(max_examples=10)
+def test_runs_never_prove_a_seq_landed_twice_unique(spark, tmp_path_factory, layout, packed):
+    from collections import Counter
+
+    # Each file is a run of one source's consecutive seqs, which runs of other files may overlap, or that
+    # run backwards with its lowest seq twice.
+    files = [[(source, q) for q in (range(start, start + length) if forwards
+                                    else [*range(start + length - 1, start - 1, -1), start])]
+             for source, start, length, forwards in layout]
+    bronze, settings = _bronze_of_files(spark, tmp_path_factory.mktemp("bronze"), files, packed)
+    counted = _count(spark, bronze, settings)
+    seen = Counter(row for rows in files for row in rows)
+    if counted is not None:
+        assert max(seen.values()) == 1
+        assert counted == dict(Counter(s for s, _ in seen))

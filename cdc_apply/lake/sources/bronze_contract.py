@@ -50,11 +50,19 @@ def applied_rows(spark, bronze: TableRef, source: str, previous: SourceState) ->
     return rows_through(spark, bronze, source, previous.applied_seq)
 
 
-def count_rows(fresh) -> dict[str, int]:
+def count_rows(fresh, bronze_rows=None) -> dict[str, int]:
     """Rows per source among a batch's new bronze rows; a (source, seq) found twice is a
-    :class:`BronzeError` before anything is applied (a keyless table would take the change twice)."""
+    :class:`BronzeError` before anything is applied (a keyless table would take the change twice).
+
+    ``bronze_rows``, the same rows read from the bronze table itself, lets a batch whose files hold
+    runs of consecutive seqs prove them unique without a shuffle (:func:`count_runs`); otherwise, or
+    when that proof fails, every (source, seq) is counted."""
     from pyspark.sql import functions as F
 
+    if bronze_rows is not None:
+        counted = count_runs(bronze_rows)
+        if counted is not None:
+            return counted
     per_seq = fresh.groupBy("source", "seq").agg(F.count(F.lit(1)).alias("n"))
     counted = per_seq.groupBy("source").agg(F.sum("n").alias("rows"), F.max("n").alias("most")).collect()
     for r in counted:
@@ -63,3 +71,39 @@ def count_rows(fresh) -> dict[str, int]:
             raise BronzeError(f"(source, seq) landed more than once ({dup.n} rows); (source, seq) must be "
                               "unique", source=r.source, seq=int(dup.seq))
     return {r.source: int(r.rows) for r in counted}
+
+
+def count_runs(bronze_rows) -> dict[str, int] | None:
+    """Rows per source when the batch's (source, seq) are provably unique from runs alone, else None.
+
+    Rows are grouped by Spark partition, bronze file and source, and each group's ``seq`` minus the
+    row's position in its partition (``monotonically_increasing_id``) is compared: when it is the same
+    for every row, the group's seqs are distinct (positions are) and fill ``[lo, hi]``. Groups whose
+    ranges do not overlap hold no seq twice. A lander writes each file's seqs consecutively, so a
+    10M-row snapshot batch is a handful of groups: one partial aggregate instead of a shuffle of every
+    row's key. A file in any other order answers None."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    # The file's size and time tell its rows apart from another file's packed into the same partition
+    # (a path string per row costs as much again); two files that share both only fail the proof.
+    try:
+        groups = bronze_rows.select(
+            F.spark_partition_id().alias("part"), F.col("_metadata.file_size").alias("size"),
+            F.col("_metadata.file_modification_time").alias("time"), "source", "seq",
+            (F.col("seq") - F.monotonically_increasing_id()).alias("offset"),
+        ).groupBy("part", "size", "time", "source").agg(
+            F.count(F.lit(1)).alias("n"), F.min("seq").alias("lo"), F.max("seq").alias("hi"),
+            F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset")).collect()
+    except AnalysisException:   # a bronze without file metadata (a view): counted the other way
+        return None
+    ranges: dict[str, list[tuple[int, int, int]]] = {}
+    for g in groups:
+        if g.first_offset != g.last_offset:
+            return None
+        ranges.setdefault(g.source, []).append((int(g.lo), int(g.hi), int(g.n)))
+    for runs in ranges.values():
+        runs.sort()
+        if any(a[1] >= b[0] for a, b in zip(runs, runs[1:])):
+            return None
+    return {source: sum(n for _, _, n in runs) for source, runs in ranges.items()}
