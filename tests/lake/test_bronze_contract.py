@@ -206,3 +206,19 @@ def test_runs_never_prove_a_seq_landed_twice_unique(spark, tmp_path_factory, lay
     if counted is not None:
         assert max(seen.values()) == 1
         assert counted == dict(Counter(s for s, _ in seen))
+
+
+@pytest.mark.connect
+@pytest.mark.system
+def test_runs_prove_a_batch_unique_over_spark_connect(connect_spark, tmp_path):
+    """Serverless and standard access mode are Spark Connect: the file metadata the proof groups by is
+    read there too."""
+    from cdc_apply.lake.sources.bronze_contract import count_runs
+
+    schema = "source STRING, seq BIGINT, lsn BIGINT, payload BINARY"
+    for seqs in (range(1, 6), range(6, 9)):
+        connect_spark.createDataFrame([("a", q, q, b"x") for q in seqs], schema).coalesce(1) \
+            .write.format("delta").mode("append").save(str(tmp_path / "bronze"))
+    bronze = connect_spark.read.format("delta").load(str(tmp_path / "bronze"))
+    assert count_runs(bronze) == {"a": 8}
+    assert count_runs(bronze.union(bronze)) is None
