@@ -191,7 +191,7 @@ def test_unique_seqs_out_of_order_in_a_file_are_counted_each(spark, tmp_path):
 @given(layout=st.lists(st.tuples(st.sampled_from("ab"), st.integers(1, 12), st.integers(1, 6), st.booleans()),
                        min_size=1, max_size=3),
        packed=st.booleans())
-@hyp_settings(max_examples=10)
+@hyp_settings(max_examples=6)
 def test_runs_never_prove_a_seq_landed_twice_unique(spark, tmp_path_factory, layout, packed):
     from collections import Counter
 
