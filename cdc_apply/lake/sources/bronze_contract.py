@@ -86,7 +86,8 @@ def count_runs(bronze_rows) -> dict[str, int] | None:
     from pyspark.sql import functions as F
 
     # The file's size and time tell its rows apart from another file's packed into the same partition
-    # (a path string per row costs as much again); two files that share both only fail the proof.
+    # (a path string per row costs as much again). Two files that share both are one group, judged as
+    # soundly: the positions of one partition's rows are distinct.
     try:
         groups = bronze_rows.select(
             F.spark_partition_id().alias("part"), F.col("_metadata.file_size").alias("size"),
