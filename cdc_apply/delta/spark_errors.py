@@ -21,9 +21,11 @@ def first_decode_error(decoded) -> CdcApplyError:
 
 # Spark and Delta failures that mean another job writes the same tables or checkpoint. Two streams
 # started together on a new checkpoint both write its ``metadata`` file; the later rename fails with
-# Hadoop's FileAlreadyExistsException before either has a batch.
+# Hadoop's FileAlreadyExistsException before either has a batch. A stream that read the new checkpoint
+# as empty and finds the other's offsets there when it plans its first batch fails with
+# STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY.
 _CONCURRENT_MARKERS = ("CONCURRENT_STREAM_LOG_UPDATE", "CONCURRENT_QUERY", "is already active",
-                       "FileAlreadyExistsException",
+                       "FileAlreadyExistsException", "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY",
                        "ConcurrentAppendException", "ConcurrentDeleteReadException",
                        "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
                        "MetadataChangedException", "ProtocolChangedException", "DELTA_CONCURRENT_")

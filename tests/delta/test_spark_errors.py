@@ -63,3 +63,21 @@ def test_two_applies_starting_one_new_checkpoint_is_a_state_error_naming_the_oth
     assert isinstance(err, StateError)
     assert "another job is applying pipeline 'races'" in str(err)
     assert "FileAlreadyExistsException: Rename destination file:/st/checkpoint/metadata already exists" in str(err)
+
+
+def test_an_apply_finding_the_other_apply_s_offsets_in_a_new_checkpoint_is_a_state_error_naming_it():
+    from cdc_apply.config import config_from_dict
+    from cdc_apply.errors import StateError
+
+    config = config_from_dict({"pipeline": "races", "bronze": {"path": "/b"}, "silver": {"path": "/s"},
+                               "state": {"path": "/st"}, "source": {"name": "races", "dsn": "dbname=x",
+                                                                    "slot": "races", "publication": "p"}})
+    # What CI's race test got from the second of two `apply --once` started 3 s apart on a new pipeline.
+    trace = ("[STREAM_FAILED] Query [id = bb594f7a, runId = 50374c2f] terminated with exception: "
+             "[STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY] The checkpoint location file:/st/checkpoint/offsets "
+             "should be empty on batch 0\nPlease either use a new checkpoint location, or delete the existing data "
+             "in the checkpoint location. SQLSTATE: 42K03 SQLSTATE: XXKST\n=== Streaming Query ===\n")
+    err = unwrap_error(RuntimeError(trace), config)
+    assert isinstance(err, StateError)
+    assert "another job is applying pipeline 'races'" in str(err)
+    assert "file:/st/checkpoint/offsets should be empty on batch 0" in str(err)
