@@ -48,13 +48,18 @@ def test_py4j_reconnecting_to_a_dead_jvm_is_the_same_error():
     assert isinstance(err, ApplyError) and "Spark's driver stopped during the batch" in str(err)
 
 
-def test_two_applies_starting_one_new_checkpoint_is_a_state_error_naming_the_other_job():
+def _races_config():
     from cdc_apply.config import config_from_dict
+
+    return config_from_dict({"pipeline": "races", "bronze": {"path": "/b"}, "silver": {"path": "/s"},
+                             "state": {"path": "/st"}, "source": {"name": "races", "dsn": "dbname=x",
+                                                                  "slot": "races", "publication": "p"}})
+
+
+def test_two_applies_starting_one_new_checkpoint_is_a_state_error_naming_the_other_job():
     from cdc_apply.errors import StateError
 
-    config = config_from_dict({"pipeline": "races", "bronze": {"path": "/b"}, "silver": {"path": "/s"},
-                               "state": {"path": "/st"}, "source": {"name": "races", "dsn": "dbname=x",
-                                                                    "slot": "races", "publication": "p"}})
+    config = _races_config()
     trace = ("An error occurred while calling o94.start.\n: java.lang.RuntimeException\n"
              "\tat org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution.<init>\n"
              "Caused by: org.apache.hadoop.fs.FileAlreadyExistsException: Rename destination "
@@ -66,12 +71,9 @@ def test_two_applies_starting_one_new_checkpoint_is_a_state_error_naming_the_oth
 
 
 def test_an_apply_finding_the_other_apply_s_offsets_in_a_new_checkpoint_is_a_state_error_naming_it():
-    from cdc_apply.config import config_from_dict
     from cdc_apply.errors import StateError
 
-    config = config_from_dict({"pipeline": "races", "bronze": {"path": "/b"}, "silver": {"path": "/s"},
-                               "state": {"path": "/st"}, "source": {"name": "races", "dsn": "dbname=x",
-                                                                    "slot": "races", "publication": "p"}})
+    config = _races_config()
     # What CI's race test got from the second of two `apply --once` started 3 s apart on a new pipeline.
     trace = ("[STREAM_FAILED] Query [id = bb594f7a, runId = 50374c2f] terminated with exception: "
              "[STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY] The checkpoint location file:/st/checkpoint/offsets "

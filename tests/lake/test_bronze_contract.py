@@ -215,10 +215,7 @@ def test_runs_prove_a_batch_unique_over_spark_connect(connect_spark, tmp_path):
     read there too."""
     from cdc_apply.lake.sources.bronze_contract import count_runs
 
-    schema = "source STRING, seq BIGINT, lsn BIGINT, payload BINARY"
-    for seqs in (range(1, 6), range(6, 9)):
-        connect_spark.createDataFrame([("a", q, q, b"x") for q in seqs], schema).coalesce(1) \
-            .write.format("delta").mode("append").save(str(tmp_path / "bronze"))
-    bronze = connect_spark.read.format("delta").load(str(tmp_path / "bronze"))
+    files = [[("a", q) for q in range(1, 6)], [("a", q) for q in range(6, 9)]]
+    bronze, _ = _bronze_of_files(connect_spark, tmp_path / "bronze", files, packed=False)
     assert count_runs(bronze) == {"a": 8}
     assert count_runs(bronze.union(bronze)) is None
