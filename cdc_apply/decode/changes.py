@@ -40,10 +40,12 @@ from cdc_apply.decode.changes_vector import (
 )
 from cdc_apply.errors import SchemaError
 from cdc_apply.pgoutput.columnar import DmlBatch, walk_dml
+from cdc_apply.decode.zip_imports import keep_zip_directories
 
 
 def decode_batches(batches: Iterable[pa.RecordBatch], plan: DecodePlan) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function: bronze rows in, decoded change rows out."""
+    keep_zip_directories()
     schema = output_schema(plan)
     arrays = None
     for batch in batches:

@@ -23,6 +23,7 @@ from typing import Iterable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc_apply.decode.zip_imports import keep_zip_directories
 from cdc_apply.planning import columns as cc
 
 
@@ -84,6 +85,7 @@ def resolve_move_sources(table: pa.Table, nk: int, columns: Sequence[int]) -> pa
 def resolve_move_batches(batches: Iterable[pa.RecordBatch], nk: int, columns: Sequence[int]
                          ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function: every key event of the table in (one partition), sources out."""
+    keep_zip_directories()
     collected = list(batches)
     if not collected:
         return

@@ -37,14 +37,15 @@ def create_statement(ref: TableRef, columns: Sequence[tuple[str, str]], properti
 
 
 def create_table(spark, ref: TableRef, columns: Sequence[tuple[str, str]], properties: dict[str, str],
-                 comment: str | None = None, replace: bool = False) -> None:
+                 comment: str | None = None, replace: bool = False) -> bool:
     """Run :func:`create_statement`; a creation killed before its first commit is cleared first
-    (:mod:`cdc_apply.delta.table_create`)."""
+    (:mod:`cdc_apply.delta.table_create`). True when this call made the table (a replaced one included);
+    False when it was there, or another process made it meanwhile."""
     text = create_statement(ref, columns, properties, comment, replace)
     if replace:
         spark.sql(text)
-    else:
-        ensure_table(spark, ref, lambda: spark.sql(text))
+        return True
+    return ensure_table(spark, ref, lambda: spark.sql(text))
 
 
 def silver_properties(config: Config) -> dict[str, str]:

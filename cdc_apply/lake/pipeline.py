@@ -82,20 +82,23 @@ class ApplyPipeline:
         check_bronze(spark, self.bronze, "bronze.path" if config.bronze.path else "bronze.table")
         self.books = Bookkeeping(config)
         try:
-            self.books.create_all(spark)
+            created = self.books.create_all(spark)
         except Exception as exc:  # another job creating the same tables: the named error, not Delta's
             raise unwrap_error(exc, config) from None
-        self.version, self.states = self.books.load_progress(spark)
+        # A table this process has just created holds no row: a new pipeline's first run reads none of them.
+        self.version, self.states = (0, {}) if "progress" in created else self.books.load_progress(spark)
         # The versions recorded by the batches progress covers (not those of a batch cut short after its append).
-        self.histories: dict[str, SchemaHistory] = self.books.load_history(spark, through_version=self.version)
+        self.histories: dict[str, SchemaHistory] = (
+            {} if {"schema_history", "type_cache"} <= created
+            else self.books.load_history(spark, through_version=self.version))
         self.type_options = TypeOptions(numeric=config.apply.numeric)
         self.silver = SilverTables(spark, config)
         # Read once: the policy decides how planning treats a bad control message, whether a batch stops
         # at its first error row, and whether snapshots load on their own (their load has no error rows).
         self.quarantines = config.apply.on_error == OnError.QUARANTINE
         # Sources with a change ever quarantined (a new key's row might then be in silver already).
-        self.quarantined_sources = {r.source for r in self.books.ref("quarantine").read(spark)
-                                    .select("source").distinct().collect()}
+        self.quarantined_sources = set() if "quarantine" in created else {
+            r.source for r in self.books.ref("quarantine").read(spark).select("source").distinct().collect()}
         self.logs = BatchLogs(spark, config, self.books, self.silver.names_of, self._type_name)
         self.formats = SourceFormats(config)
         self.formats.create_tables(spark)

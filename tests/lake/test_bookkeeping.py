@@ -75,3 +75,14 @@ def test_files_without_statistics_are_answered_by_the_query(spark, tmp_path):
     again = _bookkeeping(tmp_path)
     again.append(spark, "type_cache", _types(1), 1)
     assert _versions(spark, books) == [1]
+
+
+def test_create_all_names_the_tables_it_created_and_only_those(spark, tmp_path):
+    import shutil
+
+    books = _bookkeeping(tmp_path)
+    assert books.create_all(spark) == frozenset(SCHEMAS)
+    assert all(books.ref(table).exists(spark) for table in SCHEMAS)
+    assert _bookkeeping(tmp_path).create_all(spark) == frozenset()
+    shutil.rmtree(books.ref("quarantine").path)       # a table lost (or one a newer cdc_apply adds)
+    assert _bookkeeping(tmp_path).create_all(spark) == {"quarantine"}

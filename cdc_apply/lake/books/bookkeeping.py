@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -104,18 +105,25 @@ class Bookkeeping:
     def ref(self, table: str) -> TableRef:
         return state_ref(self.config, table)
 
-    def create_all(self, spark) -> None:
-        """Create the tables that are missing; add the columns a newer cdc_apply writes to older ones."""
-        for table, columns in SCHEMAS.items():
-            ref = self.ref(table)
-            if ref.exists(spark):
-                have = {f.name for f in ref.read(spark).schema.fields}
-                missing = [(n, t) for n, t in columns if n not in have]
-                if missing:
-                    spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({column_list(missing)})")
-                continue
-            create_table(spark, ref, columns, {"delta.appendOnly": "true"},
-                         comment=f"cdc_apply {table} of pipeline {self.config.pipeline}")
+    def create_all(self, spark) -> frozenset[str]:
+        """Create the tables that are missing; add the columns a newer cdc_apply writes to older ones.
+        Returns the tables this call created (empty: nothing to read from them yet)."""
+        # A new pipeline's seven creates are seven Delta commits of driver work each (~0.2 s warm): run
+        # side by side they take ~0.9 s instead of ~1.5 s.
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="cdc_apply-books") as pool:
+            made = list(pool.map(lambda table: self._create(spark, table), SCHEMAS))
+        return frozenset(table for table, created in zip(SCHEMAS, made) if created)
+
+    def _create(self, spark, table: str) -> bool:
+        ref, columns = self.ref(table), SCHEMAS[table]
+        if ref.exists(spark):
+            have = {f.name for f in ref.read(spark).schema.fields}
+            missing = [(n, t) for n, t in columns if n not in have]
+            if missing:
+                spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({column_list(missing)})")
+            return False
+        return create_table(spark, ref, columns, {"delta.appendOnly": "true"},
+                            comment=f"cdc_apply {table} of pipeline {self.config.pipeline}")
 
     def append(self, spark, table: str, rows: list[tuple], version: int) -> None:
         """Append rows (tuples in the table's column order); idempotent per apply version."""
