@@ -46,6 +46,9 @@ WIDE_FILES = 20  # the hot table laid out by key range in this many files (not t
 # Variants whose MERGEs rewrite the files they touch instead of marking rows in deletion vectors, as the
 # job's MERGEs into tables under silver.rewrite_table_bytes do.
 REWRITING = ("merge_rewrite_parallel", "hot_range_rewrite")
+# The variants a large batch's floor copies and runs: the MERGE marking rows (as the job does at that size) and the
+# plain append, four tables at once.
+PARALLEL = ("merge_parallel", "append_parallel")
 
 
 def collapse(changes) -> dict[str, dict[int, tuple]]:
@@ -187,7 +190,8 @@ class Floor:
 
     def small_batch(self, changes, rotate: int = 0, serial: bool = True) -> dict:
         """The ten tables' changes: Delta's MERGE and plain appends, four at once and one at a time (the
-        variants' order rotated by ``rotate``; ``serial=False``: four at once only)."""
+        variants' order rotated by ``rotate``; ``serial=False``: the MERGE marking rows and the append, four
+        at once, only: the variants ``set_up(PARALLEL)`` copies)."""
         collapsed = collapse(changes)
         merge_sources = {t: self._source(collapsed.get(t, {}), True) for t in self.tables}
         append_sources = {t: self._source(collapsed.get(t, {}), False) for t in self.tables}
@@ -200,7 +204,8 @@ class Floor:
                     ("merge_rewrite_parallel", self.merge, merge_sources, True),
                     ("merge_serial", self.merge, merge_sources, False),
                     ("append_serial", self._append, append_sources, False)]
-        for variant, action, sources, parallel in _rotated(variants if serial else variants[:3], rotate):
+        chosen = variants if serial else [v for v in variants if v[0] in PARALLEL]
+        for variant, action, sources, parallel in _rotated(chosen, rotate):
             out[variant] = self._each(variant, action, sources, parallel)
         out["merge_counts"] = {k: sum(self.counts[str(self.root / "merge_parallel" / t)][k] for t in self.tables)
                                for k in ("updated", "deleted", "inserted")}

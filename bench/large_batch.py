@@ -160,7 +160,7 @@ def _floor_before_batches(spark, pipeline, root: Path, names: list[str], paralle
     batch's collapsed rows, four at once, on copies of silver (bench.delta_floor): ``out[batch]``."""
     import pyarrow.parquet as pq
 
-    from bench.delta_floor import Floor
+    from bench.delta_floor import PARALLEL, Floor
 
     process = pipeline.process
     tables = [f"t{k}" for k in range(TABLES)]
@@ -171,7 +171,7 @@ def _floor_before_batches(spark, pipeline, root: Path, names: list[str], paralle
         if pipeline.reports and pipeline.reports[-1] is report and done < len(names):
             name = names[done]
             floor = Floor(spark, root / "silver" / "public", root / f"floor_{name}", tables, None, parallelism)
-            layout = floor.set_up(("merge_parallel", "append_parallel"))
+            layout = floor.set_up(PARALLEL)
             changes = pq.read_table(WORK / f"{name}.changes.parquet").to_pylist()
             result = floor.small_batch([(c["table"], c["op"], c["id"], c["a"], c["t"]) for c in changes], serial=False)
             out[name] = {"layout": layout, "rows": result["rows"], "deletes": result["deletes"],
