@@ -17,7 +17,6 @@ import sys
 import zipimport
 
 _ARCHIVE_STAMPS: dict[str, tuple[int, int] | None] = {}
-_installed = False
 
 
 def _stamp(archive: str) -> tuple[int, int] | None:
@@ -46,8 +45,7 @@ def needs_keeping() -> bool:
 def keep_zip_directories(force: bool = False) -> bool:
     """Make this process's zip importers check their archive's stamp before re-reading it (once per
     process; ``force`` installs outside a Spark worker, for tests). Returns whether it is installed."""
-    global _installed
-    if _installed:
+    if _CheckedZipImporter in sys.path_hooks:
         return True
     if not (force or needs_keeping()):
         return False
@@ -57,5 +55,4 @@ def keep_zip_directories(force: bool = False) -> bool:
             _ARCHIVE_STAMPS.setdefault(importer.archive, _stamp(importer.archive))
     # Importers made later (a new package imported from a zip) come from the path hook.
     sys.path_hooks[:] = [_CheckedZipImporter if hook is zipimport.zipimporter else hook for hook in sys.path_hooks]
-    _installed = True
     return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from py4j.protocol import Py4JError, Py4JNetworkError
 
 from cdc_apply.delta.spark_errors import jvm_gone, resource_cause, unwrap_error
@@ -48,38 +49,35 @@ def test_py4j_reconnecting_to_a_dead_jvm_is_the_same_error():
     assert isinstance(err, ApplyError) and "Spark's driver stopped during the batch" in str(err)
 
 
-def _races_config():
+# Two applies racing on a new pipeline's checkpoint, as Spark reports each way the second one can fail.
+_CHECKPOINT_RACES = {
+    # Both start together: the later rename of the checkpoint's metadata file fails.
+    "both_write_the_metadata": (
+        "An error occurred while calling o94.start.\n: java.lang.RuntimeException\n"
+        "\tat org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution.<init>\n"
+        "Caused by: org.apache.hadoop.fs.FileAlreadyExistsException: Rename destination "
+        "file:/st/checkpoint/metadata already exists.\n\tat org.apache.hadoop.fs.AbstractFileSystem.rename\n",
+        "FileAlreadyExistsException: Rename destination file:/st/checkpoint/metadata already exists"),
+    # What CI's race test got from the second of two `apply --once` started 3 s apart: it read the new
+    # checkpoint as empty and found the other's offsets there when it planned its first batch.
+    "offsets_found_at_batch_0": (
+        "[STREAM_FAILED] Query [id = bb594f7a, runId = 50374c2f] terminated with exception: "
+        "[STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY] The checkpoint location file:/st/checkpoint/offsets "
+        "should be empty on batch 0\nPlease either use a new checkpoint location, or delete the existing data "
+        "in the checkpoint location. SQLSTATE: 42K03 SQLSTATE: XXKST\n=== Streaming Query ===\n",
+        "file:/st/checkpoint/offsets should be empty on batch 0"),
+}
+
+
+@pytest.mark.parametrize("trace, named", _CHECKPOINT_RACES.values(), ids=_CHECKPOINT_RACES)
+def test_two_applies_racing_on_a_new_checkpoint_is_a_state_error_naming_the_other_job(trace, named):
     from cdc_apply.config import config_from_dict
-
-    return config_from_dict({"pipeline": "races", "bronze": {"path": "/b"}, "silver": {"path": "/s"},
-                             "state": {"path": "/st"}, "source": {"name": "races", "dsn": "dbname=x",
-                                                                  "slot": "races", "publication": "p"}})
-
-
-def test_two_applies_starting_one_new_checkpoint_is_a_state_error_naming_the_other_job():
     from cdc_apply.errors import StateError
 
-    config = _races_config()
-    trace = ("An error occurred while calling o94.start.\n: java.lang.RuntimeException\n"
-             "\tat org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution.<init>\n"
-             "Caused by: org.apache.hadoop.fs.FileAlreadyExistsException: Rename destination "
-             "file:/st/checkpoint/metadata already exists.\n\tat org.apache.hadoop.fs.AbstractFileSystem.rename\n")
+    config = config_from_dict({"pipeline": "races", "bronze": {"path": "/b"}, "silver": {"path": "/s"},
+                               "state": {"path": "/st"}, "source": {"name": "races", "dsn": "dbname=x",
+                                                                    "slot": "races", "publication": "p"}})
     err = unwrap_error(RuntimeError(trace), config)
     assert isinstance(err, StateError)
     assert "another job is applying pipeline 'races'" in str(err)
-    assert "FileAlreadyExistsException: Rename destination file:/st/checkpoint/metadata already exists" in str(err)
-
-
-def test_an_apply_finding_the_other_apply_s_offsets_in_a_new_checkpoint_is_a_state_error_naming_it():
-    from cdc_apply.errors import StateError
-
-    config = _races_config()
-    # What CI's race test got from the second of two `apply --once` started 3 s apart on a new pipeline.
-    trace = ("[STREAM_FAILED] Query [id = bb594f7a, runId = 50374c2f] terminated with exception: "
-             "[STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY] The checkpoint location file:/st/checkpoint/offsets "
-             "should be empty on batch 0\nPlease either use a new checkpoint location, or delete the existing data "
-             "in the checkpoint location. SQLSTATE: 42K03 SQLSTATE: XXKST\n=== Streaming Query ===\n")
-    err = unwrap_error(RuntimeError(trace), config)
-    assert isinstance(err, StateError)
-    assert "another job is applying pipeline 'races'" in str(err)
-    assert "file:/st/checkpoint/offsets should be empty on batch 0" in str(err)
+    assert named in str(err)
