@@ -14,7 +14,8 @@ from typing import Callable
 
 from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.config import Config
-from cdc_apply.lake.books.bookkeeping import SCHEMAS, Bookkeeping, local_frame, relation_row
+from cdc_apply.lake.books.bookkeeping import SCHEMAS, Bookkeeping, arrow_frame, local_frame, relation_row
+from cdc_apply.lake.books.transaction_rows import entry_lists
 from cdc_apply.pgoutput import messages as m
 
 
@@ -38,6 +39,21 @@ PER_TXN_COUNTS_MAX = 2_000
 def counts_per_transaction(plan: BatchPlan) -> bool:
     """Whether the decode's counts of this batch are per transaction (their ``txn`` set)."""
     return sum(len(b.committed) for b in plan.sources.values()) <= PER_TXN_COUNTS_MAX
+
+
+# Above PER_TXN_COUNTS_MAX transactions, the counts per (transaction, relation version) are summed in
+# Spark and collected through Arrow while there can be at most this many (~40 bytes each on the driver;
+# bounded by the batch's change rows): a 1M-change batch of 100,000 transactions has ~650,000. Past it,
+# each transaction's entries are collected into lists in Spark as well.
+COLLECTED_GROUPS_MAX = 4_000_000
+
+
+def groups_bound(plan: BatchPlan, counts) -> int:
+    """At most how many (transaction, relation version) groups the batch's change rows make."""
+    rows = sum(r.n for r in counts if r.op in DML_OPS or r.op == "M")
+    transactions = sum(len(b.committed) for b in plan.sources.values())
+    versions = len({r.slot for r in counts if r.slot is not None}) + 1   # + the messages' NULL
+    return min(rows, transactions * versions)
 
 
 def now() -> datetime:
@@ -134,19 +150,23 @@ class BatchLogs:
         dml_slots = sorted({r.slot for r in counts if r.slot is not None and r.op in DML_OPS})
         names = F.create_map(*[F.lit(x) for k in dml_slots for x in (k, slot_names[k])]) if dml_slots else None
         per_op = {op: F.sum(F.when(F.col("op") == op, 1).otherwise(0)).cast("long") for op in ("I", "U", "D", "M")}
-        parts = []
+        groups = None   # per (source, transaction, relation version or NULL for messages)
         if names is not None or has_messages:
             dml = F.col("op").isin(*DML_OPS) & F.col("slot").isNotNull()
-            parts.append(decoded.where(F.col("error").isNull() & (F.col("txn") >= 0) & (dml | (F.col("op") == "M")))
-                         .groupBy("source", "txn", F.when(dml, F.col("slot")).alias("slot"))
-                         .agg(per_op["I"].alias("inserts"), per_op["U"].alias("updates"), per_op["D"].alias("deletes"),
-                              per_op["M"].alias("messages"))
-                         .select("source", "txn", (names[F.col("slot")] if names is not None
-                                                   else F.lit(None).cast("string")).alias("table"),
-                                 "inserts", "updates", "deletes",
-                                 *[F.lit(False).alias(c) for c in ("truncated", "cascade", "restart_identity")],
-                                 "messages"))
+            groups = (decoded.where(F.col("error").isNull() & (F.col("txn") >= 0) & (dml | (F.col("op") == "M")))
+                      .groupBy("source", "txn", F.when(dml, F.col("slot")).alias("slot"))
+                      .agg(per_op["I"].alias("inserts"), per_op["U"].alias("updates"), per_op["D"].alias("deletes"),
+                           per_op["M"].alias("messages")))
         small = self._loaded_and_truncated(loaded, truncates, slot_names)
+        if groups_bound(plan, counts) <= COLLECTED_GROUPS_MAX:
+            return self._transactions_collected(plan, groups, small, version)
+        parts = []
+        if groups is not None:
+            parts.append(groups.select("source", "txn", (names[F.col("slot")] if names is not None
+                                                         else F.lit(None).cast("string")).alias("table"),
+                                       "inserts", "updates", "deletes",
+                                       *[F.lit(False).alias(c) for c in ("truncated", "cascade", "restart_identity")],
+                                       "messages"))
         if small:
             parts.append(local_frame(self.spark, TXN_TABLES, [(s, t, *c.row(n)) for (s, t, n), c in sorted(small.items())])
                          .withColumn("messages", F.lit(0).cast("long")))
@@ -176,6 +196,35 @@ class BatchLogs:
                           F.coalesce("changes", F.lit(0).cast("long")).alias("changes"),
                           F.coalesce("tables", empty).alias("tables"), F.lit(version).cast("long").alias("apply_version"),
                           F.lit(at).cast("timestamp").alias("applied_at"))
+
+    def _transactions_collected(self, plan: BatchPlan, groups, small: dict, version: int):
+        """:meth:`_transactions` with the counts per (transaction, relation version) collected through Arrow
+        and each transaction's ``tables`` assembled there (``transaction_rows``); ``None`` when every
+        transaction is empty and empty ones are skipped."""
+        import numpy as np
+        import pyarrow as pa
+
+        collected = groups.select("source", "txn", "slot", "inserts", "updates", "deletes").toArrow() \
+            if groups is not None else None
+        extra = [(source, txn, *c.row(name)) for (source, txn, name), c in sorted(small.items())]
+        committed = {source: len(batch.committed) for source, batch in plan.sources.items()}
+        tables, changes, present = entry_lists(collected, extra, [s.qualified_name for s in plan.decode.slots],
+                                               committed)
+        keep = present if self.config.apply.skip_empty_transactions else np.ones(len(present), np.bool_)
+        if not keep.any():
+            return None
+        txns = [txn for batch in plan.sources.values() for txn in batch.committed]
+        kept = np.flatnonzero(keep)
+        picked = [txns[k] for k in kept]
+        sources = [source for source, count in committed.items() for _ in range(count)]
+        at = now()
+        columns = [
+            [sources[k] for k in kept], [t.xid for t in picked], [t.kind for t in picked], [t.gid for t in picked],
+            [t.commit_lsn for t in picked], [t.end_lsn for t in picked],
+            [m.pg_timestamp_to_datetime(t.commit_ts) if t.commit_ts is not None else None for t in picked],
+            [t.origin for t in picked], [t.origin_lsn for t in picked], [t.begin_seq for t in picked],
+            [t.decide_seq for t in picked], pa.array(changes[kept]), tables.take(kept), [version] * len(kept), [at] * len(kept)]
+        return arrow_frame(self.spark, SCHEMAS["transactions"], columns)
 
     def _loaded_and_truncated(self, loaded, truncates,
                               slot_names: dict[int, str]) -> dict[tuple[str, int, str], TableCounts]:

@@ -282,15 +282,22 @@ def local_frame(spark, columns: list[tuple[str, str]], rows: list[tuple]):
     100,000 transactions gives the transactions log as many rows, which Spark's per-row conversion and
     type checks took ~15 s to take in."""
     import pyarrow as pa
+
+    try:
+        return arrow_frame(spark, columns, list(zip(*rows)) if rows else [[] for _ in columns])
+    except (pa.ArrowException, TypeError, ValueError):   # a value Arrow will not take as it is: Spark's way
+        return spark.createDataFrame(rows, column_list(columns))
+
+
+def arrow_frame(spark, columns: list[tuple[str, str]], values: list):
+    """Columns (Arrow arrays or sequences of Python values, in ``columns``' order) as a DataFrame."""
+    import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     ddl = column_list(columns)
     schema = _ARROW_SCHEMAS.get(ddl)
     if schema is None:
         schema = _ARROW_SCHEMAS[ddl] = to_arrow_schema(spark.createDataFrame([], ddl).schema)
-    try:
-        values = list(zip(*rows)) if rows else [[] for _ in columns]
-        arrays = [pa.array(list(v), type=f.type) for v, f in zip(values, schema)]
-    except (pa.ArrowException, TypeError, ValueError):   # a value Arrow will not take as it is: Spark's way
-        return spark.createDataFrame(rows, ddl)
+    arrays = [v.cast(f.type) if isinstance(v, pa.Array) else pa.array(list(v), type=f.type)
+              for v, f in zip(values, schema)]
     return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=schema))

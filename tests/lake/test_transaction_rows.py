@@ -1,0 +1,54 @@
+"""Each transaction's ``tables`` entries assembled with Arrow from counts per (transaction, relation
+version): sorted as Spark sorts structs, placed by each source's transaction positions, checked."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from cdc_apply.errors import ApplyError
+from cdc_apply.lake.books.transaction_rows import entry_lists
+
+
+def _groups(rows: list[tuple]) -> pa.Table:
+    source, txn, slot, inserts, updates, deletes = zip(*rows)
+    return pa.table({"source": pa.array(source), "txn": pa.array(txn, pa.int32()), "slot": pa.array(slot, pa.int32()),
+                     "inserts": pa.array(inserts, pa.int64()), "updates": pa.array(updates, pa.int64()),
+                     "deletes": pa.array(deletes, pa.int64())})
+
+
+def _entry(table, i, u, d, truncated=False, cascade=False, restart=False) -> dict:
+    return {"table": table, "inserts": i, "updates": u, "deletes": d, "truncated": truncated, "cascade": cascade,
+            "restart_identity": restart}
+
+
+def test_entries_land_at_each_sources_transaction_positions_sorted_as_spark_sorts_structs():
+    groups = _groups([("a", 0, 1, 1, 0, 0), ("a", 0, 0, 2, 1, 0), ("b", 1, 0, 3, 0, 0), ("b", 1, 0, 0, 4, 1)])
+    truncate = ("a", 1, "public.z", 0, 0, 0, True, True, False)
+    tables, changes, present = entry_lists(groups, [truncate], ["public.x", "public.y"], {"a": 2, "b": 2})
+    assert tables.to_pylist() == [
+        [_entry("public.x", 2, 1, 0), _entry("public.y", 1, 0, 0)],
+        [_entry("public.z", 0, 0, 0, True, True)],
+        [],
+        # two relation versions of one table: two entries, fewer inserts first
+        [_entry("public.x", 0, 4, 1), _entry("public.x", 3, 0, 0)]]
+    assert changes.tolist() == [4, 0, 0, 8]
+    assert present.tolist() == [True, True, False, True]
+
+
+def test_a_transaction_of_logical_decoding_messages_alone_is_present_with_no_entries():
+    tables, changes, present = entry_lists(_groups([("a", 0, None, 0, 0, 0)]), [], ["public.x"], {"a": 1})
+    assert (tables.to_pylist(), changes.tolist(), present.tolist()) == ([[]], [0], [True])
+
+
+def test_no_counts_leave_every_transaction_empty():
+    tables, changes, present = entry_lists(None, [], ["public.x"], {"a": 2})
+    assert (tables.to_pylist(), changes.tolist(), present.tolist()) == ([[], []], [0, 0], [False, False])
+
+
+@pytest.mark.parametrize("rows,named", [([("a", 2, 0, 1, 0, 0)], r"\[source=a, txn=2\]"),
+                                        ([("c", 0, 0, 1, 0, 0)], r"\[source=c\]")],
+                         ids=["a transaction past the source's", "a source the batch did not plan"])
+def test_counts_of_a_transaction_the_batch_did_not_commit_are_an_error_naming_it(rows, named):
+    with pytest.raises(ApplyError, match=named):
+        entry_lists(_groups(rows), [], ["public.x"], {"a": 2, "b": 1})
