@@ -36,6 +36,20 @@ def test_entries_land_at_each_sources_transaction_positions_sorted_as_spark_sort
     assert present.tolist() == [True, True, False, True]
 
 
+def test_groups_in_several_record_batches_land_as_in_one():
+    """Spark's toArrow gives one chunk per record batch; the sources differ from chunk to chunk."""
+    rows = [("b", 0, 0, 1, 0, 0), ("a", 1, 0, 2, 0, 0), ("a", 0, 1, 0, 3, 0), ("b", 1, 1, 0, 0, 4)]
+    whole = _groups(rows)
+    chunked = pa.Table.from_batches([b for k in range(len(rows)) for b in whole.slice(k, 1).to_batches()])
+    assert chunked.column("source").num_chunks == len(rows)
+    names, committed = ["public.x", "public.y"], {"a": 2, "b": 2}
+    one, several = entry_lists(whole, [], names, committed), entry_lists(chunked, [], names, committed)
+    assert one[0].to_pylist() == several[0].to_pylist() == [
+        [_entry("public.y", 0, 3, 0)], [_entry("public.x", 2, 0, 0)],
+        [_entry("public.x", 1, 0, 0)], [_entry("public.y", 0, 0, 4)]]
+    assert one[1].tolist() == several[1].tolist() == [3, 2, 1, 4]
+
+
 def test_a_transaction_of_logical_decoding_messages_alone_is_present_with_no_entries():
     tables, changes, present = entry_lists(_groups([("a", 0, None, 0, 0, 0)]), [], ["public.x"], {"a": 1})
     assert (tables.to_pylist(), changes.tolist(), present.tolist()) == ([[]], [0], [True])

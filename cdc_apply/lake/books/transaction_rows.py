@@ -84,9 +84,8 @@ def _positions(sources, txns, committed: dict[str, int]):
     firsts, at = {}, 0
     for source, count in committed.items():
         firsts[source], at = at, at + count
-    encoded = pc.dictionary_encode(sources)
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = encoded.combine_chunks()
+    # One array first: Spark's record batches are chunks, and each chunk's encoding has its own dictionary.
+    encoded = pc.dictionary_encode(sources.combine_chunks() if isinstance(sources, pa.ChunkedArray) else sources)
     known = encoded.dictionary.to_pylist()
     for source in known:
         if source not in firsts:
