@@ -60,6 +60,13 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def transaction_fields(txn) -> tuple:
+    """A committed transaction's fields in the log, xid to decide seq (``TXN_META`` after source, txn)."""
+    return (txn.xid, txn.kind, txn.gid, txn.commit_lsn, txn.end_lsn,
+            m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None,
+            txn.origin, txn.origin_lsn, txn.begin_seq, txn.decide_seq)
+
+
 @dataclass
 class TableCounts:
     """One table's part of one transaction, as a struct of the transactions log's ``tables`` column."""
@@ -157,7 +164,8 @@ class BatchLogs:
                       .groupBy("source", "txn", F.when(dml, F.col("slot")).alias("slot"))
                       .agg(per_op["I"].alias("inserts"), per_op["U"].alias("updates"), per_op["D"].alias("deletes"),
                            per_op["M"].alias("messages")))
-        small = self._loaded_and_truncated(loaded, truncates, slot_names)
+        small = [(s, t, *c.row(n)) for (s, t, n), c in sorted(
+            self._loaded_and_truncated(loaded, truncates, slot_names).items())]
         if groups_bound(plan, counts) <= COLLECTED_GROUPS_MAX:
             return self._transactions_collected(plan, groups, small, version)
         parts = []
@@ -168,12 +176,9 @@ class BatchLogs:
                                        *[F.lit(False).alias(c) for c in ("truncated", "cascade", "restart_identity")],
                                        "messages"))
         if small:
-            parts.append(local_frame(self.spark, TXN_TABLES, [(s, t, *c.row(n)) for (s, t, n), c in sorted(small.items())])
-                         .withColumn("messages", F.lit(0).cast("long")))
+            parts.append(local_frame(self.spark, TXN_TABLES, small).withColumn("messages", F.lit(0).cast("long")))
         at = now()
-        txns = [(source, index, txn.xid, txn.kind, txn.gid, txn.commit_lsn, txn.end_lsn,
-                 m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None, txn.origin,
-                 txn.origin_lsn, txn.begin_seq, txn.decide_seq)
+        txns = [(source, index, *transaction_fields(txn))
                 for source, batch in plan.sources.items() for index, txn in enumerate(batch.committed)]
         log = local_frame(self.spark, TXN_META, txns)
         if parts:
@@ -197,34 +202,27 @@ class BatchLogs:
                           F.coalesce("tables", empty).alias("tables"), F.lit(version).cast("long").alias("apply_version"),
                           F.lit(at).cast("timestamp").alias("applied_at"))
 
-    def _transactions_collected(self, plan: BatchPlan, groups, small: dict, version: int):
+    def _transactions_collected(self, plan: BatchPlan, groups, small: list[tuple], version: int):
         """:meth:`_transactions` with the counts per (transaction, relation version) collected through Arrow
-        and each transaction's ``tables`` assembled there (``transaction_rows``); ``None`` when every
-        transaction is empty and empty ones are skipped."""
+        and each transaction's ``tables`` assembled there (``transaction_rows``; ``small``: the snapshot
+        loads' and truncates' entries as ``TXN_TABLES`` rows); ``None`` when every transaction is empty
+        and empty ones are skipped."""
         import numpy as np
         import pyarrow as pa
 
         collected = groups.select("source", "txn", "slot", "inserts", "updates", "deletes").toArrow() \
             if groups is not None else None
-        extra = [(source, txn, *c.row(name)) for (source, txn, name), c in sorted(small.items())]
         committed = {source: len(batch.committed) for source, batch in plan.sources.items()}
-        tables, changes, present = entry_lists(collected, extra, [s.qualified_name for s in plan.decode.slots],
+        tables, changes, present = entry_lists(collected, small, [s.qualified_name for s in plan.decode.slots],
                                                committed)
-        keep = present if self.config.apply.skip_empty_transactions else np.ones(len(present), np.bool_)
-        if not keep.any():
+        kept = np.flatnonzero(present) if self.config.apply.skip_empty_transactions else np.arange(len(present))
+        if not len(kept):
             return None
-        txns = [txn for batch in plan.sources.values() for txn in batch.committed]
-        kept = np.flatnonzero(keep)
-        picked = [txns[k] for k in kept]
-        sources = [source for source, count in committed.items() for _ in range(count)]
+        txns = [(source, txn) for source, batch in plan.sources.items() for txn in batch.committed]
+        fields = list(zip(*((txns[k][0], *transaction_fields(txns[k][1])) for k in kept)))
         at = now()
-        columns = [
-            [sources[k] for k in kept], [t.xid for t in picked], [t.kind for t in picked], [t.gid for t in picked],
-            [t.commit_lsn for t in picked], [t.end_lsn for t in picked],
-            [m.pg_timestamp_to_datetime(t.commit_ts) if t.commit_ts is not None else None for t in picked],
-            [t.origin for t in picked], [t.origin_lsn for t in picked], [t.begin_seq for t in picked],
-            [t.decide_seq for t in picked], pa.array(changes[kept]), tables.take(kept), [version] * len(kept), [at] * len(kept)]
-        return arrow_frame(self.spark, SCHEMAS["transactions"], columns)
+        return arrow_frame(self.spark, SCHEMAS["transactions"], [
+            *fields, pa.array(changes[kept]), tables.take(kept), [version] * len(kept), [at] * len(kept)])
 
     def _loaded_and_truncated(self, loaded, truncates,
                               slot_names: dict[int, str]) -> dict[tuple[str, int, str], TableCounts]:
@@ -265,10 +263,8 @@ class BatchLogs:
                 tables = sorted(rows.get((source, index), ()))
                 if skip_empty and not tables and (source, index) not in messages:
                     continue
-                log.append((source, txn.xid, txn.kind, txn.gid, txn.commit_lsn, txn.end_lsn,
-                            m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None,
-                            txn.origin, txn.origin_lsn, txn.begin_seq, txn.decide_seq,
-                            sum(t[1] + t[2] + t[3] for t in tables), tables, version, at))
+                log.append((source, *transaction_fields(txn), sum(t[1] + t[2] + t[3] for t in tables), tables,
+                            version, at))
         return local_frame(self.spark, SCHEMAS["transactions"], log) if log else None
 
     def write_quarantine(self, plan: BatchPlan, decoded, version: int) -> int:

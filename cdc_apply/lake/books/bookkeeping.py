@@ -284,13 +284,18 @@ def local_frame(spark, columns: list[tuple[str, str]], rows: list[tuple]):
     import pyarrow as pa
 
     try:
-        return arrow_frame(spark, columns, list(zip(*rows)) if rows else [[] for _ in columns])
+        table = _arrow_table(spark, columns, list(zip(*rows)) if rows else [[] for _ in columns])
     except (pa.ArrowException, TypeError, ValueError):   # a value Arrow will not take as it is: Spark's way
         return spark.createDataFrame(rows, column_list(columns))
+    return spark.createDataFrame(table)
 
 
 def arrow_frame(spark, columns: list[tuple[str, str]], values: list):
     """Columns (Arrow arrays or sequences of Python values, in ``columns``' order) as a DataFrame."""
+    return spark.createDataFrame(_arrow_table(spark, columns, values))
+
+
+def _arrow_table(spark, columns: list[tuple[str, str]], values: list):
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -300,4 +305,4 @@ def arrow_frame(spark, columns: list[tuple[str, str]], values: list):
         schema = _ARROW_SCHEMAS[ddl] = to_arrow_schema(spark.createDataFrame([], ddl).schema)
     arrays = [v.cast(f.type) if isinstance(v, pa.Array) else pa.array(list(v), type=f.type)
               for v, f in zip(values, schema)]
-    return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=schema))
+    return pa.Table.from_arrays(arrays, schema=schema)

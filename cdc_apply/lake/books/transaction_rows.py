@@ -45,12 +45,12 @@ def entry_lists(groups, extra: Sequence[tuple], slot_names: Sequence[str], commi
     total = sum(committed.values())
     columns: dict[str, list] = {k: [] for k in ("position", "keep", *ENTRY_FIELDS)}
     if groups is not None and groups.num_rows:
-        slot = groups.column("slot").combine_chunks().cast(pa.int32())
+        slot = _array(groups.column("slot")).cast(pa.int32())
         columns["position"].append(_positions(groups.column("source"), groups.column("txn"), committed))
         columns["keep"].append(pc.is_valid(slot))   # a NULL slot: messages only, no entry
         columns["table"].append(pc.take(pa.array(list(slot_names), pa.string()), slot))
         for field in ("inserts", "updates", "deletes"):
-            columns[field].append(groups.column(field).combine_chunks().cast(pa.int64()))
+            columns[field].append(_array(groups.column(field)).cast(pa.int64()))
         for field in FLAGS:
             columns[field].append(pa.array(np.zeros(groups.num_rows, np.bool_)))
     if extra:
@@ -63,17 +63,21 @@ def entry_lists(groups, extra: Sequence[tuple], slot_names: Sequence[str], commi
         return pa.array([[]] * total, pa.list_(ENTRY_TYPE)), np.zeros(total, np.int64), np.zeros(total, np.bool_)
     table = pa.table({k: pa.chunked_array(v) for k, v in columns.items()})
     position = table.column("position").to_numpy()
-    present = np.zeros(total, np.bool_)
-    present[position] = True
-    changes = np.zeros(total, np.int64)
-    np.add.at(changes, position, sum(table.column(f).to_numpy() for f in ("inserts", "updates", "deletes")))
+    present = np.bincount(position, minlength=total) > 0
+    changes = np.bincount(position, minlength=total, weights=sum(
+        table.column(f).to_numpy() for f in ("inserts", "updates", "deletes"))).astype(np.int64)
     entries = table.filter(table.column("keep")).sort_by(
         [("position", "ascending")] + [(f, "ascending") for f in ENTRY_FIELDS])
     sizes = np.bincount(entries.column("position").to_numpy(), minlength=total)
     offsets = pa.array(np.concatenate(([0], np.cumsum(sizes))), pa.int32())
-    struct = pa.StructArray.from_arrays([entries.column(f).combine_chunks().cast(ENTRY_TYPE.field(f).type)
+    struct = pa.StructArray.from_arrays([_array(entries.column(f)).cast(ENTRY_TYPE.field(f).type)
                                          for f in ENTRY_FIELDS], fields=list(ENTRY_TYPE))
     return pa.ListArray.from_arrays(offsets, struct), changes, present
+
+
+def _array(column) -> pa.Array:
+    """A column as one array (Spark's ``toArrow`` gives a chunk per record batch)."""
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 def _positions(sources, txns, committed: dict[str, int]):
@@ -85,13 +89,13 @@ def _positions(sources, txns, committed: dict[str, int]):
     for source, count in committed.items():
         firsts[source], at = at, at + count
     # One array first: Spark's record batches are chunks, and each chunk's encoding has its own dictionary.
-    encoded = pc.dictionary_encode(sources.combine_chunks() if isinstance(sources, pa.ChunkedArray) else sources)
+    encoded = pc.dictionary_encode(_array(sources))
     known = encoded.dictionary.to_pylist()
     for source in known:
         if source not in firsts:
             raise ApplyError("the decode counted changes of a source the batch did not plan", source=source)
     index = encoded.indices.to_numpy(zero_copy_only=False)
-    txn = (txns.combine_chunks() if isinstance(txns, pa.ChunkedArray) else txns).cast(pa.int64()).to_numpy()
+    txn = _array(txns).cast(pa.int64()).to_numpy()
     counts = np.array([committed[s] for s in known], np.int64)[index]
     bad = np.flatnonzero((txn < 0) | (txn >= counts))
     if len(bad):
