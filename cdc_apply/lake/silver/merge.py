@@ -44,9 +44,12 @@ CELLS_PER_PARTITION = 2_000_000
 # constraint propagation grows much faster than that. Whole-stage code generation up to 400 nested
 # fields (Spark's default stops at 100): Delta's queries over its log (its actions have 138) otherwise
 # run without it, and every task of them generates its projections' Java source again. Rows wider than
-# 400 fields (a ~100-column table's MERGE source) stay on Spark's default path. Their evidence:
-# docs/BENCHMARKS.md, "The settings the job ships".
-BATCH_SETTINGS = {"spark.sql.constraintPropagation.enabled": "false", "spark.sql.codegen.maxFields": "400"}
+# 400 fields (a ~100-column table's MERGE source) stay on Spark's default path. The batch's cached rows (the
+# decode, a small batch's bronze rows) uncompressed: choosing and applying an encoding per cached column
+# cost a 1M-change decode ~1.5-2 s for ~11 % less memory (the pooled value columns hardly compress).
+# Their evidence: docs/BENCHMARKS.md, "The settings the job ships".
+BATCH_SETTINGS = {"spark.sql.constraintPropagation.enabled": "false", "spark.sql.codegen.maxFields": "400",
+                  "spark.sql.inMemoryColumnarStorage.compressed": "false"}
 
 # Off: a MERGE rewrites the files it touches instead of marking rows in deletion vectors (see writes_deletion_vectors).
 PERSISTENT_DVS = "spark.databricks.delta.merge.deletionVectors.persistent"
