@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable
 
+import pyarrow as pa
+
 from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.config import Config
-from cdc_apply.lake.books.bookkeeping import SCHEMAS, Bookkeeping, arrow_frame, local_frame, relation_row
+from cdc_apply.lake.books.bookkeeping import SCHEMAS, Bookkeeping, arrow_rows, arrow_table, local_frame, relation_row
 from cdc_apply.lake.books.transaction_rows import entry_lists
 from cdc_apply.pgoutput import messages as m
 
@@ -140,12 +142,15 @@ class BatchLogs:
                 "commit_ts", F.lit(version).cast("long").alias("apply_version"))
             self.books.append_df(msgs, "messages", version)
         transactions = self._transactions(plan, decoded, counts, truncates, version, loaded, has_messages)
-        if transactions is not None:
+        if isinstance(transactions, pa.Table):   # built on the driver
+            self.books.append_table(self.spark, "transactions", transactions, version)
+        elif transactions is not None:
             self.books.append_df(transactions, "transactions", version)
         self.write_quarantine(plan, decoded if any(r.errors for r in counts) else None, version)
 
     def _transactions(self, plan: BatchPlan, decoded, counts, truncates, version: int, loaded, has_messages: bool):
-        """One row per committed transaction of the batch, with its per-table counts (a DataFrame).
+        """One row per committed transaction of the batch, with its per-table counts: an Arrow table where
+        they are assembled on the driver, a DataFrame where summed in Spark (None: no row).
 
         One aggregation over the decoded rows gives both the per-table counts and the transactional
         messages per transaction (``messages``): an empty transaction is one with neither."""
@@ -208,7 +213,6 @@ class BatchLogs:
         loads' and truncates' entries as ``TXN_TABLES`` rows); ``None`` when every transaction is empty
         and empty ones are skipped."""
         import numpy as np
-        import pyarrow as pa
 
         collected = groups.select("source", "txn", "slot", "inserts", "updates", "deletes").toArrow() \
             if groups is not None else None
@@ -221,7 +225,7 @@ class BatchLogs:
         txns = [(source, txn) for source, batch in plan.sources.items() for txn in batch.committed]
         fields = list(zip(*((txns[k][0], *transaction_fields(txns[k][1])) for k in kept)))
         at = now()
-        return arrow_frame(self.spark, SCHEMAS["transactions"], [
+        return arrow_table(self.spark, SCHEMAS["transactions"], [
             *fields, pa.array(changes[kept]), tables.take(kept), [version] * len(kept), [at] * len(kept)])
 
     def _loaded_and_truncated(self, loaded, truncates,
@@ -237,7 +241,8 @@ class BatchLogs:
 
     def _transactions_from_counts(self, plan: BatchPlan, counts, truncates, version: int, loaded,
                                   slot_names: dict[int, str]):
-        """:meth:`_transactions` built on the driver from counts per transaction, as a local DataFrame.
+        """:meth:`_transactions` built on the driver from counts per transaction (an Arrow table; a local
+        DataFrame where Arrow will not take a value as it is).
 
         The same rows: per transaction, one ``tables`` entry per relation version its changes used and
         one per table it truncated or a snapshot load filled; a transaction with none of these and no
@@ -265,7 +270,10 @@ class BatchLogs:
                     continue
                 log.append((source, *transaction_fields(txn), sum(t[1] + t[2] + t[3] for t in tables), tables,
                             version, at))
-        return local_frame(self.spark, SCHEMAS["transactions"], log) if log else None
+        if not log:
+            return None
+        table = arrow_rows(self.spark, SCHEMAS["transactions"], log)
+        return local_frame(self.spark, SCHEMAS["transactions"], log, None) if table is None else table
 
     def write_quarantine(self, plan: BatchPlan, decoded, version: int) -> int:
         """One guarded append with the decode's error rows and the bad control messages; returns how

@@ -33,6 +33,7 @@ from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.state import SourceState
 from cdc_apply.config import Config
 from cdc_apply.errors import CdcApplyError
+from cdc_apply.delta.commit import append_arrow
 from cdc_apply.delta.ddl import column_list, create_table
 from cdc_apply.delta.log import newest_added_max
 from cdc_apply.delta.refs import TableRef, state_ref
@@ -128,8 +129,22 @@ class Bookkeeping:
     def append(self, spark, table: str, rows: list[tuple], version: int) -> None:
         """Append rows (tuples in the table's column order); idempotent per apply version."""
         if rows and self._not_written(spark, table, version):
-            self.ref(table).append(local_frame(spark, SCHEMAS[table], rows), None, version)
+            self._append_rows(spark, table, rows, version)
             self._written[table] = version
+
+    def append_table(self, spark, table: str, rows, version: int) -> None:
+        """Append an Arrow table of rows (the table's columns, in its order); idempotent per apply version."""
+        if rows.num_rows and self._not_written(spark, table, version):
+            if not append_arrow(spark, self.ref(table), rows):
+                self.ref(table).append(spark.createDataFrame(rows), None, version)
+            self._written[table] = version
+
+    def _append_rows(self, spark, table: str, rows: list[tuple], version: int) -> None:
+        """One commit of ``rows``: a Parquet file pyarrow wrote where the table takes one (no Spark job:
+        ``delta.commit.append_arrow``), else Spark's writer."""
+        arrow = arrow_rows(spark, SCHEMAS[table], rows)
+        if arrow is None or not append_arrow(spark, self.ref(table), arrow):
+            self.ref(table).append(local_frame(spark, SCHEMAS[table], rows, arrow), None, version)
 
     def _not_written(self, spark, table: str, version: int) -> bool:
         if table not in self._written:
@@ -150,8 +165,7 @@ class Bookkeeping:
         from datetime import datetime, timezone
 
         now = datetime.now(timezone.utc)
-        rows = [(source, version, error, now) for source in sources]
-        self.ref("failures").append(spark.createDataFrame(rows, column_list(SCHEMAS["failures"])), None, version)
+        self._append_rows(spark, "failures", [(source, version, error, now) for source in sources], version)
 
     def append_df(self, df, table: str, version: int) -> None:
         if self._not_written(df.sparkSession, table, version):
@@ -277,25 +291,30 @@ def relation_row(source: str, version, type_name, apply_version: int, now) -> tu
 _ARROW_SCHEMAS: dict[str, object] = {}
 
 
-def local_frame(spark, columns: list[tuple[str, str]], rows: list[tuple]):
+def local_frame(spark, columns: list[tuple[str, str]], rows: list[tuple], arrow=False):
     """Rows (tuples in ``columns``' order, ``(name, Spark DDL)``) as a DataFrame, through Arrow: a batch of
     100,000 transactions gives the transactions log as many rows, which Spark's per-row conversion and
-    type checks took ~15 s to take in."""
-    import pyarrow as pa
-
-    try:
-        table = _arrow_table(spark, columns, list(zip(*rows)) if rows else [[] for _ in columns])
-    except (pa.ArrowException, TypeError, ValueError):   # a value Arrow will not take as it is: Spark's way
+    type checks took ~15 s to take in. ``arrow``: the rows' :func:`arrow_rows` when already made."""
+    table = arrow_rows(spark, columns, rows) if arrow is False else arrow
+    if table is None:   # a value Arrow will not take as it is: Spark's way
         return spark.createDataFrame(rows, column_list(columns))
     return spark.createDataFrame(table)
 
 
-def arrow_frame(spark, columns: list[tuple[str, str]], values: list):
-    """Columns (Arrow arrays or sequences of Python values, in ``columns``' order) as a DataFrame."""
-    return spark.createDataFrame(_arrow_table(spark, columns, values))
+def arrow_rows(spark, columns: list[tuple[str, str]], rows: list[tuple]):
+    """Rows (tuples in ``columns``' order) as an Arrow table of the Spark schema; None when Arrow will not
+    take a value as it is (Spark's own conversion may)."""
+    import pyarrow as pa
+
+    try:
+        return arrow_table(spark, columns, list(zip(*rows)) if rows else [[] for _ in columns])
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
 
 
-def _arrow_table(spark, columns: list[tuple[str, str]], values: list):
+def arrow_table(spark, columns: list[tuple[str, str]], values: list):
+    """Columns (Arrow arrays or sequences of Python values, in ``columns``' order) as an Arrow table of
+    the Spark schema ``columns`` describe."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
