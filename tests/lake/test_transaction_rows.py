@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from cdc_apply.errors import ApplyError
-from cdc_apply.lake.books.transaction_rows import entry_lists
+from cdc_apply.lake.books.transaction_rows import count_groups, entry_lists
 
 
 def _groups(rows: list[tuple]) -> pa.Table:
@@ -66,3 +66,45 @@ def test_no_counts_leave_every_transaction_empty():
 def test_counts_of_a_transaction_the_batch_did_not_commit_are_an_error_naming_it(rows, named):
     with pytest.raises(ApplyError, match=named):
         entry_lists(_groups(rows), [], ["public.x"], {"a": 2, "b": 1})
+
+
+def _changes(rows: list[tuple]) -> pa.Table:
+    source, txn, slot, op = zip(*rows)
+    return pa.table({"source": pa.array(source), "txn": pa.array(txn, pa.int32()),
+                     "slot": pa.array(slot, pa.int32()), "op": pa.array(op)})
+
+
+def _counted(groups: pa.Table) -> list[tuple]:
+    return sorted((tuple(row.values()) for row in groups.to_pylist()), key=repr)
+
+
+def test_rows_counted_per_transaction_and_relation_version_equal_a_count_of_each_group():
+    from collections import Counter
+
+    import random
+
+    rng = random.Random(7)
+    rows = [(rng.choice("ab"), rng.randrange(40), rng.choice([0, 1, 2, None]), rng.choice("IUD"))
+            for _ in range(3_000)]
+    rows = [(s, t, None, "M") if slot is None else (s, t, slot, op) for s, t, slot, op in rows]
+    kinds = Counter((s, t, slot, op) for s, t, slot, op in rows)
+    expected = sorted(((s, t, slot, kinds[(s, t, slot, "I")], kinds[(s, t, slot, "U")], kinds[(s, t, slot, "D")])
+                       for s, t, slot in {r[:3] for r in rows}), key=repr)
+    table = _changes(rows)
+    chunked = pa.Table.from_batches([b for k in range(0, len(rows), 700) for b in table.slice(k, 700).to_batches()])
+    assert chunked.column("op").num_chunks > 1
+    assert _counted(count_groups(table)) == _counted(count_groups(chunked)) == expected
+
+
+def test_counted_groups_build_the_entries_the_aggregated_ones_do():
+    rows = [("a", 0, 1, "I"), ("a", 0, 1, "U"), ("a", 0, 0, "D"), ("a", 1, None, "M"), ("b", 0, 0, "I")]
+    counted = count_groups(_changes(rows))
+    aggregated = _groups([("a", 0, 1, 1, 1, 0), ("a", 0, 0, 0, 0, 1), ("a", 1, None, 0, 0, 0), ("b", 0, 0, 1, 0, 0)])
+    names, committed = ["public.x", "public.y"], {"a": 2, "b": 1}
+    one, other = entry_lists(counted, [], names, committed), entry_lists(aggregated, [], names, committed)
+    assert one[0].to_pylist() == other[0].to_pylist()
+    assert one[1].tolist() == other[1].tolist() == [3, 0, 1] and one[2].tolist() == other[2].tolist()
+
+
+def test_no_rows_count_no_groups():
+    assert count_groups(_changes([("a", 0, 0, "I")]).slice(0, 0)).num_rows == 0

@@ -1,6 +1,6 @@
 """The transactions log built on the driver (a batch of few transactions) holds the rows the ways of a
-batch of many give (counts collected through Arrow; lists summed in Spark): real PostgreSQL captures,
-every way in each batch."""
+batch of many give (rows counted on the driver; groups collected through Arrow; lists summed in Spark):
+real PostgreSQL captures, every way in each batch."""
 
 from __future__ import annotations
 
@@ -47,44 +47,49 @@ def _rows(log, spark) -> list[tuple]:
     return sorted((tuple(r) for r in log.drop("applied_at").collect()), key=repr)
 
 
-def _built(original, logs, plan, args, per_txn_max: int, collected_max: int) -> list[tuple]:
-    """The log ``original`` builds with these limits (the module's own put back after)."""
-    limits = batch_logs.PER_TXN_COUNTS_MAX, batch_logs.COLLECTED_GROUPS_MAX
-    batch_logs.PER_TXN_COUNTS_MAX, batch_logs.COLLECTED_GROUPS_MAX = per_txn_max, collected_max
+def _built(original, logs, plan, args, rows_max: int, groups_max: int) -> list[tuple]:
+    """The log ``original`` builds as a batch of many transactions does, with these limits of what is
+    collected to the driver (the module's own put back after)."""
+    limits = batch_logs.PER_TXN_COUNTS_MAX, batch_logs.COLLECTED_ROWS_MAX, batch_logs.COLLECTED_GROUPS_MAX
+    batch_logs.PER_TXN_COUNTS_MAX, batch_logs.COLLECTED_ROWS_MAX, batch_logs.COLLECTED_GROUPS_MAX = \
+        -1, rows_max, groups_max
     try:
         return _rows(original(logs, plan, *args), logs.spark)
     finally:
-        batch_logs.PER_TXN_COUNTS_MAX, batch_logs.COLLECTED_GROUPS_MAX = limits
+        batch_logs.PER_TXN_COUNTS_MAX, batch_logs.COLLECTED_ROWS_MAX, batch_logs.COLLECTED_GROUPS_MAX = limits
 
 
 @pytest.mark.parametrize("scenario,config,through,extra", CASES, ids=[f"{s}-{c}" for s, c, _, _ in CASES])
 def test_the_log_built_from_counts_per_transaction_equals_the_ones_of_a_batch_of_many_transactions(
         scenario, config, through, extra, lake_factory, monkeypatch):
-    """Each batch's log is built all three ways, empty transactions skipped and kept, while the job runs:
-    from the decode's counts per transaction, and as in a batch of many transactions, from counts per
-    (transaction, relation version) collected through Arrow and summed into lists in Spark."""
+    """Each batch's log is built all four ways, empty transactions skipped and kept, while the job runs:
+    from the decode's counts per transaction, and as in a batch of many transactions, from each change's
+    transaction and relation version counted on the driver, from counts per (transaction, relation
+    version) collected through Arrow and summed into lists in Spark."""
     original = batch_logs.BatchLogs._transactions
     compared: dict[bool, list] = {True: [], False: []}
 
-    def three_ways(self, plan, *args):
+    def four_ways(self, plan, *args):
         assert batch_logs.counts_per_transaction(plan)
         for skip in (True, False):
             logs = copy.copy(self)
             logs.config = replace(self.config, apply=replace(self.config.apply, skip_empty_transactions=skip))
             from_counts = _rows(original(logs, plan, *args), logs.spark)
+            counted = _built(original, logs, plan, args, batch_logs.COLLECTED_ROWS_MAX, batch_logs.COLLECTED_GROUPS_MAX)
             collected = _built(original, logs, plan, args, -1, batch_logs.COLLECTED_GROUPS_MAX)
             summed = _built(original, logs, plan, args, -1, -1)
-            compared[skip].append((from_counts, collected, summed))
+            compared[skip].append((from_counts, counted, collected, summed))
         return original(self, plan, *args)
 
     lake = lake_factory("txlog", **extra)
     lake.land(_capture(scenario, config, through))
-    monkeypatch.setattr(batch_logs.BatchLogs, "_transactions", three_ways)
+    monkeypatch.setattr(batch_logs.BatchLogs, "_transactions", four_ways)
     lake.apply()
     assert compared[True] and compared[False]
     for skip, built in compared.items():
-        for from_counts, collected, summed in built:
-            assert from_counts == collected, f"collected through Arrow, skip_empty_transactions = {skip}"
+        for from_counts, counted, collected, summed in built:
+            assert from_counts == counted, f"rows counted on the driver, skip_empty_transactions = {skip}"
+            assert from_counts == collected, f"groups collected through Arrow, skip_empty_transactions = {skip}"
             assert from_counts == summed, f"summed in Spark, skip_empty_transactions = {skip}"
     skipped = [row for from_counts, *_ in compared[True] for row in from_counts]
     kept = [row for from_counts, *_ in compared[False] for row in from_counts]

@@ -17,7 +17,7 @@ import pyarrow as pa
 from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.config import Config
 from cdc_apply.lake.books.bookkeeping import SCHEMAS, Bookkeeping, arrow_rows, arrow_table, local_frame, relation_row
-from cdc_apply.lake.books.transaction_rows import entry_lists
+from cdc_apply.lake.books.transaction_rows import count_groups, entry_lists
 from cdc_apply.pgoutput import messages as m
 
 
@@ -50,9 +50,20 @@ def counts_per_transaction(plan: BatchPlan) -> bool:
 COLLECTED_GROUPS_MAX = 4_000_000
 
 
+# Up to this many change and message rows (~17 bytes each on the driver), their source, transaction,
+# relation version and kind are collected through Arrow and counted there (transaction_rows.count_groups):
+# the 1M-change batch's in 0.3-0.6 s against 1.5-2.7 s for Spark's aggregation to ~650,000 groups.
+COLLECTED_ROWS_MAX = 4_000_000
+
+
+def counted_rows(counts) -> int:
+    """The decoded change and message rows the decode's counts hold."""
+    return sum(r.n for r in counts if r.op in DML_OPS or r.op == "M")
+
+
 def groups_bound(plan: BatchPlan, counts) -> int:
     """At most how many (transaction, relation version) groups the batch's change rows make."""
-    rows = sum(r.n for r in counts if r.op in DML_OPS or r.op == "M")
+    rows = counted_rows(counts)
     transactions = sum(len(b.committed) for b in plan.sources.values())
     versions = len({r.slot for r in counts if r.slot is not None}) + 1   # + the messages' NULL
     return min(rows, transactions * versions)
@@ -162,17 +173,22 @@ class BatchLogs:
         dml_slots = sorted({r.slot for r in counts if r.slot is not None and r.op in DML_OPS})
         names = F.create_map(*[F.lit(x) for k in dml_slots for x in (k, slot_names[k])]) if dml_slots else None
         per_op = {op: F.sum(F.when(F.col("op") == op, 1).otherwise(0)).cast("long") for op in ("I", "U", "D", "M")}
-        groups = None   # per (source, transaction, relation version or NULL for messages)
+        groups = rows = None   # per (source, transaction, relation version or NULL for messages); per row
         if names is not None or has_messages:
             dml = F.col("op").isin(*DML_OPS) & F.col("slot").isNotNull()
-            groups = (decoded.where(F.col("error").isNull() & (F.col("txn") >= 0) & (dml | (F.col("op") == "M")))
-                      .groupBy("source", "txn", F.when(dml, F.col("slot")).alias("slot"))
+            rows = (decoded.where(F.col("error").isNull() & (F.col("txn") >= 0) & (dml | (F.col("op") == "M")))
+                    .select("source", "txn", F.when(dml, F.col("slot")).alias("slot"), "op"))
+            groups = (rows.groupBy("source", "txn", "slot")
                       .agg(per_op["I"].alias("inserts"), per_op["U"].alias("updates"), per_op["D"].alias("deletes"),
                            per_op["M"].alias("messages")))
         small = [(s, t, *c.row(n)) for (s, t, n), c in sorted(
             self._loaded_and_truncated(loaded, truncates, slot_names).items())]
+        if rows is not None and counted_rows(counts) <= COLLECTED_ROWS_MAX:
+            return self._transactions_collected(plan, count_groups(rows.toArrow()), small, version)
         if groups_bound(plan, counts) <= COLLECTED_GROUPS_MAX:
-            return self._transactions_collected(plan, groups, small, version)
+            collected = None if groups is None else groups.select(
+                "source", "txn", "slot", "inserts", "updates", "deletes").toArrow()
+            return self._transactions_collected(plan, collected, small, version)
         parts = []
         if groups is not None:
             parts.append(groups.select("source", "txn", (names[F.col("slot")] if names is not None
@@ -207,15 +223,13 @@ class BatchLogs:
                           F.coalesce("tables", empty).alias("tables"), F.lit(version).cast("long").alias("apply_version"),
                           F.lit(at).cast("timestamp").alias("applied_at"))
 
-    def _transactions_collected(self, plan: BatchPlan, groups, small: list[tuple], version: int):
-        """:meth:`_transactions` with the counts per (transaction, relation version) collected through Arrow
-        and each transaction's ``tables`` assembled there (``transaction_rows``; ``small``: the snapshot
-        loads' and truncates' entries as ``TXN_TABLES`` rows); ``None`` when every transaction is empty
-        and empty ones are skipped."""
+    def _transactions_collected(self, plan: BatchPlan, collected, small: list[tuple], version: int):
+        """:meth:`_transactions` from the counts per (transaction, relation version) on the driver (an Arrow
+        table, or None), each transaction's ``tables`` assembled there (``transaction_rows``; ``small``: the
+        snapshot loads' and truncates' entries as ``TXN_TABLES`` rows); ``None`` when every transaction is
+        empty and empty ones are skipped."""
         import numpy as np
 
-        collected = groups.select("source", "txn", "slot", "inserts", "updates", "deletes").toArrow() \
-            if groups is not None else None
         committed = {source: len(batch.committed) for source, batch in plan.sources.items()}
         tables, changes, present = entry_lists(collected, small, [s.qualified_name for s in plan.decode.slots],
                                                committed)
