@@ -108,6 +108,45 @@ def test_a_batch_over_the_memory_budget_reads_bronze_each_time_and_applies_the_s
     assert sorted((r.id, r.v) for r in lake.silver("public", "t").collect()) == [(1, "v1"), (2, "v2"), (3, "v3")]
 
 
+def test_a_micro_batch_of_exactly_the_next_seqs_is_applied_as_read_and_one_with_a_gap_from_bronze_by_seq(
+        lake_factory, monkeypatch):
+    from cdc_apply.lake.pipeline import ApplyPipeline
+
+    held = []
+    holds = ApplyPipeline._holds_the_batch
+    monkeypatch.setattr(ApplyPipeline, "_holds_the_batch",
+                        lambda self, stats, last: held.append(holds(self, stats, last)) or held[-1])
+    lake = lake_factory("holds_the_batch")
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    for i in (1, 2):
+        with b.transaction() as tx:
+            tx.insert(t, {"id": i, "v": "a"})
+    lake.land(b.rows())
+    lake.apply()
+    with b.transaction() as tx:
+        tx.update(t, {"id": 1, "v": "b"})
+        tx.insert(t, {"id": 3, "v": "b"})
+    rows = b.rows()[-4:]
+    lake.land([(r[0], r[1] + 10, *r[2:]) for r in rows])   # the source's seqs jump by 10: gaps are allowed
+    lake.apply()
+    assert held == [True, False]
+    assert sorted((r.id, r.v) for r in lake.silver("public", "t").collect()) == [(1, "b"), (2, "a"), (3, "b")]
+
+
+def test_a_seq_landed_twice_beside_a_missing_one_stops_a_batch_read_as_it_is(lake_factory):
+    lake = lake_factory("duplicate_beside_gap")
+    rows = _good(ids=(1, 2))
+    insert = next(r for r in rows if r[3][:1] == b"I")
+    missing = rows[len(rows) // 2]   # as many rows as seqs from the first to the last landed
+    assert missing != insert
+    lake.land([r for r in rows if r != missing] + [insert])
+    with pytest.raises(CdcApplyError) as info:
+        lake.apply()
+    assert "landed more than once" in str(info.value) and f"seq={insert[1]}" in str(info.value)
+    assert not (lake.root / "silver" / "public" / "t").exists()
+
+
 def test_a_row_appended_later_at_or_below_the_applied_seq_is_an_error(lake_factory):
     lake = lake_factory("late_row")
     rows = _good(ids=(1, 2, 3))
