@@ -94,3 +94,39 @@ def test_a_compaction_of_bronze_changes_no_row_and_is_followed_without_a_query(s
     assert spark.sql(f"OPTIMIZE delta.`{path}`").first().metrics.numFilesRemoved == 3
     _append(spark, path, [("pg", 6)])
     assert tail.newest({"pg": 0}) == {"pg": 6} and tail.queries == 1
+
+
+def _commits(spark, path: str, seqs, at_minute: int) -> None:
+    """Bronze rows of source ``pg``: a Commit at each of ``seqs`` (committed ``at_minute`` past 12:00), an
+    Insert-like row between them."""
+    from datetime import datetime, timezone
+
+    from cdc_apply.pgoutput import messages as m
+    from cdc_apply.pgoutput.encoder import encode
+
+    when = datetime(2026, 12, 1, 12, at_minute, tzinfo=timezone.utc)
+    ts = int((when - datetime(2000, 1, 1, tzinfo=timezone.utc)).total_seconds() * 1_000_000)
+    commit = encode(m.Commit(0, 0x100, 0x200, ts))
+    rows = [("pg", q, q, commit if q in seqs else b"I....", None) for q in range(min(seqs) - 3, max(seqs) + 1)]
+    spark.createDataFrame(rows, spark_schema()).coalesce(1).write.format("delta").mode("append").save(path)
+
+
+def test_the_oldest_unapplied_change_is_found_past_the_first_query_s_window(spark, tmp_path, monkeypatch):
+    from datetime import datetime, timezone
+
+    from cdc_apply.lake.sources import bronze_tail
+
+    path, _ = _bronze(spark, tmp_path)
+    _commits(spark, path, [20], at_minute=1)      # a transaction longer than the window: due at 12:01
+    _commits(spark, path, [40], at_minute=2)
+    now = datetime(2026, 12, 1, 12, 10, tzinfo=timezone.utc)
+    ages = lambda after: bronze_tail.unapplied_ages(spark, TableRef(path=path), {"pg": after}, {"pg": 40}, now)
+    monkeypatch.setattr(bronze_tail, "FIRST_DUE_WINDOW", 5)
+    asked = []
+    first_due = bronze_tail._first_due
+    monkeypatch.setattr(bronze_tail, "_first_due", lambda *a: asked.append(dict(a[2])) or first_due(*a))
+    assert ages(10) == {"pg": 540.0}
+    assert asked == [{"pg": (10, 15)}, {"pg": (15, 40)}]
+    asked.clear()
+    assert ages(17) == {"pg": 540.0} and asked == [{"pg": (17, 22)}]   # due within the window: one query
+    assert ages(20) == {"pg": 480.0}

@@ -30,6 +30,10 @@ COMMIT_TYPES = tuple(kind.TYPE for kind in (m.Commit, m.StreamCommit, m.CommitPr
 _COMMIT_HEX = tuple(f"{ord(kind):02X}" for kind in COMMIT_TYPES)
 
 
+# Seqs past the applied one that the lag's first query reads (unapplied_ages).
+FIRST_DUE_WINDOW = 100_000
+
+
 class BronzeTail:
     """The newest seq of each source in one bronze table (one per job; calls may come from any thread)."""
 
@@ -141,7 +145,18 @@ def unapplied_ages(spark, ref: TableRef, applied: dict[str, int], newest: dict[s
     their first row past the applied seq was landed. One query, and only for sources behind: a caught-up
     source costs nothing, and the query reads bronze's files past the applied seqs only."""
     behind = behind_sources(applied, newest)
-    due = _first_due(spark, ref, behind, frozenset(landed_only)) if behind else {}
+    landed_only = frozenset(landed_only)
+    if not behind:
+        return ages_of(applied, {}, now)
+    # The first due change nearly always lies among the first messages past the applied seq: the query
+    # reads the files holding the next FIRST_DUE_WINDOW seqs (Delta skips the others by their seq
+    # statistics), and only a source with nothing due there asks the rest of its range — a job behind by
+    # a thousand lander files read them all at every batch.
+    near = {s: (after, min(upto, after + FIRST_DUE_WINDOW)) for s, (after, upto) in behind.items()}
+    due = _first_due(spark, ref, near, landed_only)
+    rest = {s: (near[s][1], upto) for s, (_, upto) in behind.items() if s not in due and upto > near[s][1]}
+    if rest:
+        due.update(_first_due(spark, ref, rest, landed_only))
     return ages_of(applied, due, now)
 
 
