@@ -110,3 +110,33 @@ def test_a_keyless_batch_applies_each_rows_changes_in_commit_order_when_some_fin
         reference.feed(seq, payload)
     assert silver == Counter((int(r["a"]), r["b"]) for r in reference.rows("public.dups"))
     assert silver == Counter({(1, "x"): 1, (3, "z"): 1, (4, "w"): 2})
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("rewrite_table_bytes,ranged", [(8 * 1024 * 1024, False), (0, True)],
+                         ids=["a small table rewritten whole", "a table whose rows are marked"])
+def test_a_merge_is_bounded_by_the_batch_s_key_range_only_where_files_can_be_skipped(
+        lake_factory, monkeypatch, rewrite_table_bytes, ranged):
+    from cdc_apply.lake import silver_tables
+    from cdc_apply.testing.stream import StreamBuilder
+
+    ranges = []
+    key_range = silver_tables.key_range
+    monkeypatch.setattr(silver_tables, "key_range", lambda rows, work: ranges.append(key_range(rows, work)) or ranges[-1])
+    lake = lake_factory(f"key_range_{ranged}", silver={"rewrite_table_bytes": rewrite_table_bytes})
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    with b.transaction() as tx:
+        for i in range(10):
+            tx.insert(t, {"id": i, "v": "a"})
+    lake.land(b.rows())
+    lake.apply()
+    with b.transaction() as tx:
+        tx.update(t, {"id": 3, "v": "b"})
+        tx.update(t, {"id": 7, "v": "b"})
+        tx.delete(t, {"id": 5})
+    lake.land(b.rows()[-5:])
+    lake.apply()
+    assert ranges == ([(3, 3, 7)] if ranged else [])
+    assert sorted((r.id, r.v) for r in lake.silver("public", "t").collect()) == \
+        [(i, "b" if i in (3, 7) else "a") for i in range(10) if i != 5]
