@@ -218,9 +218,9 @@ def run(reps: int, previous: str | None, base: int, changes: int, seed: int = 26
     def median(who: str, batch: str) -> float:
         return statistics.median(r[batch]["changes_per_second"] for r in runs[who])
 
-    floor = statistics.median(r["identity_floor_seconds"] for r in runs["current"])
+    identity = statistics.median(r["identity_floor_seconds"] for r in runs["current"])
     out = {"large_mixed_changes_per_second": round(median("current", "mixed")),
-           "large_identity_floor_changes_per_second": round(changes / floor),
+           "large_identity_floor_changes_per_second": round(changes / identity),
            "large_new_keys_changes_per_second": round(median("current", "new_keys")),
            "large_batch": {"base_rows_per_table": base, "changes": changes, "tables": TABLES, "reps": reps,
                            "cpus": os.cpu_count(), "runs": runs,
