@@ -310,17 +310,14 @@ class SilverTables:
             # Answered from the file statistics of the snapshot the MERGE is about to read.
             return work.ref.read(session).count()
 
-        sizes: list[int | None] = []
-
-        def table_bytes() -> int | None:
-            sizes.append(0 if str(work.ref) in self._empty else files_bytes(session, work.ref))
-            return sizes[-1]
-
         silver = self.config.silver
-        marks = writes_deletion_vectors(planned.rows, table_rows, silver.rewrite_share, table_bytes,
+        size = None   # asked only where a size decides (writes_deletion_vectors asks it first)
+        if silver.rewrite_table_bytes:
+            size = 0 if str(work.ref) in self._empty else files_bytes(session, work.ref)
+        marks = writes_deletion_vectors(planned.rows, table_rows, silver.rewrite_share, lambda: size,
                                         silver.rewrite_table_bytes)
         session.conf.set(PERSISTENT_DVS, str(marks).lower())
-        return sizes[0] if sizes else None
+        return size
 
     def _ensure_schema(self, session, planned: TablePlan) -> None:
         work = planned.work
