@@ -30,7 +30,7 @@ from cdc_apply.decode.changes import decode_batches
 from cdc_apply.planning.decode_plan import SKIP, output_ddl, output_schema
 from cdc_apply.planning.plan import BatchPlan, plan_batch
 from cdc_apply.planning.schema import SchemaHistory
-from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads
+from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads, taken_ranges
 from cdc_apply.planning.state import SourceState
 from cdc_apply.planning.table_plan import SlotCount
 from cdc_apply.config import Config
@@ -42,7 +42,7 @@ from cdc_apply.lake.sources.bronze import check_bronze
 from cdc_apply.lake.sources.bronze_contract import applied_rows, check_late_rows, count_rows
 from cdc_apply.lake.sources.bronze_tail import BronzeTail, unapplied_ages
 from cdc_apply.lake.progress_rows import progress_rows
-from cdc_apply.lake.sources.payload_columns import first_change_seqs, is_control, is_directive
+from cdc_apply.lake.sources.payload_columns import first_change_seqs, is_control, is_directive, is_snapshot_held
 from cdc_apply.delta.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.lake.silver.merge import BATCH_SETTINGS
 from cdc_apply.lake.report import BatchReport
@@ -64,6 +64,9 @@ DECODE_VALUES_PER_PARTITION = 8_000_000
 # kept in memory for the batch (each read otherwise pays a Delta file-skipping job and a scan; for a large
 # batch the copy costs more than the reads it saves), and writes its logs beside its tables (_apply).
 FRESH_CACHE_BYTES = 16 << 20
+# At most this many seqs a source's snapshot loads leave to the general decode are listed (an IN list
+# of the decode's and the load's filters); beyond, rows are told by payload (SnapshotLoad.held_from).
+HELD_MAX = 10_000
 # The decode turns every bad message into an error row whatever apply.on_error says (plan_batch's
 # ``quarantine``): under "fail" the batch then stops on the first of them (first_decode_error), the lowest
 # seq, not on whichever task failed first.
@@ -207,7 +210,7 @@ class ApplyPipeline:
         # nothing is written before it is answered.
         counting = self._side.submit(count_rows, fresh, landed.bronze_rows)
         try:
-            plan = self._plan(fresh, landed)
+            plan, scanned = self._plan(fresh, landed)
         except BaseException:
             try:
                 counting.result()
@@ -219,7 +222,7 @@ class ApplyPipeline:
                   if self.formats.of(s).counts_bronze_rows
                   else replace(b.state, format_state=landed.prepared[s].format_state)
                   for s, b in plan.sources.items()}
-        loads = self._snapshot_loads(plan)
+        loads = self._snapshot_loads(plan, *scanned)
         decoded = self._decode(fresh, plan, report.messages, loads)
         report.mark("plan")
         try:
@@ -240,29 +243,46 @@ class ApplyPipeline:
         print(report.line(), file=self.out, flush=True)
         return report
 
-    def _plan(self, fresh, landed: Landed) -> BatchPlan:
-        """Collect the batch's control messages and plan it (``cdc_apply.planning.plan``)."""
+    def _plan(self, fresh, landed: Landed) -> tuple[BatchPlan, tuple[dict, dict]]:
+        """Collect the batch's control messages and plan it (``cdc_apply.planning.plan``); also returns,
+        per source, the seqs a snapshot load leaves to the general decode and those of control messages
+        (for :meth:`_snapshot_loads`)."""
+        from pyspark.sql import functions as F
+
         controls: dict[str, list] = {s: [] for s in landed.stats}
+        held: dict[str, list[int]] = {s: [] for s in landed.stats}
+        control_seqs: dict[str, set[int]] = {s: set() for s in landed.stats}
         # Through Arrow: a batch of 100,000 transactions has 200,000 Begin and Commit rows, and a Spark Row
         # per message took seconds to build.
-        control_rows = fresh.where(is_control() | is_directive()).select("source", "seq", "lsn", "payload").toArrow()
+        driver = is_control() | is_directive()
+        control_rows = fresh.where(driver | is_snapshot_held()).select(
+            "source", "seq", "lsn", F.when(driver, F.col("payload")).alias("payload")).toArrow()
         for source, seq, lsn, payload in zip(*(control_rows.column(k).to_pylist() for k in range(4))):
-            controls[source].append((seq, lsn, payload))
+            if payload is None or payload[:1] == b"M":   # held, or a directive: decoded as a message too
+                held[source].append(seq)
+            else:
+                control_seqs[source].add(seq)
+            if payload is not None:
+                controls[source].append((seq, lsn, payload))
         inputs = {}
         for source in landed.stats:
             self.histories.setdefault(source, SchemaHistory())
             rows = sorted(controls[source])
             inputs[source] = (self.states.get(source, SourceState()), self.histories[source], rows,
                               landed.last[source])
-        return plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
+        plan = plan_batch(inputs, self._first_change_seq, self.type_options, self.config.apply.origin,
                           quarantine=DECODE_ERRORS_AS_ROWS, table_selected=self.config.table_selected,
                           txn_users={s: p.users for s, p in landed.prepared.items() if p.users},
                           quarantine_controls=self.quarantines)
+        return plan, ({s: tuple(seqs) for s, seqs in held.items()}, control_seqs)
 
-    def _snapshot_loads(self, plan: BatchPlan) -> tuple[SnapshotLoad, ...]:
+    def _snapshot_loads(self, plan: BatchPlan, held: dict[str, tuple[int, ...]],
+                        controls: dict[str, set[int]]) -> tuple[SnapshotLoad, ...]:
         """The batch's snapshots whose rows go straight into silver (cdc_apply.planning.snapshot_loads):
         not under the quarantine policy (their load decodes without error rows) nor for tables that keep
-        a history table (its versions come from the decoded change rows)."""
+        a history table (its versions come from the decoded change rows). ``held``: what the control scan
+        found the general decode keeps (past HELD_MAX seqs of a source its loads tell rows by payload);
+        ``controls``: the seqs of its control messages."""
         if self.quarantines:
             return ()
 
@@ -270,7 +290,16 @@ class ApplyPipeline:
             name = self.histories[source].relations[relation_id].latest.qualified_name
             return self.config.table_selected(name) and self.config.history_for(name) is None
 
-        return find_snapshot_loads(plan, self.histories, wanted)
+        loads = find_snapshot_loads(plan, self.histories, wanted)
+        out = []
+        for load in loads:
+            seqs = held.get(load.source, ())
+            if len(seqs) <= HELD_MAX:
+                start = self.states.get(load.source, SourceState()).applied_seq + 1
+                load = replace(load, held_from=start, taken=taken_ranges(load.ranges, start, seqs,
+                                                                          controls.get(load.source, ())))
+            out.append(load)
+        return tuple(out)
 
     def _decode(self, fresh, plan: BatchPlan, messages: int = 0, loads: tuple[SnapshotLoad, ...] = ()):
         from pyspark.sql import functions as F
@@ -287,11 +316,11 @@ class ApplyPipeline:
             for a, b in batch.reread:
                 cond = (F.col("source") == source) & F.col("seq").between(a, b)
                 reread = cond if reread is None else reread | cond
+        changes = without_loads(changes, loads, by_seq=True)
         if reread is not None:
             old = (self._messages().where(reread & ~is_control())
                    .select("source", "seq", "lsn", "payload"))
-            changes = changes.unionByName(old)
-        changes = without_loads(changes, loads)
+            changes = changes.unionByName(without_loads(old, loads))
         # As few partitions as keep each cached block small (DECODE_VALUES_PER_PARTITION).
         messages -= sum(b - a + 1 for load in loads for a, b in load.ranges)   # loaded on their own
         per_partition = max(1, DECODE_VALUES_PER_PARTITION // len(output_schema(plan.decode)))

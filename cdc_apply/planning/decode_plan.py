@@ -156,8 +156,15 @@ def output_schema(plan: DecodePlan) -> pa.Schema:
     return pa.schema(fields)
 
 
-def output_ddl(plan: DecodePlan) -> str:
-    parts = [f"{n} {ddl}" for n, _, ddl in COMMON_FIELDS]
+def output_ddls(plan: DecodePlan) -> dict[str, str]:
+    """Each output column's Spark type, in output order."""
+    types = {n: ddl for n, _, ddl in COMMON_FIELDS}
     for p, t in enumerate(pool_columns(plan).types):
-        parts += [f"new_{p} {t.spark_ddl}", f"old_{p} {t.spark_ddl}"]
-    return ", ".join(parts)
+        types.update({f"new_{p}": t.spark_ddl, f"old_{p}": t.spark_ddl})
+    return types
+
+
+def output_ddl(plan: DecodePlan, columns: tuple[str, ...] | None = None) -> str:
+    """The decode's output as Spark DDL; ``columns``: only those, in that order."""
+    types = output_ddls(plan)
+    return ", ".join(f"{n} {types[n]}" for n in (types if columns is None else columns))

@@ -15,8 +15,9 @@ it starts, or the Relation the lander writes at its head); otherwise its rows ta
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Collection, Iterable
 
+from cdc_apply.planning.assemble import merge_ranges
 from cdc_apply.planning.decode_plan import DecodePlan, SourcePlan
 from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.planning.schema import SchemaHistory
@@ -38,6 +39,13 @@ class SnapshotLoad:
     commit_lsn: int                 # the snapshot's consistent point C
     decode: DecodePlan              # the batch's plan narrowed to this transaction and its one slot (slot 0)
     key_range: KeyRange | None = None   # a key-range chunk's range (None: the whole table)
+    # Rows of its blocks from ``held_from`` on were read by the batch's control scan, which found those
+    # the general decode keeps (the marker, the Truncate); the load takes every other row of them that is
+    # no control message: ``taken``, seq ranges (see :func:`taken_ranges`), so that the general decode
+    # skips them unread. Rows before ``held_from`` (read again from bronze) are told by their payload.
+    # None: every row by its payload.
+    held_from: int | None = None
+    taken: tuple[SeqRange, ...] = ()
 
     def holds(self, seq: int) -> bool:
         return any(a <= seq <= b for a, b in self.ranges)
@@ -129,3 +137,29 @@ def merge_loads(loads: list[SnapshotLoad]) -> DecodePlan:
         txn_user=tuple(p.txn_user[0] for p in plans) if all(p.txn_user for p in plans) else (),
         versions=plans[0].versions)
     return DecodePlan({first.source: merged}, first.decode.slots, quarantine=False)
+
+
+def taken_ranges(ranges: tuple[SeqRange, ...], held_from: int, held: Iterable[int],
+                 controls: Collection[int]) -> tuple[SeqRange, ...]:
+    """The seq ranges a snapshot load takes of its blocks ``ranges`` from ``held_from`` on: the blocks
+    less the ``held`` seqs, joined across gaps that hold only ``controls`` (control messages, which
+    neither the load nor the general decode reads as changes) — so that a bronze file holding a block
+    between its stream messages lies inside one range and its statistics let a reader skip it."""
+    merged = merge_ranges((max(a, held_from), b) for a, b in ranges if b >= held_from)
+    joined: list[SeqRange] = []
+    for a, b in merged:
+        gap = range(joined[-1][1] + 1, a) if joined else range(0)
+        if joined and len(gap) <= len(controls) and all(q in controls for q in gap):
+            joined[-1] = (joined[-1][0], b)
+        else:
+            joined.append((a, b))
+    out: list[SeqRange] = []
+    points = sorted(q for q in set(held) if any(a <= q <= b for a, b in joined))
+    for a, b in joined:
+        for q in (q for q in points if a <= q <= b):
+            if q > a:
+                out.append((a, q - 1))
+            a = q + 1
+        if a <= b:
+            out.append((a, b))
+    return tuple(out)

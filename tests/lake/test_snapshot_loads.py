@@ -166,3 +166,49 @@ def test_chunks_landed_in_one_batch_with_their_changes_load_in_one_append(lake_f
     history = (silver_ref(lake.config, "public", "t").delta_table(lake.spark).history()
                .where("userMetadata IS NOT NULL").orderBy("version").collect())
     assert [h.operation for h in history] == ["WRITE", "MERGE"]   # a new table: nothing to empty
+
+
+def _snapshot_stream(name: str):
+    """Stale rows, then a snapshot of t in three blocks; returns (builder rows, index of the head's
+    first row, t)."""
+    b = StreamBuilder(name)
+    t = b.relation("public", "t", [("id", "int8", True), ("v", "text", False)])
+    with b.transaction() as tx:
+        for i in (1, 50, 99):
+            tx.insert(t, {"id": i, "v": "stale"})
+    first = len(b.rows())
+    b.snapshot(t, [{"id": i, "v": f"s{i}"} for i in range(1, 31)], chunk_rows=10)
+    return b.rows(), first, t
+
+
+def test_a_snapshot_whose_first_blocks_landed_in_an_earlier_batch_still_empties_the_table_first(lake_factory):
+    rows, first, _ = _snapshot_stream("snapshot_split")
+    split = first + 20                        # the head (marker, Relation, Truncate) and some rows, no commit
+    lake = lake_factory("snapshot_split")
+    lake.land(rows[:split])
+    lake.apply()                              # the snapshot is carried: nothing of it applied yet
+    assert sorted(r.v for r in lake.silver("public", "t").collect()) == ["stale"] * 3
+    lake.land(rows[split:])
+    lake.apply()                              # its early blocks are read again, told apart by payload
+    ref = ReferenceApplier()
+    for _, seq, _, payload in rows:
+        ref.feed(seq, payload)
+    got = sorted((r.id, r.v) for r in lake.silver("public", "t").collect())
+    assert got == sorted((int(r["id"]), r["v"]) for r in ref.rows("public.t"))
+    assert got == [(i, f"s{i}") for i in range(1, 31)]   # 50 and 99 went with the Truncate
+    assert _snapshot_inserts(lake) == [30]
+
+
+def test_a_message_of_another_transaction_inside_a_snapshots_block_fails_the_load_naming_its_seq(lake_factory):
+    from cdc_apply.pgoutput import messages as m
+    from cdc_apply.pgoutput.encoder import encode
+
+    rows, first, _ = _snapshot_stream("snapshot_stray")
+    at = first + 12                           # an Insert in the first block
+    source, seq, lsn, payload = rows[at]
+    assert payload[:1] == b"I"
+    rows[at] = (source, seq, lsn, encode(m.Message(7, True, lsn, "stray", b"x")))
+    lake = lake_factory("snapshot_stray")
+    lake.land(rows)
+    with pytest.raises(Exception, match=rf"(?s)not an Insert of its relation.*Message.*seq={seq}\b"):
+        lake.apply()

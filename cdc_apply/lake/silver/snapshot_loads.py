@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import partial, reduce
 
-from cdc_apply.decode.changes import decode_batches
-from cdc_apply.planning.decode_plan import output_ddl
+from cdc_apply.decode.snapshot_rows import decode_snapshot_rows, insert_columns
+from cdc_apply.planning.decode_plan import output_ddl, output_ddls
 from cdc_apply.lake.silver.appends import append_rows
 from cdc_apply.lake.silver.merge import project
-from cdc_apply.lake.sources.payload_columns import in_seq_ranges, is_insert
+from cdc_apply.lake.sources.payload_columns import in_seq_ranges, is_control, is_insert
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.lake.silver.merge_sql import key_ranges_sql
@@ -29,20 +29,37 @@ from cdc_apply.planning.table_plan import Clear, SlotCount, SlotMap, TableWork
 
 
 def snapshot_inserts(messages, loads: list[SnapshotLoad]):
-    """The Insert rows of snapshots of one source among bronze's ``messages`` (their stream blocks, by seq)."""
-    return messages.where(in_seq_ranges(loads[0].source, merge_ranges(r for load in loads for r in load.ranges))
-                          & is_insert())
+    """The Insert rows of snapshots of one source among bronze's ``messages`` (their stream blocks, by
+    seq): the rows of each load's ``taken`` ranges that are no control message — the load's decode fails
+    on any that is not an Insert — and before its ``held_from`` the Insert rows, by payload."""
+    from pyspark.sql import functions as F
+
+    source = loads[0].source
+    if any(load.held_from is None for load in loads):
+        return messages.where(in_seq_ranges(source, merge_ranges(r for load in loads for r in load.ranges))
+                              & is_insert())
+    taken = in_seq_ranges(source, merge_ranges(r for load in loads for r in load.taken)) & ~is_control()
+    earlier = [(a, min(b, load.held_from - 1)) for load in loads for a, b in load.ranges if a < load.held_from]
+    if not earlier:
+        return messages.where(taken)
+    return messages.where(taken | (in_seq_ranges(source, merge_ranges(earlier)) & is_insert()))
 
 
-def without_loads(changes, loads):
-    """``changes`` less the Insert rows of ``loads``: the general decode leaves them to :func:`load_snapshots`."""
+def without_loads(changes, loads, by_seq: bool = False):
+    """``changes`` (no control messages) less the rows of ``loads`` that :func:`load_snapshots` takes.
+    ``by_seq``: ``changes`` are the rows the control scan read (every seq from each load's ``held_from``
+    on), so a load's rows are told by seq alone — a filter Parquet's statistics skip whole files by —
+    otherwise by payload."""
     if not loads:
         return changes
     cond = None
     for load in loads:
-        part = in_seq_ranges(load.source, merge_ranges(load.ranges))
+        if by_seq and load.held_from is not None:
+            part = in_seq_ranges(load.source, load.taken)
+        else:
+            part = in_seq_ranges(load.source, merge_ranges(load.ranges)) & is_insert()
         cond = part if cond is None else cond | part
-    return changes.where(~(cond & is_insert()))
+    return changes.where(~cond)
 
 
 def in_range(column, low, high, ddl: str):
@@ -124,7 +141,9 @@ def load_snapshots(session, messages, loads: list[SnapshotLoad], clears: tuple[C
                                                 slot.version_seq),),
                            truncate_after=None, has_toast=False, toast_moves=False, clears=())
         rows = snapshot_inserts(messages, group).select("source", "seq", "lsn", "payload")
-        projected = project(rows.mapInArrow(partial(decode_batches, plan=plan), output_ddl(plan)), narrowed)
+        columns = insert_columns(plan)
+        decoded = rows.mapInArrow(partial(decode_snapshot_rows, plan=plan, columns=columns), output_ddl(plan, columns))
+        projected = project(with_null_columns(decoded, plan, columns), narrowed)
         for c in clears:   # rows a later chunk of the batch replaces
             later = [load for load in group if (c.commit_lsn, c.seq) > load.position]
             if not later:
@@ -146,6 +165,14 @@ def load_snapshots(session, messages, loads: list[SnapshotLoad], clears: tuple[C
     append_rows(session, union, work, metadata, inserts=None)
     metrics = work.ref.delta_table(session).history(1).select("operationMetrics").first()[0] or {}
     return int(metrics.get("numOutputRows", 0))
+
+
+def with_null_columns(decoded, plan, columns: tuple[str, ...]):
+    """The decode's whole output (:func:`output_ddls`) from ``columns`` of it, the rest null."""
+    from pyspark.sql import functions as F
+
+    return decoded.select(*[F.col(name) if name in columns else F.lit(None).cast(ddl).alias(name)
+                            for name, ddl in output_ddls(plan).items()])
 
 
 def count_snapshot_rows(messages, load: SnapshotLoad) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from cdc_apply.planning.assemble import DIRECTIVE_PREFIX
 from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
 
 # Type bytes as Spark shows the first payload byte (``hex``).
 CONTROL_HEX = tuple(sorted(f"{t:02X}" for t in m.CONTROL_TYPES))
@@ -56,6 +57,18 @@ def is_insert():
     from pyspark.sql import functions as F
 
     return F.coalesce(first_byte_hex() == f"{ord(m.Insert.TYPE):02X}", F.lit(False))
+
+
+def is_snapshot_held():
+    """Rows a snapshot load leaves to the general decode, found by the control scan before the loads
+    are known: any change other than an Insert carrying the snapshot's xid (the Truncate that empties
+    the table; changes in a stream block carry their xid) and anything that is no change (null, empty,
+    unknown payloads: the decode reports them). Others match too (a plain Truncate of two tables):
+    they only widen the set, which is read by seq."""
+    from pyspark.sql import functions as F
+
+    xid = F.substring(F.col("payload"), 2, 4) == F.lit(SNAPSHOT_XID.to_bytes(4, "big"))
+    return F.coalesce(~is_change() | (~is_insert() & xid), F.lit(True))
 
 
 def in_seq_ranges(source: str, ranges):
