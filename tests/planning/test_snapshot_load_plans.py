@@ -116,3 +116,27 @@ def test_a_loads_taken_ranges_start_at_the_first_seq_the_control_scan_read():
 
     assert taken_ranges(((10, 20), (22, 30)), 15, held=(14, 25), controls={21}) == ((15, 24), (26, 30))
     assert taken_ranges(((10, 20),), 25, held=(), controls=set()) == ()
+
+
+def test_a_loads_decode_returns_only_an_inserts_columns_and_fails_on_a_row_that_is_no_insert():
+    import pytest
+
+    from cdc_apply.decode.snapshot_rows import decode_snapshot_rows, insert_columns
+    from cdc_apply.errors import DecodeError
+    from cdc_apply.pgoutput import messages as m
+    from cdc_apply.pgoutput.encoder import encode
+
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int8", True), ("v", "text", False)])
+    b.snapshot(t, [{"id": i, "v": f"r{i}"} for i in range(6)], chunk_rows=3)
+    plan, histories, rows = _plan(b)
+    [load] = find_snapshot_loads(plan, histories, lambda source, rid: True)
+    inserts = [r for r in rows if load.holds(r[1]) and r[3][:1] == b"I"]
+    columns = insert_columns(load.decode)
+    [out] = list(decode_snapshot_rows([_arrow(inserts)], load.decode, columns))
+    assert out.schema.names == list(columns) and "old_0" not in columns
+    assert out.column("new_0").to_pylist() == list(range(6)) and set(out.column("op").to_pylist()) == {"I"}
+    source, seq, lsn, _ = inserts[4]
+    stray = inserts[:4] + [(source, seq, lsn, encode(m.Update(2, t.oid, None, None, t.tuple_of({"id": 4, "v": "x"}))))]
+    with pytest.raises(DecodeError, match=rf"not an Insert of its relation.*message_type=Update.*seq={seq}\b"):
+        list(decode_snapshot_rows([_arrow(stray)], load.decode, columns))
