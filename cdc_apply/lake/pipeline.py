@@ -30,7 +30,7 @@ from cdc_apply.decode.changes import decode_batches
 from cdc_apply.planning.decode_plan import SKIP, output_ddl, output_schema
 from cdc_apply.planning.plan import BatchPlan, plan_batch
 from cdc_apply.planning.schema import SchemaHistory
-from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads, taken_ranges
+from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads
 from cdc_apply.planning.state import SourceState
 from cdc_apply.planning.table_plan import SlotCount
 from cdc_apply.config import Config
@@ -42,7 +42,8 @@ from cdc_apply.lake.sources.bronze import check_bronze
 from cdc_apply.lake.sources.bronze_contract import applied_rows, check_late_rows, count_rows
 from cdc_apply.lake.sources.bronze_tail import BronzeTail, unapplied_ages
 from cdc_apply.lake.progress_rows import progress_rows
-from cdc_apply.lake.sources.payload_columns import first_change_seqs, is_control, is_directive, is_snapshot_held
+from cdc_apply.lake.sources.payload_columns import first_change_seqs, is_control
+from cdc_apply.lake.control_scan import HELD_SCHEMA, ControlScan, scan_controls
 from cdc_apply.delta.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.lake.silver.merge import BATCH_SETTINGS
 from cdc_apply.lake.report import BatchReport
@@ -64,9 +65,6 @@ DECODE_VALUES_PER_PARTITION = 8_000_000
 # kept in memory for the batch (each read otherwise pays a Delta file-skipping job and a scan; for a large
 # batch the copy costs more than the reads it saves), and writes its logs beside its tables (_apply).
 FRESH_CACHE_BYTES = 16 << 20
-# At most this many seqs a source's snapshot loads leave to the general decode are listed (an IN list
-# of the decode's and the load's filters); beyond, rows are told by payload (SnapshotLoad.held_from).
-HELD_MAX = 10_000
 # The decode turns every bad message into an error row whatever apply.on_error says (plan_batch's
 # ``quarantine``): under "fail" the batch then stops on the first of them (first_decode_error), the lowest
 # seq, not on whichever task failed first.
@@ -222,8 +220,8 @@ class ApplyPipeline:
                   if self.formats.of(s).counts_bronze_rows
                   else replace(b.state, format_state=landed.prepared[s].format_state)
                   for s, b in plan.sources.items()}
-        loads = self._snapshot_loads(plan, *scanned)
-        decoded = self._decode(fresh, plan, report.messages, loads)
+        loads = self._snapshot_loads(plan, scanned)
+        decoded = self._decode(fresh, plan, report.messages, loads, scanned)
         report.mark("plan")
         try:
             self._apply(plan, decoded, version, report, loads, logs_beside=landed.small and not loads)
@@ -243,27 +241,11 @@ class ApplyPipeline:
         print(report.line(), file=self.out, flush=True)
         return report
 
-    def _plan(self, fresh, landed: Landed) -> tuple[BatchPlan, tuple[dict, dict]]:
-        """Collect the batch's control messages and plan it (``cdc_apply.planning.plan``); also returns,
-        per source, the seqs a snapshot load leaves to the general decode and those of control messages
-        (for :meth:`_snapshot_loads`)."""
-        from pyspark.sql import functions as F
-
-        controls: dict[str, list] = {s: [] for s in landed.stats}
-        held: dict[str, list[int]] = {s: [] for s in landed.stats}
-        control_seqs: dict[str, set[int]] = {s: set() for s in landed.stats}
-        # Through Arrow: a batch of 100,000 transactions has 200,000 Begin and Commit rows, and a Spark Row
-        # per message took seconds to build.
-        driver = is_control() | is_directive()
-        control_rows = fresh.where(driver | is_snapshot_held()).select(
-            "source", "seq", "lsn", F.when(driver, F.col("payload")).alias("payload")).toArrow()
-        for source, seq, lsn, payload in zip(*(control_rows.column(k).to_pylist() for k in range(4))):
-            if payload is None or payload[:1] == b"M":   # held, or a directive: decoded as a message too
-                held[source].append(seq)
-            else:
-                control_seqs[source].add(seq)
-            if payload is not None:
-                controls[source].append((seq, lsn, payload))
+    def _plan(self, fresh, landed: Landed) -> tuple[BatchPlan, ControlScan]:
+        """Collect the batch's control messages and plan it (``cdc_apply.planning.plan``); also returns
+        the scan, which says what snapshot loads leave to the general decode (:meth:`_snapshot_loads`)."""
+        scanned = scan_controls(fresh, landed.stats)
+        controls = scanned.controls
         inputs = {}
         for source in landed.stats:
             self.histories.setdefault(source, SchemaHistory())
@@ -274,15 +256,13 @@ class ApplyPipeline:
                           quarantine=DECODE_ERRORS_AS_ROWS, table_selected=self.config.table_selected,
                           txn_users={s: p.users for s, p in landed.prepared.items() if p.users},
                           quarantine_controls=self.quarantines)
-        return plan, ({s: tuple(seqs) for s, seqs in held.items()}, control_seqs)
+        return plan, scanned
 
-    def _snapshot_loads(self, plan: BatchPlan, held: dict[str, tuple[int, ...]],
-                        controls: dict[str, set[int]]) -> tuple[SnapshotLoad, ...]:
+    def _snapshot_loads(self, plan: BatchPlan, scanned: ControlScan) -> tuple[SnapshotLoad, ...]:
         """The batch's snapshots whose rows go straight into silver (cdc_apply.planning.snapshot_loads):
         not under the quarantine policy (their load decodes without error rows) nor for tables that keep
-        a history table (its versions come from the decoded change rows). ``held``: what the control scan
-        found the general decode keeps (past HELD_MAX seqs of a source its loads tell rows by payload);
-        ``controls``: the seqs of its control messages."""
+        a history table (its versions come from the decoded change rows); placed by seq where the
+        control scan allows (``ControlScan.place_loads``)."""
         if self.quarantines:
             return ()
 
@@ -290,18 +270,11 @@ class ApplyPipeline:
             name = self.histories[source].relations[relation_id].latest.qualified_name
             return self.config.table_selected(name) and self.config.history_for(name) is None
 
-        loads = find_snapshot_loads(plan, self.histories, wanted)
-        out = []
-        for load in loads:
-            seqs = held.get(load.source, ())
-            if len(seqs) <= HELD_MAX:
-                start = self.states.get(load.source, SourceState()).applied_seq + 1
-                load = replace(load, held_from=start, taken=taken_ranges(load.ranges, start, seqs,
-                                                                          controls.get(load.source, ())))
-            out.append(load)
-        return tuple(out)
+        return scanned.place_loads(find_snapshot_loads(plan, self.histories, wanted),
+                                   lambda source: self.states.get(source, SourceState()).applied_seq)
 
-    def _decode(self, fresh, plan: BatchPlan, messages: int = 0, loads: tuple[SnapshotLoad, ...] = ()):
+    def _decode(self, fresh, plan: BatchPlan, messages: int = 0, loads: tuple[SnapshotLoad, ...] = (),
+                scanned: ControlScan | None = None):
         from pyspark.sql import functions as F
 
         if not plan.has_changes and not any(
@@ -317,6 +290,9 @@ class ApplyPipeline:
                 cond = (F.col("source") == source) & F.col("seq").between(a, b)
                 reread = cond if reread is None else reread | cond
         changes = without_loads(changes, loads, by_seq=True)
+        held = scanned.held_rows(loads) if scanned is not None else []
+        if held:   # the rows of the loads' ranges the general decode keeps, from the driver
+            changes = changes.unionByName(self.spark.createDataFrame(held, HELD_SCHEMA))
         if reread is not None:
             old = (self._messages().where(reread & ~is_control())
                    .select("source", "seq", "lsn", "payload"))

@@ -40,12 +40,14 @@ class SnapshotLoad:
     decode: DecodePlan              # the batch's plan narrowed to this transaction and its one slot (slot 0)
     key_range: KeyRange | None = None   # a key-range chunk's range (None: the whole table)
     # Rows of its blocks from ``held_from`` on were read by the batch's control scan, which found those
-    # the general decode keeps (the marker, the Truncate); the load takes every other row of them that is
-    # no control message: ``taken``, seq ranges (see :func:`taken_ranges`), so that the general decode
-    # skips them unread. Rows before ``held_from`` (read again from bronze) are told by their payload.
-    # None: every row by its payload.
+    # the general decode keeps (cdc_apply.lake.control_scan): the load's rows are ``taken``, seq ranges
+    # (:func:`taken_ranges`) the general decode skips unread, less their control messages and ``held``
+    # (the marker, the Truncate: rows the scan brought to the driver, which join the general decode
+    # from there). Rows before ``held_from`` (read again from bronze) are told by their payload. None:
+    # every row by its payload.
     held_from: int | None = None
     taken: tuple[SeqRange, ...] = ()
+    held: tuple[int, ...] = ()
 
     def holds(self, seq: int) -> bool:
         return any(a <= seq <= b for a, b in self.ranges)
@@ -139,22 +141,23 @@ def merge_loads(loads: list[SnapshotLoad]) -> DecodePlan:
     return DecodePlan({first.source: merged}, first.decode.slots, quarantine=False)
 
 
-def taken_ranges(ranges: tuple[SeqRange, ...], held_from: int, held: Iterable[int],
-                 controls: Collection[int]) -> tuple[SeqRange, ...]:
-    """The seq ranges a snapshot load takes of its blocks ``ranges`` from ``held_from`` on: the blocks
-    less the ``held`` seqs, joined across gaps that hold only ``controls`` (control messages, which
-    neither the load nor the general decode reads as changes) — so that a bronze file holding a block
-    between its stream messages lies inside one range and its statistics let a reader skip it."""
+def taken_ranges(ranges: tuple[SeqRange, ...], held_from: int, unread: Iterable[int],
+                 joins: Collection[int]) -> tuple[SeqRange, ...]:
+    """The seq ranges of a snapshot load's blocks ``ranges`` from ``held_from`` on: the blocks joined
+    across gaps that hold only ``joins`` (control messages and rows the driver holds, which the general
+    decode does not read from bronze), less the ``unread`` seqs (rows it must read there) — so that a
+    bronze file of a block and its stream messages lies inside one range and its statistics let a
+    reader skip it."""
     merged = merge_ranges((max(a, held_from), b) for a, b in ranges if b >= held_from)
     joined: list[SeqRange] = []
     for a, b in merged:
         gap = range(joined[-1][1] + 1, a) if joined else range(0)
-        if joined and len(gap) <= len(controls) and all(q in controls for q in gap):
+        if joined and len(gap) <= len(joins) and all(q in joins for q in gap):
             joined[-1] = (joined[-1][0], b)
         else:
             joined.append((a, b))
     out: list[SeqRange] = []
-    points = sorted(q for q in set(held) if any(a <= q <= b for a, b in joined))
+    points = sorted(q for q in set(unread) if any(a <= q <= b for a, b in joined))
     for a, b in joined:
         for q in (q for q in points if a <= q <= b):
             if q > a:

@@ -103,19 +103,19 @@ def test_a_snapshot_whose_rows_span_two_versions_of_its_relation_is_left_to_the_
     assert find_snapshot_loads(plan, histories, lambda s, rid: True) == ()
 
 
-def test_a_loads_taken_ranges_leave_out_its_held_seqs_and_join_gaps_of_control_messages_only():
+def test_a_loads_taken_ranges_leave_out_unread_seqs_and_join_gaps_of_controls_and_held_rows_only():
     from cdc_apply.planning.snapshot_loads import taken_ranges
 
     blocks = ((10, 20), (22, 30), (40, 50))        # 21: a Stream Stop/Start seq; 31-39 another txn's rows
-    assert taken_ranges(blocks, 10, held=(11, 13), controls={21, 35}) == ((10, 10), (12, 12), (14, 30), (40, 50))
-    assert taken_ranges(blocks, 10, held=(), controls=set(range(31, 40)) | {21}) == ((10, 50),)
+    assert taken_ranges(blocks, 10, unread=(11, 13), joins={21, 35}) == ((10, 10), (12, 12), (14, 30), (40, 50))
+    assert taken_ranges(blocks, 10, unread=(), joins=set(range(31, 40)) | {21}) == ((10, 50),)
 
 
 def test_a_loads_taken_ranges_start_at_the_first_seq_the_control_scan_read():
     from cdc_apply.planning.snapshot_loads import taken_ranges
 
-    assert taken_ranges(((10, 20), (22, 30)), 15, held=(14, 25), controls={21}) == ((15, 24), (26, 30))
-    assert taken_ranges(((10, 20),), 25, held=(), controls=set()) == ()
+    assert taken_ranges(((10, 20), (22, 30)), 15, unread=(14, 25), joins={21}) == ((15, 24), (26, 30))
+    assert taken_ranges(((10, 20),), 25, unread=(), joins=set()) == ()
 
 
 def test_a_loads_decode_returns_only_an_inserts_columns_and_fails_on_a_row_that_is_no_insert():

@@ -30,8 +30,9 @@ from cdc_apply.planning.table_plan import Clear, SlotCount, SlotMap, TableWork
 
 def snapshot_inserts(messages, loads: list[SnapshotLoad]):
     """The Insert rows of snapshots of one source among bronze's ``messages`` (their stream blocks, by
-    seq): the rows of each load's ``taken`` ranges that are no control message — the load's decode fails
-    on any that is not an Insert — and before its ``held_from`` the Insert rows, by payload."""
+    seq): the rows of each load's ``taken`` ranges that are no control message and not ``held`` — the
+    load's decode fails on any that is not an Insert — and before its ``held_from`` the Insert rows, by
+    payload."""
     from pyspark.sql import functions as F
 
     source = loads[0].source
@@ -39,6 +40,9 @@ def snapshot_inserts(messages, loads: list[SnapshotLoad]):
         return messages.where(in_seq_ranges(source, merge_ranges(r for load in loads for r in load.ranges))
                               & is_insert())
     taken = in_seq_ranges(source, merge_ranges(r for load in loads for r in load.taken)) & ~is_control()
+    held = sorted({seq for load in loads for seq in load.held})
+    if held:
+        taken = taken & ~F.col("seq").isin(held)
     earlier = [(a, min(b, load.held_from - 1)) for load in loads for a, b in load.ranges if a < load.held_from]
     if not earlier:
         return messages.where(taken)
@@ -48,8 +52,9 @@ def snapshot_inserts(messages, loads: list[SnapshotLoad]):
 def without_loads(changes, loads, by_seq: bool = False):
     """``changes`` (no control messages) less the rows of ``loads`` that :func:`load_snapshots` takes.
     ``by_seq``: ``changes`` are the rows the control scan read (every seq from each load's ``held_from``
-    on), so a load's rows are told by seq alone — a filter Parquet's statistics skip whole files by —
-    otherwise by payload."""
+    on): a load's ``taken`` ranges are left out whole — a filter Parquet's statistics skip files and row
+    groups by; the held rows among them join from the driver (cdc_apply.lake.control_scan) — otherwise
+    a load's Inserts are told by payload."""
     if not loads:
         return changes
     cond = None

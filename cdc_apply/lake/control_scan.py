@@ -1,0 +1,83 @@
+"""The batch's control scan: the control messages for the planner, and what its snapshot loads leave out.
+
+One pass over the batch's rows (it reads every payload's type byte anyway) collects to the driver the
+control messages and cdc_apply's directives (docs/ARCHITECTURE.md, "Control scan") and, before the
+planner says which snapshots the batch loads, the rows a snapshot load leaves to the general decode
+(:func:`cdc_apply.lake.sources.payload_columns.is_snapshot_held`): the marker, the Truncate and any
+other change of the snapshot's xid but an Insert — with their payloads, few and small — and the seqs
+of rows that are no change at all (null, empty, unknown: errors the decode reports, read from bronze
+again). With them a load is seq ranges (:func:`cdc_apply.planning.snapshot_loads.taken_ranges`) that the
+general decode skips unread, its held rows joined to the decode from the driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from cdc_apply.lake.sources.payload_columns import is_change, is_control, is_directive, is_snapshot_held
+from cdc_apply.planning.snapshot_loads import SnapshotLoad, taken_ranges
+
+# At most this many rows of a source are held; past it its loads tell rows by payload (the lists become
+# IN lists and OR trees of the filters).
+HELD_MAX = 10_000
+MESSAGE = b"M"
+HELD_SCHEMA = "source STRING, seq LONG, lsn LONG, payload BINARY"   # ControlScan.held_rows as a DataFrame
+
+
+@dataclass(frozen=True)
+class ControlScan:
+    """Per source: its control messages (seq, LSN, payload), the rows held for the general decode
+    (directives included), the seqs of held rows that are no change, and the seqs of control messages."""
+
+    controls: dict[str, list] = field(default_factory=dict)
+    held: dict[str, list] = field(default_factory=dict)
+    unread: dict[str, list[int]] = field(default_factory=dict)
+    control_seqs: dict[str, set[int]] = field(default_factory=dict)
+
+    def place_loads(self, loads, applied_seq) -> tuple[SnapshotLoad, ...]:
+        """``loads`` with their ``taken`` ranges from ``applied_seq(source) + 1`` on (the rows this scan
+        read), or as they are (by payload) for a source holding more than HELD_MAX rows."""
+        out = []
+        for load in loads:
+            held = self.held.get(load.source, [])
+            unread = self.unread.get(load.source, [])
+            if len(held) + len(unread) <= HELD_MAX:
+                start = applied_seq(load.source) + 1
+                joins = self.control_seqs.get(load.source, set()) | {row[0] for row in held}
+                taken = taken_ranges(load.ranges, start, unread, joins)
+                load = replace(load, held_from=start, taken=taken,
+                               held=tuple(row[0] for row in held if _within(row[0], taken)))
+            out.append(load)
+        return tuple(out)
+
+    def held_rows(self, loads) -> list[tuple[str, int, int, bytes]]:
+        """The held rows inside the ``taken`` ranges of ``loads``: (source, seq, lsn, payload)."""
+        wanted = {(load.source, seq) for load in loads for seq in load.held}
+        return [(source, *row) for source, rows in self.held.items() for row in rows if (source, row[0]) in wanted]
+
+
+def scan_controls(fresh, sources) -> ControlScan:
+    """One job over the batch's rows ``fresh`` (Arrow to the driver: a batch of 100,000 transactions has
+    200,000 Begin and Commit rows, and a Spark Row per message took seconds to build)."""
+    from pyspark.sql import functions as F
+
+    driver = is_control() | is_directive()
+    table = fresh.where(driver | is_snapshot_held()).select(
+        "source", "seq", "lsn", F.when(driver | is_change(), F.col("payload")).alias("payload"),
+        driver.alias("driver")).toArrow()
+    scan = ControlScan({s: [] for s in sources}, {s: [] for s in sources}, {s: [] for s in sources},
+                       {s: set() for s in sources})
+    for source, seq, lsn, payload, to_driver in zip(*(table.column(k).to_pylist() for k in range(5))):
+        if to_driver:
+            scan.controls[source].append((seq, lsn, payload))
+        if payload is None:
+            scan.unread[source].append(seq)
+        elif not to_driver or payload[:1] == MESSAGE:   # a directive is decoded as a message too
+            scan.held[source].append((seq, lsn, payload))
+        else:
+            scan.control_seqs[source].add(seq)
+    return scan
+
+
+def _within(seq: int, ranges) -> bool:
+    return any(a <= seq <= b for a, b in ranges)
