@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from cdc_apply.lake.sources.payload_columns import is_change, is_control, is_directive, is_snapshot_held
-from cdc_apply.planning.snapshot_loads import SnapshotLoad, taken_ranges
+from cdc_apply.planning.snapshot_loads import SnapshotLoad, join_ranges, taken_ranges
 
 # At most this many rows of a source are held; past it its loads tell rows by payload (the lists become
 # IN lists and OR trees of the filters).
@@ -37,23 +37,38 @@ class ControlScan:
     def place_loads(self, loads, applied_seq) -> tuple[SnapshotLoad, ...]:
         """``loads`` with their ``taken`` ranges from ``applied_seq(source) + 1`` on (the rows this scan
         read), or as they are (by payload) for a source holding more than HELD_MAX rows."""
-        out = []
+        out, joins = [], {}
         for load in loads:
             held = self.held.get(load.source, [])
             unread = self.unread.get(load.source, [])
             if len(held) + len(unread) <= HELD_MAX:
                 start = applied_seq(load.source) + 1
-                joins = self.control_seqs.get(load.source, set()) | {row[0] for row in held}
-                taken = taken_ranges(load.ranges, start, unread, joins)
+                if load.source not in joins:
+                    joins[load.source] = self._joins(load.source)
+                taken = taken_ranges(load.ranges, start, unread, joins[load.source])
                 load = replace(load, held_from=start, taken=taken,
                                held=tuple(row[0] for row in held if _within(row[0], taken)))
             out.append(load)
         return tuple(out)
 
-    def held_rows(self, loads) -> list[tuple[str, int, int, bytes]]:
-        """The held rows inside the ``taken`` ranges of ``loads``: (source, seq, lsn, payload)."""
-        wanted = {(load.source, seq) for load in loads for seq in load.held}
-        return [(source, *row) for source, rows in self.held.items() for row in rows if (source, row[0]) in wanted]
+    def skip_ranges(self, loads) -> dict[str, tuple]:
+        """Per source whose loads are placed by seq, their ``taken`` ranges joined across the gaps
+        between them that hold only control messages and held rows (the next chunk's Stream Start and
+        marker): the seqs the general decode leaves out, in as few ranges as bronze's files can lie in."""
+        out: dict[str, list] = {}
+        for load in loads:
+            if load.held_from is not None:
+                out.setdefault(load.source, []).extend(load.taken)
+        return {source: join_ranges(ranges, self._joins(source)) for source, ranges in out.items()}
+
+    def _joins(self, source: str) -> set[int]:
+        return self.control_seqs.get(source, set()) | {row[0] for row in self.held.get(source, [])}
+
+    def held_rows(self, skip: dict[str, tuple]) -> list[tuple[str, int, int, bytes]]:
+        """The held rows inside ``skip`` (:meth:`skip_ranges`), which the general decode reads from
+        here: (source, seq, lsn, payload)."""
+        return [(source, *row) for source, ranges in skip.items() for row in self.held.get(source, [])
+                if _within(row[0], ranges)]
 
 
 def scan_controls(fresh, sources) -> ControlScan:

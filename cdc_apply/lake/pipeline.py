@@ -171,9 +171,11 @@ class ApplyPipeline:
             state = self.states.get(source, SourceState())
             cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= last[source])
             new_rows = cond if new_rows is None else new_rows | cond
-        rows = df if self._holds_the_batch(stats, last) else self._messages()
-        fresh = rows.where(new_rows).select("source", "seq", "lsn", "payload")
         small = sum(int(r.bytes or 0) for r in stats.values()) <= FRESH_CACHE_BYTES
+        # A large batch reads bronze by seq even so: the micro-batch is a scan of Spark's own RDD, every
+        # column of every row at each read, where a read of bronze prunes columns and skips files.
+        rows = df if small and self._holds_the_batch(stats, last) else self._messages()
+        fresh = rows.where(new_rows).select("source", "seq", "lsn", "payload")
         if small:
             fresh = fresh.persist()
         # A large batch's bronze files, read in place, can prove their seqs unique without a shuffle
@@ -289,8 +291,9 @@ class ApplyPipeline:
             for a, b in batch.reread:
                 cond = (F.col("source") == source) & F.col("seq").between(a, b)
                 reread = cond if reread is None else reread | cond
-        changes = without_loads(changes, loads, by_seq=True)
-        held = scanned.held_rows(loads) if scanned is not None else []
+        skip = scanned.skip_ranges(loads) if scanned is not None else {}
+        changes = without_loads(changes, loads, skip)
+        held = scanned.held_rows(skip) if skip else []
         if held:   # the rows of the loads' ranges the general decode keeps, from the driver
             changes = changes.unionByName(self.spark.createDataFrame(held, HELD_SCHEMA))
         if reread is not None:

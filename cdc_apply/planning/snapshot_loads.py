@@ -148,14 +148,7 @@ def taken_ranges(ranges: tuple[SeqRange, ...], held_from: int, unread: Iterable[
     decode does not read from bronze), less the ``unread`` seqs (rows it must read there) — so that a
     bronze file of a block and its stream messages lies inside one range and its statistics let a
     reader skip it."""
-    merged = merge_ranges((max(a, held_from), b) for a, b in ranges if b >= held_from)
-    joined: list[SeqRange] = []
-    for a, b in merged:
-        gap = range(joined[-1][1] + 1, a) if joined else range(0)
-        if joined and len(gap) <= len(joins) and all(q in joins for q in gap):
-            joined[-1] = (joined[-1][0], b)
-        else:
-            joined.append((a, b))
+    joined = join_ranges(((max(a, held_from), b) for a, b in ranges if b >= held_from), joins)
     out: list[SeqRange] = []
     points = sorted(q for q in set(unread) if any(a <= q <= b for a, b in joined))
     for a, b in joined:
@@ -166,3 +159,15 @@ def taken_ranges(ranges: tuple[SeqRange, ...], held_from: int, unread: Iterable[
         if a <= b:
             out.append((a, b))
     return tuple(out)
+
+
+def join_ranges(ranges: Iterable[SeqRange], joins: Collection[int]) -> tuple[SeqRange, ...]:
+    """``ranges`` merged, and joined across every gap whose seqs are all in ``joins``."""
+    joined: list[SeqRange] = []
+    for a, b in merge_ranges(ranges):
+        gap = range(joined[-1][1] + 1, a) if joined else range(0)
+        if joined and len(gap) <= len(joins) and all(q in joins for q in gap):
+            joined[-1] = (joined[-1][0], b)
+        else:
+            joined.append((a, b))
+    return tuple(joined)

@@ -49,22 +49,21 @@ def snapshot_inserts(messages, loads: list[SnapshotLoad]):
     return messages.where(taken | (in_seq_ranges(source, merge_ranges(earlier)) & is_insert()))
 
 
-def without_loads(changes, loads, by_seq: bool = False):
+def without_loads(changes, loads, skip: dict | None = None):
     """``changes`` (no control messages) less the rows of ``loads`` that :func:`load_snapshots` takes.
-    ``by_seq``: ``changes`` are the rows the control scan read (every seq from each load's ``held_from``
-    on): a load's ``taken`` ranges are left out whole — a filter Parquet's statistics skip files and row
-    groups by; the held rows among them join from the driver (cdc_apply.lake.control_scan) — otherwise
-    a load's Inserts are told by payload."""
-    if not loads:
-        return changes
+    ``skip``: per source, seq ranges to leave out whole (``ControlScan.skip_ranges``: ``changes`` are the
+    rows the control scan read) — a filter Parquet's statistics skip files and row groups by; the held
+    rows among them join from the driver. A source without them has its loads' Inserts told by payload."""
+    skip = skip or {}
     cond = None
-    for load in loads:
-        if by_seq and load.held_from is not None:
-            part = in_seq_ranges(load.source, load.taken)
-        else:
-            part = in_seq_ranges(load.source, merge_ranges(load.ranges)) & is_insert()
+    for source, ranges in skip.items():
+        part = in_seq_ranges(source, ranges)
         cond = part if cond is None else cond | part
-    return changes.where(~cond)
+    for load in loads:
+        if load.source not in skip:
+            part = in_seq_ranges(load.source, merge_ranges(load.ranges)) & is_insert()
+            cond = part if cond is None else cond | part
+    return changes if cond is None else changes.where(~cond)
 
 
 def in_range(column, low, high, ddl: str):
