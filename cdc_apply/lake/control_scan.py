@@ -12,7 +12,7 @@ general decode skips unread, its held rows joined to the decode from the driver.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from cdc_apply.lake.sources.payload_columns import is_change, is_control, is_directive, is_snapshot_held
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, join_ranges, taken_ranges
@@ -27,25 +27,24 @@ HELD_SCHEMA = "source STRING, seq LONG, lsn LONG, payload BINARY"   # ControlSca
 @dataclass(frozen=True)
 class ControlScan:
     """Per source: its control messages (seq, LSN, payload), the rows held for the general decode
-    (directives included), the seqs of held rows that are no change, and the seqs of control messages."""
+    (directives included), the seqs of held rows that are no change, and ``joins``: the seqs of control
+    messages and held rows, which the general decode does not read from bronze (gaps of them join ranges)."""
 
-    controls: dict[str, list] = field(default_factory=dict)
-    held: dict[str, list] = field(default_factory=dict)
-    unread: dict[str, list[int]] = field(default_factory=dict)
-    control_seqs: dict[str, set[int]] = field(default_factory=dict)
+    controls: dict[str, list]
+    held: dict[str, list]
+    unread: dict[str, list[int]]
+    joins: dict[str, set[int]]
 
     def place_loads(self, loads, applied_seq) -> tuple[SnapshotLoad, ...]:
         """``loads`` with their ``taken`` ranges from ``applied_seq(source) + 1`` on (the rows this scan
         read), or as they are (by payload) for a source holding more than HELD_MAX rows."""
-        out, joins = [], {}
+        out = []
         for load in loads:
             held = self.held.get(load.source, [])
             unread = self.unread.get(load.source, [])
             if len(held) + len(unread) <= HELD_MAX:
                 start = applied_seq(load.source) + 1
-                if load.source not in joins:
-                    joins[load.source] = self._joins(load.source)
-                taken = taken_ranges(load.ranges, start, unread, joins[load.source])
+                taken = taken_ranges(load.ranges, start, unread, self.joins.get(load.source, set()))
                 load = replace(load, held_from=start, taken=taken,
                                held=tuple(row[0] for row in held if _within(row[0], taken)))
             out.append(load)
@@ -59,10 +58,7 @@ class ControlScan:
         for load in loads:
             if load.held_from is not None:
                 out.setdefault(load.source, []).extend(load.taken)
-        return {source: join_ranges(ranges, self._joins(source)) for source, ranges in out.items()}
-
-    def _joins(self, source: str) -> set[int]:
-        return self.control_seqs.get(source, set()) | {row[0] for row in self.held.get(source, [])}
+        return {source: join_ranges(ranges, self.joins.get(source, set())) for source, ranges in out.items()}
 
     def held_rows(self, skip: dict[str, tuple]) -> list[tuple[str, int, int, bytes]]:
         """The held rows inside ``skip`` (:meth:`skip_ranges`), which the general decode reads from
@@ -87,10 +83,10 @@ def scan_controls(fresh, sources) -> ControlScan:
             scan.controls[source].append((seq, lsn, payload))
         if payload is None:
             scan.unread[source].append(seq)
-        elif not to_driver or payload[:1] == MESSAGE:   # a directive is decoded as a message too
-            scan.held[source].append((seq, lsn, payload))
         else:
-            scan.control_seqs[source].add(seq)
+            if not to_driver or payload[:1] == MESSAGE:   # a directive is decoded as a message too
+                scan.held[source].append((seq, lsn, payload))
+            scan.joins[source].add(seq)
     return scan
 
 
