@@ -39,7 +39,7 @@ class BatchContext:
     decoded: Any                 # the batch's decoded change rows: a persisted DataFrame
     # The batch's snapshot loads (cdc_apply.planning.snapshot_loads) by (source, relation id).
     loads: Mapping[tuple[str, int], tuple[SnapshotLoad, ...]]
-    messages: Callable[[], Any]  # bronze's messages (every source's), which the loads read
+    messages: Callable[..., Any]  # bronze's messages (every source's) on a session, which the loads read
     fault: Callable[[str], None]  # tests inject crashes here (see ApplyPipeline)
     # Sources with a change ever quarantined: silver may hold a row PostgreSQL no longer has.
     quarantined_sources: frozenset[str] = frozenset()

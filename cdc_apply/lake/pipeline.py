@@ -111,9 +111,10 @@ class ApplyPipeline:
         self._fault = fault_hook or (lambda point: None)
         self.reports: list[BatchReport] = []
 
-    def _messages(self):
-        """Every source's pgoutput messages (bronze's, or transcoded from it: see cdc_apply.lake.sources.formats)."""
-        return self.formats.messages(self.spark, self.bronze)
+    def _messages(self, spark=None):
+        """Every source's pgoutput messages (bronze's, or transcoded from it: see cdc_apply.lake.sources.formats),
+        read on ``spark`` (the job's session unless given: a table's own, whose settings plan the read)."""
+        return self.formats.messages(spark or self.spark, self.bronze)
 
     def _first_change_seq(self, source: str, ranges, subxids):
         """Seq of each subtransaction's first change within ``ranges`` (read from bronze, one job)."""

@@ -29,20 +29,23 @@ from cdc_apply.lake.books.ledger import (
     MAX_SEGMENTS, SilverLedger, batch_tag, merge_step, new_keys_step, snapshot_step, truncate_step,
 )
 from cdc_apply.lake.books.state_match import check_tables
-from cdc_apply.lake.silver.snapshot_loads import clear_ranges, drop_cleared, load_snapshots
+from cdc_apply.lake.silver.snapshot_loads import (
+    MIN_SPLITS, clear_ranges, drop_cleared, load_settings, load_snapshots, load_width,
+)
 from cdc_apply.lake.silver.replace_rows import ALLOW_EXISTS
 from cdc_apply.lake.silver.merge_moves import resolve_moves
 from cdc_apply.lake.silver.soft_deletes import deleted_column, ensure_deleted_column, mark_deleted
 from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.delta.ddl import USER_METADATA, create_table, set_properties, silver_properties, table_properties
 from cdc_apply.delta.log import delta_version, files_bytes
-from cdc_apply.spark.connect import child_session
+from cdc_apply.spark.connect import child_session, default_parallelism
 from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.delta.refs import TableRef, silver_ref
 from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
 from cdc_apply.pgoutput.types import TypeOptions
 from cdc_apply.spark.executors import CLUSTER_KEYS
+from cdc_apply.spark.session import session_settings
 from cdc_apply.planning import columns as cc
 
 PROP_SOURCE = "cdc_apply.source"
@@ -201,8 +204,14 @@ class SilverTables:
         if loads:
             # The snapshots' rows go in right after their Truncate (or ranges) emptied the table.
             revive = work.deleted is not None and str(work.ref) not in self._empty   # marked rows stay
-            loaded = write(snapshot_step(version), lambda meta: load_snapshots(
-                session, batch.messages(), loads, work.clears, planned.segments, meta, revive))
+            # Read on the table's session, which plans the read's splits and the decode's batches.
+            settings = load_settings(load_width(loads), default_parallelism(session), session.conf.get(MIN_SPLITS, None))
+
+            def load(meta):
+                with session_settings(session, settings):
+                    return load_snapshots(session, batch.messages(session), loads, work.clears, planned.segments,
+                                          meta, revive)
+            loaded = write(snapshot_step(version), load)
             if loaded is not None:
                 stats.inserted += loaded
                 if len(loads) == 1:

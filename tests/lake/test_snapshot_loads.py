@@ -212,3 +212,18 @@ def test_a_message_of_another_transaction_inside_a_snapshots_block_fails_the_loa
     lake.land(rows)
     with pytest.raises(Exception, match=rf"(?s)not an Insert of its relation.*Message.*seq={seq}\b"):
         lake.apply()
+
+
+
+def test_a_load_reads_four_splits_per_task_slot_and_sizes_its_arrow_batches_by_width():
+    from cdc_apply.lake.silver.snapshot_loads import ARROW_BATCH_ROWS, MIN_SPLITS, load_settings
+
+    assert load_settings(15, slots=2) == {ARROW_BATCH_ROWS: "100000", MIN_SPLITS: "8"}
+    assert load_settings(60, slots=16) == {ARROW_BATCH_ROWS: "25000", MIN_SPLITS: "64"}
+    assert load_settings(400, slots=2)[ARROW_BATCH_ROWS] == "10000"   # never below Spark's default
+
+
+def test_a_split_count_the_user_set_is_kept_by_a_load():
+    from cdc_apply.lake.silver.snapshot_loads import MIN_SPLITS, load_settings
+
+    assert MIN_SPLITS not in load_settings(15, slots=2, user_splits="3")

@@ -27,6 +27,18 @@ from cdc_apply.planning.decode_plan import pool_columns
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, merge_loads
 from cdc_apply.planning.table_plan import Clear, SlotCount, SlotMap, TableWork
 
+# A load's tasks each read a split of bronze, decode it in Python and write one file, all CPU-bound.
+# Spark cuts a scan into about one split per task slot, so a 10M-row load ran 5 tasks on 2 slots, the
+# last alone; at 4 splits per slot the tail is short (tables 21.9 s -> 18.1 s: docs/BENCHMARKS.md).
+SPLITS_PER_SLOT = 4
+MIN_SPLITS = "spark.sql.files.minPartitionNum"
+# The load's Arrow batches hold up to this many decoded values (Spark's default is 10,000 rows
+# whatever their width): a narrow table's batches of 100,000 rows cost its decode ~3 s less per
+# 10M rows in per-batch overhead; a wide one's stay at Spark's default size.
+LOAD_BATCH_VALUES = 1_500_000
+LOAD_BATCH_ROWS = (10_000, 100_000)
+ARROW_BATCH_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
+
 
 def snapshot_inserts(messages, loads: list[SnapshotLoad]):
     """The Insert rows of snapshots of one source among bronze's ``messages`` (their stream blocks, by
@@ -169,6 +181,22 @@ def load_snapshots(session, messages, loads: list[SnapshotLoad], clears: tuple[C
     append_rows(session, union, work, metadata, inserts=None)
     metrics = work.ref.delta_table(session).history(1).select("operationMetrics").first()[0] or {}
     return int(metrics.get("numOutputRows", 0))
+
+
+def load_width(loads) -> int:
+    """How many columns the decode of ``loads`` returns (the widest relation version's)."""
+    return max(len(insert_columns(load.decode)) for load in loads)
+
+
+def load_settings(width: int, slots: int, user_splits: str | None = None) -> dict[str, str]:
+    """The settings the session reading and decoding a table's loads runs them with: :data:`SPLITS_PER_SLOT`
+    of ``slots`` (a split count the user set, ``user_splits``, is kept) and Arrow batches of
+    :data:`LOAD_BATCH_VALUES` by ``width``, the decode's output columns (:func:`load_width`)."""
+    low, high = LOAD_BATCH_ROWS
+    settings = {ARROW_BATCH_ROWS: str(max(low, min(high, LOAD_BATCH_VALUES // max(width, 1))))}
+    if user_splits is None:
+        settings[MIN_SPLITS] = str(SPLITS_PER_SLOT * slots)
+    return settings
 
 
 def with_null_columns(decoded, plan, columns: tuple[str, ...]):
