@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from cdc_apply.lake.sources.payload_columns import is_change, is_control, is_directive, is_snapshot_held
-from cdc_apply.planning.snapshot_loads import SnapshotLoad, join_ranges, taken_ranges
+from cdc_apply.planning.snapshot_loads import SnapshotLoad, in_ranges, join_ranges, taken_ranges
 
 # At most this many rows of a source are held; past it its loads tell rows by payload (the lists become
 # IN lists and OR trees of the filters).
@@ -46,7 +46,7 @@ class ControlScan:
                 start = applied_seq(load.source) + 1
                 taken = taken_ranges(load.ranges, start, unread, self.joins.get(load.source, set()))
                 load = replace(load, held_from=start, taken=taken,
-                               held=tuple(row[0] for row in held if _within(row[0], taken)))
+                               held=tuple(row[0] for row in held if in_ranges(row[0], taken)))
             out.append(load)
         return tuple(out)
 
@@ -64,7 +64,7 @@ class ControlScan:
         """The held rows inside ``skip`` (:meth:`skip_ranges`), which the general decode reads from
         here: (source, seq, lsn, payload)."""
         return [(source, *row) for source, ranges in skip.items() for row in self.held.get(source, [])
-                if _within(row[0], ranges)]
+                if in_ranges(row[0], ranges)]
 
 
 def scan_controls(fresh, sources) -> ControlScan:
@@ -88,7 +88,3 @@ def scan_controls(fresh, sources) -> ControlScan:
                 scan.held[source].append((seq, lsn, payload))
             scan.joins[source].add(seq)
     return scan
-
-
-def _within(seq: int, ranges) -> bool:
-    return any(a <= seq <= b for a, b in ranges)

@@ -27,6 +27,11 @@ from cdc_apply.pgoutput.snapshot import (
 )
 
 
+
+def in_ranges(seq: int, ranges) -> bool:
+    """Whether ``seq`` lies in one of the inclusive ``(first, last)`` seq ``ranges``."""
+    return any(a <= seq <= b for a, b in ranges)
+
 @dataclass(frozen=True, slots=True)
 class SnapshotLoad:
     """One committed snapshot of one relation whose Inserts skip the general decode."""
@@ -50,7 +55,7 @@ class SnapshotLoad:
     held: tuple[int, ...] = ()
 
     def holds(self, seq: int) -> bool:
-        return any(a <= seq <= b for a, b in self.ranges)
+        return in_ranges(seq, self.ranges)
 
     @property
     def position(self) -> tuple[int, int]:
