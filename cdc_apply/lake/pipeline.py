@@ -54,7 +54,7 @@ from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.lake.batch_loop import run_batches
-from cdc_apply.spark.connect import default_parallelism, is_connect_session, partition_count
+from cdc_apply.spark.connect import default_parallelism, is_connect_session, partition_count, planned_bytes
 from cdc_apply.spark.session import session_settings
 
 # Values (messages x decoded columns) per decode partition: few tasks, as each pays a fixed hand-off to a
@@ -69,6 +69,14 @@ FRESH_CACHE_BYTES = 16 << 20
 # ``quarantine``): under "fail" the batch then stops on the first of them (first_decode_error), the lowest
 # seq, not on whichever task failed first.
 DECODE_ERRORS_AS_ROWS = True
+
+
+def fits_fresh_cache(size: int | None) -> bool:
+    """Whether ``size`` bytes (None: not known) may be a small batch's (``FRESH_CACHE_BYTES``). Asked of the
+    batch's files before its bounds query, which then sums the payloads only where they may fit: files
+    hold the payloads, compressed, beside the other columns and other sources' rows, so files larger
+    than the budget make the batch large — an in-place read, never a wrong one."""
+    return size is None or size <= FRESH_CACHE_BYTES
 
 
 class ApplyPipeline:
@@ -150,9 +158,13 @@ class ApplyPipeline:
         wanted = set(self.config.bronze.sources)
         if wanted:
             df = df.where(F.col("source").isin(sorted(wanted)))
-        stats = {r.source: r for r in df.groupBy("source").agg(
-            F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n"),
-            F.sum(F.length("payload")).alias("bytes")).collect()}
+        # The payloads' bytes decide whether the batch is kept in memory; summing them reads every payload
+        # (~1 s of a 10M-row batch's bounds here, warm), so a batch whose files alone are larger skips it.
+        measured = fits_fresh_cache(planned_bytes(df))
+        bounds = [F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n")]
+        if measured:
+            bounds.append(F.sum(F.length("payload")).alias("bytes"))
+        stats = {r.source: r for r in df.groupBy("source").agg(*bounds).collect()}
         version = self.version + 1
         report = BatchReport(version, batch_id, clock=started)
         if not stats:
@@ -172,7 +184,7 @@ class ApplyPipeline:
             state = self.states.get(source, SourceState())
             cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= last[source])
             new_rows = cond if new_rows is None else new_rows | cond
-        small = sum(int(r.bytes or 0) for r in stats.values()) <= FRESH_CACHE_BYTES
+        small = measured and fits_fresh_cache(sum(int(r.bytes or 0) for r in stats.values()))
         # A large batch reads bronze by seq even so: the micro-batch is a scan of Spark's own RDD, every
         # column of every row at each read, where a read of bronze prunes columns and skips files.
         rows = df if small and self._holds_the_batch(stats, last) else self._messages()
@@ -437,3 +449,4 @@ class ApplyPipeline:
         return query
 
 __all__ = ["ApplyPipeline", "BatchReport", "SKIP", "ApplyError"]
+

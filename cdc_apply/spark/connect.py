@@ -116,6 +116,17 @@ def partition_count(df: Any) -> int | None:
     return None if is_connect_session(df.sparkSession) else df.rdd.getNumPartitions()
 
 
+def planned_bytes(df: Any) -> int | None:
+    """The bytes Spark's optimised plan says ``df`` reads — for a scan of files, their sizes on disk, from
+    the file index and without a job; None over Spark Connect (no plan to ask) or where Spark cannot say."""
+    if is_connect_session(df.sparkSession):
+        return None
+    try:
+        return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001 - not known: the caller measures instead
+        return None
+
+
 # -- building a session: classic, or Spark Connect when the settings ask for it ----------------------
 
 def build_session(app_name: str = "cdc_apply", **conf: Any):

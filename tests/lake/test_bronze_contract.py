@@ -258,3 +258,23 @@ def test_runs_prove_a_batch_unique_over_spark_connect(connect_spark, tmp_path):
     bronze, _ = _bronze_of_files(connect_spark, tmp_path / "bronze", files, packed=False)
     assert count_runs(bronze) == {"a": 8}
     assert count_runs(bronze.union(bronze)) is None
+
+
+def test_a_batch_whose_bronze_files_exceed_the_memory_budget_is_read_in_place_though_its_payloads_fit(
+        lake_factory, monkeypatch):
+    from cdc_apply.lake import pipeline
+
+    lake = lake_factory("files_over_budget")
+    rows = _good(ids=(1, 2, 3))
+    payloads = sum(len(r[3]) for r in rows)
+    lake.land(rows)
+    files = sum(f.stat().st_size for f in (lake.root / "bronze").glob("*.parquet"))
+    assert payloads < files   # Parquet's footers and the other columns: the files hold more than the payloads
+    monkeypatch.setattr(pipeline, "FRESH_CACHE_BYTES", payloads)   # the payloads alone would be kept in memory
+    in_place = []
+    count = pipeline.count_rows
+    monkeypatch.setattr(pipeline, "count_rows", lambda fresh, bronze_rows=None: (
+        in_place.append(bronze_rows is not None), count(fresh, bronze_rows))[1])
+    lake.apply()
+    assert in_place == [True]
+    assert sorted((r.id, r.v) for r in lake.silver("public", "t").collect()) == [(1, "v1"), (2, "v2"), (3, "v3")]
