@@ -103,6 +103,25 @@ def files_bytes(spark, ref: TableRef) -> int | None:
         return None
 
 
+def files_with_stats(spark, ref: TableRef, version: int):
+    """The table's live files at ``version`` as a DataFrame of Delta's ``AddFile`` columns with ``stats``
+    parsed (``numRecords``, ``minValues``, ``maxValues``, ``nullCount``): its queries run over the snapshot's
+    state, one row a file, not over the table's rows. None where the JVM is out of reach (Spark Connect) or
+    the snapshot this JVM holds is not at ``version`` (the caller asks the table instead)."""
+    log = delta_log(spark, ref)
+    if log is None:
+        return None
+    try:
+        snapshot = log.unsafeVolatileSnapshot()
+        if int(snapshot.version()) != version:
+            return None
+        from pyspark.sql.classic.dataframe import DataFrame
+
+        return DataFrame(snapshot.withStats(), spark)
+    except Exception:  # noqa: BLE001 - not known: the caller asks the table
+        return None
+
+
 def delta_version(spark, ref: TableRef) -> int | None:
     """The table's newest Delta version this JVM knows (its own commits included), without reading the
     log again: the cached snapshot Delta keeps per table. Falls back to ``DESCRIBE HISTORY`` (one small

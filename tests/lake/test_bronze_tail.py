@@ -29,7 +29,7 @@ def test_the_newest_seqs_are_followed_through_the_commits_after_one_query(spark,
         _append(spark, path, [("pg", first), ("pg", first + 1)])
         _append(spark, path, [("other", first + 10)])
         assert tail.newest({"pg": 1, "other": 5}) == {"pg": first + 1, "other": first + 10}
-    assert tail.queries == 1
+    assert tail.queries == 1 and tail.scans == 0   # the first answer came from the files' statistics
 
 
 def test_a_source_with_nothing_at_or_past_its_floor_is_left_out(spark, tmp_path):
@@ -55,7 +55,7 @@ def test_a_file_holding_several_sources_is_answered_by_the_query(spark, tmp_path
     _append(spark, path, [("pg", 0)])
     assert tail.newest({"pg": 0, "other": 0}) == {"pg": 0}
     _append(spark, path, [("pg", 1), ("other", 7)])
-    assert tail.newest({"pg": 0, "other": 0}) == {"pg": 1, "other": 7} and tail.queries == 2
+    assert tail.newest({"pg": 0, "other": 0}) == {"pg": 1, "other": 7} and tail.queries == 2 and tail.scans == 1
     _append(spark, path, [("pg", 2), ("other", 8)], files=2)   # one file per source: followed again
     assert tail.newest({"pg": 0, "other": 0}) == {"pg": 2, "other": 8} and tail.queries == 2
 
@@ -66,7 +66,25 @@ def test_a_source_name_longer_than_delta_s_statistics_keep_is_answered_by_the_qu
     _append(spark, path, [(long, 0)])
     assert tail.newest({long: 0}) == {long: 0}
     _append(spark, path, [(long, 1)])
-    assert tail.newest({long: 0}) == {long: 1} and tail.queries == 2
+    assert tail.newest({long: 0}) == {long: 1} and tail.queries == 2 and tail.scans == 2
+
+
+def test_the_first_answer_is_the_newest_seq_of_each_source_s_files_at_or_past_its_floor(spark, tmp_path):
+    path, tail = _bronze(spark, tmp_path)
+    _append(spark, path, [("pg", 0), ("pg", 1)])
+    _append(spark, path, [("pg", 2), ("pg", 3), ("other", 4)], files=2)
+    _append(spark, path, [])   # an append of no rows
+    assert tail.newest({"pg": 2, "other": 5, "gone": 0}) == {"pg": 3}
+    assert tail.queries == 1 and tail.scans == 0
+
+
+def test_a_bronze_file_with_deleted_rows_is_answered_by_a_scan(spark, tmp_path):
+    path, tail = _bronze(spark, tmp_path)
+    _append(spark, path, [("pg", q) for q in range(6)])
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.appendOnly' = 'false', "
+              "'delta.enableDeletionVectors' = 'true')")
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE seq >= 4")   # marks the rows: the file's statistics stay
+    assert tail.newest({"pg": 0}) == {"pg": 3} and tail.scans == 1
 
 
 def test_a_source_the_first_query_did_not_ask_for_is_queried_when_asked(spark, tmp_path):

@@ -5,11 +5,13 @@ A query for ``max(seq)`` per source costs a running job up to a dozen small Spar
 (Delta's file filtering, the scan, the aggregate's stages), on the same two cores as the batch it
 reports on. The files bronze adds already say the same in their statistics: a file whose
 ``source`` bounds are one source (what the lander and any single-source writer produce) holds that
-source's rows up to its ``maxValues.seq``. So after one query the tail is followed by reading the
-commits added since (``DeltaLog.getChanges``: the commit files only, no Spark job). A compaction
+source's rows up to its ``maxValues.seq``. The first answer comes from the live files' statistics
+(one query over the snapshot's state, a row a file: ~0.2 s against ~1 s for a scan of a 10M-row
+bronze's ``source`` and ``seq`` here, warm), and after it the tail is followed by reading the commits
+added since (``DeltaLog.getChanges``: the commit files only, no Spark job). A compaction
 (``dataChange = false``) changes no rows and is passed over; a commit that removes rows (bronze was
-rewritten or cleaned up), a file without those statistics, a gap in the log or no JVM to ask (Spark
-Connect) falls back to the query, which is always right.
+rewritten or cleaned up), a file without those statistics (or with deleted rows: a deletion vector), a
+gap in the log or no JVM to ask (Spark Connect) falls back to the query of the rows, which is always right.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import threading
 from datetime import datetime, timezone
 
 from cdc_apply.errors import CdcApplyError
-from cdc_apply.delta.log import delta_log, delta_version, log_changes
+from cdc_apply.delta.log import delta_log, delta_version, files_with_stats, log_changes
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
@@ -40,7 +42,8 @@ class BronzeTail:
     def __init__(self, spark, ref: TableRef) -> None:
         self.spark = spark
         self.ref = ref
-        self.queries = 0                  # how often the fallback query ran (for tests and diagnostics)
+        self.queries = 0                  # how often the tail was answered afresh (for tests and diagnostics)
+        self.scans = 0                    # of those, how often by a scan of bronze's rows
         self._version: int | None = None  # the bronze version ``_newest`` describes
         self._newest: dict[str, int] = {}
         self._asked: set[str] = set()      # sources the last query covered
@@ -83,15 +86,43 @@ class BronzeTail:
         self.queries += 1
         # The JVM's cached snapshot may be a little behind: the commits after it are followed next time.
         version = delta_version(self.spark, self.ref)
-        df = self.ref.read(self.spark) if version is None else _read_version(self.spark, self.ref, version)
-        since = None
-        for source, floor in floors.items():
-            cond = (F.col("source") == source) & (F.col("seq") >= floor)
-            since = cond if since is None else since | cond
-        rows = df.where(since).groupBy("source").agg(F.max("seq").alias("m")).collect()
-        self._newest, self._asked = {r.source: int(r.m) for r in rows}, set(floors)
+        newest = None if version is None else newest_in_files(self.spark, self.ref, version, floors)
+        if newest is None:
+            self.scans += 1
+            df = self.ref.read(self.spark) if version is None else _read_version(self.spark, self.ref, version)
+            since = None
+            for source, floor in floors.items():
+                cond = (F.col("source") == source) & (F.col("seq") >= floor)
+                since = cond if since is None else since | cond
+            rows = df.where(since).groupBy("source").agg(F.max("seq").alias("m")).collect()
+            newest = {r.source: int(r.m) for r in rows}
+        self._newest, self._asked = newest, set(floors)
         # Without a version the query cannot be followed: ask again next time.
         self._version = version
+
+
+def newest_in_files(spark, ref: TableRef, version: int, floors: dict[str, int]) -> dict[str, int] | None:
+    """Bronze's newest seq per source of ``floors`` at ``version`` (those with a seq at or past their floor),
+    from the live files' statistics as :func:`_added` reads one file's; None when a file cannot answer —
+    several sources or no statistics in it, a deletion vector, no JVM to ask — and only the rows can."""
+    from pyspark.sql import functions as F
+
+    files = files_with_stats(spark, ref, version)
+    if files is None:
+        return None
+    stats = F.col("stats")
+    rows = (files.where(F.coalesce(stats["numRecords"], F.lit(1)) > 0)   # a file without statistics counts
+            .groupBy(stats["minValues"]["source"].alias("low"), stats["maxValues"]["source"].alias("high"),
+                     F.col("deletionVector").isNotNull().alias("deleted"))
+            .agg(F.max(stats["maxValues"]["seq"]).alias("seq")).collect())
+    newest = {}
+    for r in rows:
+        # Equal bounds are the whole name (Delta keeps a 32-character prefix, the maximum tie-broken).
+        if r.low is None or r.low != r.high or r.deleted or r.seq is None:
+            return None
+        if r.low in floors and int(r.seq) >= floors[r.low]:
+            newest[r.low] = int(r.seq)
+    return newest
 
 
 def newest_seqs(spark, ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
