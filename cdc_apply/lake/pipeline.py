@@ -158,8 +158,8 @@ class ApplyPipeline:
         wanted = set(self.config.bronze.sources)
         if wanted:
             df = df.where(F.col("source").isin(sorted(wanted)))
-        # The payloads' bytes decide whether the batch is kept in memory; summing them reads every payload
-        # (~1 s of a 10M-row batch's bounds here, warm), so a batch whose files alone are larger skips it.
+        # The payloads' bytes decide whether the batch is kept in memory; a batch whose files alone are larger
+        # (as the plan sizes them, no job) skips summing a length per payload.
         measured = fits_fresh_cache(planned_bytes(df))
         bounds = [F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n")]
         if measured:
