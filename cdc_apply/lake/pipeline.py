@@ -449,4 +449,3 @@ class ApplyPipeline:
         return query
 
 __all__ = ["ApplyPipeline", "BatchReport", "SKIP", "ApplyError"]
-
