@@ -16,7 +16,7 @@ from datetime import datetime
 
 from cdc_apply.delta.files import LiveFile, file_rows, live_files, open_table, read_rows, sql_text
 from cdc_apply.delta.refs import TableRef
-from cdc_apply.lake.sources.bronze_tail import COMMIT_TYPES, ages_of, behind_sources, due_at
+from cdc_apply.lake.sources.bronze_tail import COMMIT_TYPES, ages_of, behind_sources, due_at, newest_in_stats
 
 
 def newest_seqs(ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
@@ -24,31 +24,8 @@ def newest_seqs(ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
     table = open_table(ref) if floors else None
     if table is None:
         return {}
-    files = live_files(table, ["source", "seq"])
-    newest: dict[str, int] = {}
-    for file in files:
-        if not _may_hold(file, floors):
-            continue
-        if file.deleted_rows or file.records is None or not _one_source(file) or file.high.get("seq") is None:
-            return _query_newest(table, floors)
-        if file.records:
-            source, seq = file.low["source"], int(file.high["seq"])
-            newest[source] = max(seq, newest.get(source, seq))
-    return {s: seq for s, seq in newest.items() if s in floors and seq >= floors[s]}
-
-
-def _one_source(file: LiveFile) -> bool:
-    # Delta keeps a 32-character prefix of strings; a longer name's bounds differ, so equal bounds are the name.
-    low, high = file.low.get("source"), file.high.get("source")
-    return low is not None and low == high
-
-
-def _may_hold(file: LiveFile, floors: dict[str, int]) -> bool:
-    """False when the file's statistics show it holds no row of a source at or past its floor."""
-    low, high = file.low.get("source"), file.high.get("source")
-    if low is None or high is None or file.high.get("seq") is None:
-        return True
-    return any(low <= s <= high and int(file.high["seq"]) >= floor for s, floor in floors.items())
+    newest = newest_in_stats(live_files(table, ["source", "seq"]), floors)
+    return _query_newest(table, floors) if newest is None else newest
 
 
 def _query_newest(table, floors: dict[str, int]) -> dict[str, int]:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import threading
 from datetime import datetime, timezone
+from typing import Iterable
 
 from cdc_apply.errors import CdcApplyError
+from cdc_apply.delta.files import LiveFile
 from cdc_apply.delta.log import delta_log, delta_version, files_with_stats, log_changes
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.pgoutput import messages as m
@@ -102,27 +104,53 @@ class BronzeTail:
 
 
 def newest_in_files(spark, ref: TableRef, version: int, floors: dict[str, int]) -> dict[str, int] | None:
-    """Bronze's newest seq per source of ``floors`` at ``version`` (those with a seq at or past their floor),
-    from the live files' statistics as :func:`_added` reads one file's; None when a file cannot answer —
-    several sources or no statistics in it, a deletion vector, no JVM to ask — and only the rows can."""
+    """:func:`newest_in_stats` of bronze's live files at ``version``, their statistics read by one query over
+    the snapshot's state (only the files that may hold a row at or past a floor come to the driver); None
+    where only the rows can answer, or no JVM can be asked."""
     from pyspark.sql import functions as F
 
     files = files_with_stats(spark, ref, version)
     if files is None:
         return None
-    stats = F.col("stats")
-    rows = (files.where(F.coalesce(stats["numRecords"], F.lit(1)) > 0)   # a file without statistics counts
-            .groupBy(stats["minValues"]["source"].alias("low"), stats["maxValues"]["source"].alias("high"),
-                     F.col("deletionVector").isNotNull().alias("deleted"))
-            .agg(F.max(stats["maxValues"]["seq"]).alias("seq")).collect())
-    newest = {}
-    for r in rows:
-        # Equal bounds are the whole name (Delta keeps a 32-character prefix, the maximum tie-broken).
-        if r.low is None or r.low != r.high or r.deleted or r.seq is None:
+    low, high = F.col("stats.minValues"), F.col("stats.maxValues")
+    rows = (files.where(high["seq"].isNull() | low["source"].isNull() | high["source"].isNull()
+                        | (high["seq"] >= min(floors.values(), default=0)))
+            .select("path", "modificationTime", F.col("stats.numRecords").alias("records"),
+                    low["source"].alias("low"), high["source"].alias("high"), high["seq"].alias("seq"),
+                    F.col("deletionVector").isNotNull().alias("deleted")).collect())
+    return newest_in_stats((LiveFile(r.path, datetime.fromtimestamp(r.modificationTime / 1000, timezone.utc),
+                                     r.records, {"source": r.low}, {"source": r.high, "seq": r.seq}, r.deleted)
+                            for r in rows), floors)
+
+
+def newest_in_stats(files: Iterable[LiveFile], floors: dict[str, int]) -> dict[str, int] | None:
+    """Bronze's newest seq per source of ``floors`` (those with a seq at or past their floor) from its live
+    files' statistics, when every file that may hold such a row says it alone: one source (equal
+    ``source`` bounds) and no deletion vector (its ``maxValues`` may be a deleted row's); None when only
+    the rows can answer."""
+    newest: dict[str, int] = {}
+    for file in files:
+        if file.records == 0 or not _may_hold(file, floors):   # a file of no rows holds none of them
+            continue
+        if file.deleted_rows or file.records is None or not _one_source(file) or file.high.get("seq") is None:
             return None
-        if r.low in floors and int(r.seq) >= floors[r.low]:
-            newest[r.low] = int(r.seq)
-    return newest
+        source, seq = file.low["source"], int(file.high["seq"])
+        newest[source] = max(seq, newest.get(source, seq))
+    return {s: seq for s, seq in newest.items() if s in floors and seq >= floors[s]}
+
+
+def _one_source(file: LiveFile) -> bool:
+    # Delta keeps a 32-character prefix of strings; a longer name's bounds differ, so equal bounds are the name.
+    low, high = file.low.get("source"), file.high.get("source")
+    return low is not None and low == high
+
+
+def _may_hold(file: LiveFile, floors: dict[str, int]) -> bool:
+    """False when the file's statistics show it holds no row of a source at or past its floor."""
+    low, high = file.low.get("source"), file.high.get("source")
+    if low is None or high is None or file.high.get("seq") is None:
+        return True
+    return any(low <= s <= high and int(file.high["seq"]) >= floor for s, floor in floors.items())
 
 
 def newest_seqs(spark, ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
