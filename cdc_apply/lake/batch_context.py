@@ -28,6 +28,7 @@ class Landed:
     lag: Future                  # the lag's query, running beside the batch (ApplyPipeline._bronze_lag)
     started: float               # time.monotonic() when the batch began
     bronze_rows: Any = None      # a large batch's rows read from bronze's files (bronze_contract.count_runs)
+    local: Any = None            # a local batch's rows on the driver, Arrow (cdc_apply.lake.local_batch)
 
 
 @dataclass(frozen=True)

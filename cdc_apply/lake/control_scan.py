@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cdc_apply.lake.sources.payload_columns import is_change, is_control, is_directive, is_snapshot_held
+from cdc_apply.lake.sources.payload_columns import (is_change, is_control, is_directive, is_snapshot_held,
+                                                    payload_kinds)
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, in_ranges, join_ranges, taken_ranges
 
 # At most this many rows of a source are held; past it its loads tell rows by payload (the lists become
@@ -76,9 +77,24 @@ def scan_controls(fresh, sources) -> ControlScan:
     table = fresh.where(driver | is_snapshot_held()).select(
         "source", "seq", "lsn", F.when(driver | is_change(), F.col("payload")).alias("payload"),
         driver.alias("driver")).toArrow()
+    return collect_scan(zip(*(table.column(k).to_pylist() for k in range(5))), sources)
+
+
+def scan_rows(rows, sources) -> ControlScan:
+    """:func:`scan_controls` of rows on the driver: (source, seq, lsn, payload) tuples."""
+    scanned = []
+    for source, seq, lsn, payload in rows:
+        driver, change, held = payload_kinds(payload)
+        if driver or held:
+            scanned.append((source, seq, lsn, payload if driver or change else None, driver))
+    return collect_scan(scanned, sources)
+
+
+def collect_scan(rows, sources) -> ControlScan:
+    """The scan of ``rows`` the scan kept: (source, seq, lsn, payload or None, for the driver)."""
     scan = ControlScan({s: [] for s in sources}, {s: [] for s in sources}, {s: [] for s in sources},
                        {s: set() for s in sources})
-    for source, seq, lsn, payload, to_driver in zip(*(table.column(k).to_pylist() for k in range(5))):
+    for source, seq, lsn, payload, to_driver in rows:
         if to_driver:
             scan.controls[source].append((seq, lsn, payload))
         if payload is None:

@@ -43,7 +43,9 @@ from cdc_apply.lake.sources.bronze_contract import applied_rows, check_late_rows
 from cdc_apply.lake.sources.bronze_tail import BronzeTail, unapplied_ages
 from cdc_apply.lake.progress_rows import progress_rows
 from cdc_apply.lake.sources.payload_columns import first_change_seqs, is_control
-from cdc_apply.lake.control_scan import HELD_SCHEMA, ControlScan, scan_controls
+from cdc_apply.lake.control_scan import HELD_SCHEMA, ControlScan, scan_controls, scan_rows
+from cdc_apply.lake.local_batch import (TRUNCATE_FIELDS, bounds_of, collect_micro_batch, count_decoded,
+                                        count_local, decode_local, decoded_frame)
 from cdc_apply.delta.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.lake.silver.merge import BATCH_SETTINGS
 from cdc_apply.lake.report import BatchReport
@@ -158,13 +160,19 @@ class ApplyPipeline:
         wanted = set(self.config.bronze.sources)
         if wanted:
             df = df.where(F.col("source").isin(sorted(wanted)))
-        # The payloads' bytes decide whether the batch is kept in memory; a batch whose files alone are larger
-        # (as the plan sizes them, no job) skips summing a length per payload.
-        measured = fits_fresh_cache(planned_bytes(df))
-        bounds = [F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n")]
-        if measured:
-            bounds.append(F.sum(F.length("payload")).alias("bytes"))
-        stats = {r.source: r for r in df.groupBy("source").agg(*bounds).collect()}
+        # A micro-batch whose files are small (as the plan sizes them, no job) comes to the driver whole
+        # (local_batch.py). Otherwise the payloads' bytes decide whether the batch is kept in memory; a batch
+        # whose files alone are larger skips summing a length per payload.
+        planned = planned_bytes(df)
+        measured = fits_fresh_cache(planned)
+        local = collect_micro_batch(df, planned) if measured else None
+        if local is not None:
+            stats = bounds_of(local)
+        else:
+            bounds = [F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n")]
+            if measured:
+                bounds.append(F.sum(F.length("payload")).alias("bytes"))
+            stats = {r.source: r for r in df.groupBy("source").agg(*bounds).collect()}
         version = self.version + 1
         report = BatchReport(version, batch_id, clock=started)
         if not stats:
@@ -185,9 +193,13 @@ class ApplyPipeline:
             cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= last[source])
             new_rows = cond if new_rows is None else new_rows | cond
         small = measured and fits_fresh_cache(sum(int(r.bytes or 0) for r in stats.values()))
+        holds = small and self._holds_the_batch(stats, last)
+        if local is not None and holds:
+            return self._process_fresh(None, Landed(stats, last, prepared, True, lag_query, started, local=local),
+                                       report)
         # A large batch reads bronze by seq even so: the micro-batch is a scan of Spark's own RDD, every
         # column of every row at each read, where a read of bronze prunes columns and skips files.
-        rows = df if small and self._holds_the_batch(stats, last) else self._messages()
+        rows = df if holds else self._messages()
         fresh = rows.where(new_rows).select("source", "seq", "lsn", "payload")
         if small:
             fresh = fresh.persist()
@@ -221,7 +233,8 @@ class ApplyPipeline:
         # The bronze contract's count (a shuffle of every row's seq, unless its files' runs prove them
         # unique) runs beside the control scan and the planning, which are mostly the driver's Python;
         # nothing is written before it is answered.
-        counting = self._side.submit(count_rows, fresh, landed.bronze_rows)
+        counting = self._side.submit(count_rows, fresh, landed.bronze_rows) if landed.local is None else (
+            self._side.submit(count_local, landed.local))
         try:
             plan, scanned = self._plan(fresh, landed)
         except BaseException:
@@ -236,10 +249,10 @@ class ApplyPipeline:
                   else replace(b.state, format_state=landed.prepared[s].format_state)
                   for s, b in plan.sources.items()}
         loads = self._snapshot_loads(plan, scanned)
-        decoded = self._decode(fresh, plan, report.messages, loads, scanned)
+        decoded, counts = self._decode(fresh, plan, report.messages, loads, scanned, landed.local)
         report.mark("plan")
         try:
-            self._apply(plan, decoded, version, report, loads, logs_beside=landed.small and not loads)
+            self._apply(plan, decoded, counts, version, report, loads, logs_beside=landed.small and not loads)
         finally:
             if decoded is not None:
                 decoded.unpersist()
@@ -259,7 +272,8 @@ class ApplyPipeline:
     def _plan(self, fresh, landed: Landed) -> tuple[BatchPlan, ControlScan]:
         """Collect the batch's control messages and plan it (``cdc_apply.planning.plan``); also returns
         the scan, which says what snapshot loads leave to the general decode (:meth:`_snapshot_loads`)."""
-        scanned = scan_controls(fresh, landed.stats)
+        scanned = (scan_controls(fresh, landed.stats) if landed.local is None
+                   else scan_rows(zip(*(landed.local.column(k).to_pylist() for k in range(4))), landed.stats))
         controls = scanned.controls
         inputs = {}
         for source in landed.stats:
@@ -289,12 +303,19 @@ class ApplyPipeline:
                                    lambda source: self.states.get(source, SourceState()).applied_seq)
 
     def _decode(self, fresh, plan: BatchPlan, messages: int = 0, loads: tuple[SnapshotLoad, ...] = (),
-                scanned: ControlScan | None = None):
+                scanned: ControlScan | None = None, local=None):
+        """The decoded change rows (None: the batch has none) and, when decoded on the driver (``local``: the
+        batch's rows there), their counts; a persisted DataFrame of the rows decoded in Spark."""
         from pyspark.sql import functions as F
 
         if not plan.has_changes and not any(
                 b.state.applied_seq > b.previous.applied_seq for b in plan.sources.values()):
-            return None
+            return None, None
+        if local is not None:
+            if not loads and not any(b.reread for b in plan.sources.values()):
+                rows = decode_local(local, plan.decode)
+                return decoded_frame(self.spark, rows, plan.decode), count_decoded(rows, counts_per_transaction(plan))
+            fresh = self.spark.createDataFrame(local, HELD_SCHEMA)
         changes = fresh.where(~is_control()).select("source", "seq", "lsn", "payload")
         # Counted on the batch's own rows: planning the union with older rows would cost a Delta
         # file-skipping job here and another in the decode; those rows only add partitions.
@@ -325,26 +346,19 @@ class ApplyPipeline:
             # batch here; a hash of the seq is as even and as repeatable. No row's decode needs another's.
             changes = changes.repartition(wanted, "seq")
         decoded = changes.mapInArrow(partial(decode_batches, plan=plan.decode), output_ddl(plan.decode))
-        return decoded.persist()
+        return decoded.persist(), None
 
-    def _apply(self, plan: BatchPlan, decoded, version: int, report: BatchReport,
-               loads: tuple[SnapshotLoad, ...] = (), logs_beside: bool = False) -> None:
-        """The decode's counts, then the silver tables and the logs (beside the tables: ``logs_beside``)."""
+    @staticmethod
+    def _count(plan: BatchPlan, decoded) -> list[SlotCount]:
+        """One job decodes everything (filling the cache) and returns what the driver needs."""
         from pyspark.sql import functions as F
 
-        if decoded is None:
-            self.logs.write_schema(plan, version)
-            report.quarantined = self.logs.write_quarantine(plan, None, version)
-            report.mark("logs")
-            return
-        # One job decodes everything (filling the cache) and returns what the driver needs.
-        truncate = F.when((F.col("op") == "T") & F.col("error").isNull(), F.struct(
-            "source", "seq", "commit_lsn", "txn", "trunc_relids", "trunc_options"))
+        truncate = F.when((F.col("op") == "T") & F.col("error").isNull(), F.struct(*TRUNCATE_FIELDS))
         # Per transaction too when the batch has few: the transactions log is then built on the driver
         # from these counts rather than summed in Spark beside the tables (batch_logs).
         per_txn = counts_per_transaction(plan)
         try:
-            counts = [SlotCount(*r) if per_txn else SlotCount(r.source, None, *r[1:]) for r in (
+            return [SlotCount(*r) if per_txn else SlotCount(r.source, None, *r[1:]) for r in (
                 decoded.groupBy("source", *(["txn"] if per_txn else []), "slot", "op")
                 .agg(F.count(F.lit(1)).alias("n"), F.count("toast").alias("toasted"),
                      F.count(F.when((F.col("op") == "U") & F.col("old_kind").isNotNull(), F.col("toast")))
@@ -353,6 +367,18 @@ class ApplyPipeline:
                      F.collect_list(truncate).alias("truncates")).collect())]
         except Exception as exc:  # surface the decoder's own error, not a JVM stack trace
             raise unwrap_error(exc) from None
+
+    def _apply(self, plan: BatchPlan, decoded, counts: list[SlotCount] | None, version: int, report: BatchReport,
+               loads: tuple[SnapshotLoad, ...] = (), logs_beside: bool = False) -> None:
+        """The decode's counts (``counts``: None until counted), then the silver tables and the logs (beside
+        the tables: ``logs_beside``)."""
+        if decoded is None:
+            self.logs.write_schema(plan, version)
+            report.quarantined = self.logs.write_quarantine(plan, None, version)
+            report.mark("logs")
+            return
+        if counts is None:
+            counts = self._count(plan, decoded)
         if not self.quarantines and any(r.errors for r in counts):
             raise first_decode_error(decoded)
         truncates = sorted((t for r in counts for t in r.truncates), key=lambda t: (t.source, t.seq))

@@ -68,9 +68,14 @@ def count_rows(fresh, bronze_rows=None) -> dict[str, int]:
     for r in counted:
         if r.most > 1:
             dup = per_seq.where((F.col("source") == r.source) & (F.col("n") > 1)).orderBy("seq").first()
-            raise BronzeError(f"(source, seq) landed more than once ({dup.n} rows); (source, seq) must be "
-                              "unique", source=r.source, seq=int(dup.seq))
+            raise landed_twice(r.source, int(dup.seq), dup.n)
     return {r.source: int(r.rows) for r in counted}
+
+
+def landed_twice(source: str, seq: int, rows: int) -> BronzeError:
+    """The bronze contract's error for a (source, seq) found ``rows`` times in a batch."""
+    return BronzeError(f"(source, seq) landed more than once ({rows} rows); (source, seq) must be unique",
+                       source=source, seq=seq)
 
 
 def count_runs(bronze_rows) -> dict[str, int] | None:

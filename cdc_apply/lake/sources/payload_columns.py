@@ -1,8 +1,9 @@
-"""Spark column tests on bronze payloads, from the one table of message kinds.
+"""Spark column tests on bronze payloads, from the one table of message kinds, and their twin in Python.
 
 The driver takes the control messages and cdc_apply's directives; everything else — changes, and null,
 empty or unknown payloads, which the decode stage turns into errors — goes to the decode. Spark's
-``substring`` counts bytes from 1.
+``substring`` counts bytes from 1. A batch run on the driver (``cdc_apply.lake.local_batch``) asks the
+same questions of each payload in Python (:func:`payload_kinds`; a test holds the two to one answer).
 """
 
 from __future__ import annotations
@@ -82,6 +83,28 @@ def in_seq_ranges(source: str, ranges):
     while len(parts) > 1:
         parts = [parts[i] | parts[i + 1] if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
     return (F.col("source") == source) & parts[0]
+
+
+_DIRECTIVE = DIRECTIVE_PREFIX.encode()
+_SNAPSHOT_XID = SNAPSHOT_XID.to_bytes(4, "big")
+
+
+def payload_is_control(payload: bytes | None) -> bool:
+    """:func:`is_control` of one payload."""
+    return bool(payload) and payload[0] in m.CONTROL_TYPES
+
+
+def payload_kinds(payload: bytes | None) -> tuple[bool, bool, bool]:
+    """(control or directive, change, snapshot-held) of one payload, as :func:`is_control` |
+    :func:`is_directive`, :func:`is_change` (a NULL is False) and :func:`is_snapshot_held` answer it."""
+    if not payload:
+        return False, False, True
+    kind = payload[0]
+    change = kind in m.CHANGE_TYPES
+    driver = kind in m.CONTROL_TYPES or (kind == ord(m.Message.TYPE) and any(
+        payload[at:at + len(_DIRECTIVE)] == _DIRECTIVE for at in m.MESSAGE_PREFIX_OFFSETS))
+    held = not change or (kind != ord(m.Insert.TYPE) and payload[1:5] == _SNAPSHOT_XID)
+    return driver, change, held
 
 
 def first_change_seqs(spark, messages, source: str, ranges, subxids) -> dict[int, int]:

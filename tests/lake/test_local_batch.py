@@ -1,0 +1,114 @@
+"""A small batch on the driver (cdc_apply.lake.local_batch): the same tables and logs as the general path."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from cdc_apply.errors import BronzeError
+from cdc_apply.lake.local_batch import Bounds, bounds_of, count_local
+from golden.loader import load_capture
+from golden.oracle import options_for
+
+# What each bookkeeping table holds that depends on when a batch ran, not on what it applied.
+CLOCK_COLUMNS = {"transactions": ["applied_at"], "messages": [], "quarantine": ["quarantined_at"],
+                 "schema_history": ["recorded_at"], "progress": ["updated_at", "lag_seconds", "batch_id"]}
+
+
+def _rows(*rows) -> pa.Table:
+    return pa.table({"source": [r[0] for r in rows], "seq": [r[1] for r in rows], "lsn": [r[1] * 8 for r in rows],
+                     "payload": [r[2] for r in rows]},
+                    schema=pa.schema([("source", pa.string()), ("seq", pa.int64()), ("lsn", pa.int64()),
+                                      ("payload", pa.binary())]))
+
+
+def test_a_local_batch_bounds_each_source_by_its_first_and_last_seq_rows_and_payload_bytes():
+    rows = _rows(("a", 3, b"BBB"), ("b", 7, None), ("a", 1, b"C"), ("a", 2, b""), ("b", 5, b"II"))
+    assert bounds_of(rows) == {"a": Bounds("a", 3, 1, 3, 4), "b": Bounds("b", 7, 5, 2, 2)}
+
+
+def test_a_local_batch_counts_its_rows_per_source_and_names_a_seq_landed_twice():
+    assert count_local(_rows(("a", 1, b"B"), ("b", 1, b"B"), ("a", 2, b"C"))) == {"a": 2, "b": 1}
+    with pytest.raises(BronzeError) as info:
+        count_local(_rows(("a", 1, b"B"), ("a", 4, b"I"), ("a", 2, b"C"), ("a", 4, b"I"), ("a", 4, b"I")))
+    text = str(info.value)
+    assert "landed more than once (3 rows)" in text and "source=a" in text and "seq=4" in text
+
+
+@pytest.mark.spark
+def test_the_payload_tests_in_python_answer_as_the_spark_column_tests(spark):
+    import random
+
+    from pyspark.sql import functions as F
+
+    from cdc_apply.lake.sources.payload_columns import (is_change, is_control, is_directive, is_snapshot_held,
+                                                        payload_is_control, payload_kinds)
+    from cdc_apply.pgoutput import messages as m
+
+    seed = random.randrange(1 << 30)
+    print(f"payload tests' seed: {seed}")
+    rng = random.Random(seed)
+    directive = b"cdc_apply.snapshot\x00{}"
+    payloads = [None, b"", b"M", b"I", b"I\x00\x00\x00\x02", b"U\x00\x00\x00\x02rest", b"T\x00\x00\x00\x02",
+                b"M\x01" + bytes(8) + directive, b"M\x00\x00\x00\x07\x01" + bytes(8) + directive,
+                b"M\x01" + bytes(8) + b"cdc_apply", b"M\x01" + bytes(8) + b"other.prefix\x00"]
+    kinds = sorted(m.CONTROL_TYPES | m.CHANGE_TYPES) + [ord("Q"), 0, 255]
+    for _ in range(300):
+        payloads.append(bytes([rng.choice(kinds)]) + rng.choice([b"", b"\x00\x00\x00\x02", rng.randbytes(12)]))
+    df = spark.createDataFrame([(k, p) for k, p in enumerate(payloads)], "k INT, payload BINARY")
+    got = {r.k: (bool(r.driver), bool(r.change), bool(r.held), bool(r.control)) for r in df.select(
+        "k", (is_control() | is_directive()).alias("driver"), F.coalesce(is_change(), F.lit(False)).alias("change"),
+        is_snapshot_held().alias("held"), is_control().alias("control")).collect()}
+    for k, payload in enumerate(payloads):
+        assert (*payload_kinds(payload), payload_is_control(payload)) == got[k], payload
+
+
+def _apply_in_chunks(lake, capture, chunks: int) -> None:
+    rows = [("golden", seq, lsn, payload) for seq, lsn, _xid, payload in capture]
+    size = -(-len(rows) // chunks)
+    for start in range(0, len(rows), size):   # cut anywhere: transactions carried from batch to batch
+        lake.land(rows[start:start + size])
+        lake.apply()
+
+
+def _tables(lake) -> dict[str, object]:
+    silver = lake.root / "silver"
+    out = {f"silver {ns.name}.{t.name}": lake.spark.read.format("delta").load(str(t))
+           for ns in sorted(silver.iterdir()) for t in sorted(ns.iterdir())}
+    for table, clock in CLOCK_COLUMNS.items():
+        out[table] = lake.state(table).drop(*clock)
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("scenario,config", [("transactions", "v4_parallel_binary_twophase"),
+                                             ("ddl", "v3_twophase_stream"), ("types", "v1_binary")])
+def test_a_capture_applied_on_the_driver_leaves_the_tables_and_logs_the_general_path_leaves(
+        scenario, config, lake_factory, monkeypatch):
+    from cdc_apply.lake import pipeline
+
+    capture = load_capture(scenario, config)
+    extra = {"apply": {"numeric": options_for(scenario).numeric, "on_error": "quarantine"}}
+    general = lake_factory(f"general_{scenario}", **extra)
+    with monkeypatch.context() as patched:
+        patched.setattr(pipeline, "collect_micro_batch", lambda df, planned: None)
+        _apply_in_chunks(general, capture, 3)
+    local = lake_factory(f"local_{scenario}", **extra)
+    collected, decoded = [], []
+    collect, decode = pipeline.collect_micro_batch, pipeline.decode_local
+    monkeypatch.setattr(pipeline, "collect_micro_batch",
+                        lambda df, planned: collected.append(collect(df, planned)) or collected[-1])
+    monkeypatch.setattr(pipeline, "decode_local", lambda rows, plan: decoded.append(1) or decode(rows, plan))
+    _apply_in_chunks(local, capture, 3)
+    # Every micro-batch came to the driver; a batch that reads a carried transaction's rows again from
+    # bronze decodes them in Spark, the others on the driver.
+    assert len(collected) == 3 and all(rows is not None for rows in collected) and decoded
+    expected, got = _tables(general), _tables(local)
+    assert sorted(got) == sorted(expected)
+    for name, df in expected.items():   # as JSON text: Python's dates do not reach PostgreSQL's infinity
+        assert got[name].schema == df.schema, name
+        assert _json_rows(got[name]) == _json_rows(df), name
+
+
+def _json_rows(df) -> list[str]:
+    return sorted(r[0] for r in df.selectExpr("to_json(struct(*))").collect())
