@@ -23,11 +23,9 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
-from functools import partial
 from typing import Callable, TextIO
 
-from cdc_apply.decode.changes import decode_batches
-from cdc_apply.planning.decode_plan import SKIP, output_ddl, output_schema
+from cdc_apply.planning.decode_plan import SKIP
 from cdc_apply.planning.plan import BatchPlan, plan_batch
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads
@@ -36,33 +34,29 @@ from cdc_apply.planning.table_plan import SlotCount
 from cdc_apply.config import Config
 from cdc_apply.config.choices import OnError
 from cdc_apply.lake.batch_context import BatchContext, Landed
-from cdc_apply.lake.books.batch_logs import BatchLogs, counts_per_transaction, now as _now
+from cdc_apply.lake.books.batch_logs import BatchLogs, now as _now
 from cdc_apply.lake.books.bookkeeping import Bookkeeping, failed_source
 from cdc_apply.lake.sources.bronze import check_bronze
 from cdc_apply.lake.sources.bronze_contract import applied_rows, check_late_rows, count_rows
 from cdc_apply.lake.sources.bronze_tail import BronzeTail, unapplied_ages
 from cdc_apply.lake.progress_rows import progress_rows
-from cdc_apply.lake.sources.payload_columns import first_change_seqs, is_control
-from cdc_apply.lake.control_scan import HELD_SCHEMA, ControlScan, scan_controls, scan_rows
-from cdc_apply.lake.local_batch import (TRUNCATE_FIELDS, bounds_of, collect_micro_batch, count_decoded,
-                                        count_local, decode_local, decoded_frame)
+from cdc_apply.lake.sources.payload_columns import first_change_seqs
+from cdc_apply.lake.control_scan import ControlScan, scan_controls, scan_rows
+from cdc_apply.lake.decode_stage import count_changes, decode_changes
+from cdc_apply.lake.local_batch import bounds_of, collect_micro_batch, count_local
 from cdc_apply.delta.spark_errors import first_decode_error, unwrap_error
 from cdc_apply.lake.silver.merge import BATCH_SETTINGS
 from cdc_apply.lake.report import BatchReport
 from cdc_apply.lake.silver_tables import SilverTables
-from cdc_apply.lake.silver.snapshot_loads import load_counts, without_loads
+from cdc_apply.lake.silver.snapshot_loads import load_counts
 from cdc_apply.lake.sources.formats import SourceFormats
 from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.lake.batch_loop import run_batches
-from cdc_apply.spark.connect import default_parallelism, is_connect_session, partition_count, planned_bytes
+from cdc_apply.spark.connect import is_connect_session, planned_bytes
 from cdc_apply.spark.session import session_settings
 
-# Values (messages x decoded columns) per decode partition: few tasks, as each pays a fixed hand-off to a
-# Python worker, yet cached blocks small enough that one evicted to disk can be read back whole
-# (docs/BENCHMARKS.md, "The settings the job ships").
-DECODE_VALUES_PER_PARTITION = 8_000_000
 # A batch whose bronze payloads come to at most this many bytes is small: it is read from bronze once and
 # kept in memory for the batch (each read otherwise pays a Delta file-skipping job and a scan; for a large
 # batch the copy costs more than the reads it saves), and writes its logs beside its tables (_apply).
@@ -249,7 +243,8 @@ class ApplyPipeline:
                   else replace(b.state, format_state=landed.prepared[s].format_state)
                   for s, b in plan.sources.items()}
         loads = self._snapshot_loads(plan, scanned)
-        decoded, counts = self._decode(fresh, plan, report.messages, loads, scanned, landed.local)
+        decoded, counts = decode_changes(self.spark, self._messages, fresh, plan, report.messages, loads, scanned,
+                                         landed.local)
         report.mark("plan")
         try:
             self._apply(plan, decoded, counts, version, report, loads, logs_beside=landed.small and not loads)
@@ -302,72 +297,6 @@ class ApplyPipeline:
         return scanned.place_loads(find_snapshot_loads(plan, self.histories, wanted),
                                    lambda source: self.states.get(source, SourceState()).applied_seq)
 
-    def _decode(self, fresh, plan: BatchPlan, messages: int = 0, loads: tuple[SnapshotLoad, ...] = (),
-                scanned: ControlScan | None = None, local=None):
-        """The decoded change rows (None: the batch has none) and, when decoded on the driver (``local``: the
-        batch's rows there), their counts; a persisted DataFrame of the rows decoded in Spark."""
-        from pyspark.sql import functions as F
-
-        if not plan.has_changes and not any(
-                b.state.applied_seq > b.previous.applied_seq for b in plan.sources.values()):
-            return None, None
-        if local is not None:
-            if not loads and not any(b.reread for b in plan.sources.values()):
-                rows = decode_local(local, plan.decode)
-                return decoded_frame(self.spark, rows, plan.decode), count_decoded(rows, counts_per_transaction(plan))
-            fresh = self.spark.createDataFrame(local, HELD_SCHEMA)
-        changes = fresh.where(~is_control()).select("source", "seq", "lsn", "payload")
-        # Counted on the batch's own rows: planning the union with older rows would cost a Delta
-        # file-skipping job here and another in the decode; those rows only add partitions.
-        partitions = partition_count(changes)   # None over Spark Connect: repartitioned only when large
-        reread = None
-        for source, batch in plan.sources.items():
-            for a, b in batch.reread:
-                cond = (F.col("source") == source) & F.col("seq").between(a, b)
-                reread = cond if reread is None else reread | cond
-        skip = scanned.skip_ranges(loads) if scanned is not None else {}
-        changes = without_loads(changes, loads, skip)
-        held = scanned.held_rows(skip) if skip else []
-        if held:   # the rows of the loads' ranges the general decode keeps, from the driver
-            changes = changes.unionByName(self.spark.createDataFrame(held, HELD_SCHEMA))
-        if reread is not None:
-            old = (self._messages().where(reread & ~is_control())
-                   .select("source", "seq", "lsn", "payload"))
-            changes = changes.unionByName(without_loads(old, loads))
-        # As few partitions as keep each cached block small (DECODE_VALUES_PER_PARTITION).
-        messages -= sum(b - a + 1 for load in loads for a, b in load.ranges)   # loaded on their own
-        per_partition = max(1, DECODE_VALUES_PER_PARTITION // len(output_schema(plan.decode)))
-        slots = default_parallelism(self.spark)
-        # Whole waves of tasks: 5 tasks on 2 slots run in 3 waves, the last on one core.
-        wanted = slots * -(-max(slots, -(-messages // per_partition)) // slots)
-        if (partitions < wanted) if partitions is not None else wanted > slots:
-            # Hashed on seq, not round robin: Spark sorts every row before a round-robin split so that a
-            # retried task gets the same rows (spark.sql.execution.sortBeforeRepartition), ~0.5 s a 1M
-            # batch here; a hash of the seq is as even and as repeatable. No row's decode needs another's.
-            changes = changes.repartition(wanted, "seq")
-        decoded = changes.mapInArrow(partial(decode_batches, plan=plan.decode), output_ddl(plan.decode))
-        return decoded.persist(), None
-
-    @staticmethod
-    def _count(plan: BatchPlan, decoded) -> list[SlotCount]:
-        """One job decodes everything (filling the cache) and returns what the driver needs."""
-        from pyspark.sql import functions as F
-
-        truncate = F.when((F.col("op") == "T") & F.col("error").isNull(), F.struct(*TRUNCATE_FIELDS))
-        # Per transaction too when the batch has few: the transactions log is then built on the driver
-        # from these counts rather than summed in Spark beside the tables (batch_logs).
-        per_txn = counts_per_transaction(plan)
-        try:
-            return [SlotCount(*r) if per_txn else SlotCount(r.source, None, *r[1:]) for r in (
-                decoded.groupBy("source", *(["txn"] if per_txn else []), "slot", "op")
-                .agg(F.count(F.lit(1)).alias("n"), F.count("toast").alias("toasted"),
-                     F.count(F.when((F.col("op") == "U") & F.col("old_kind").isNotNull(), F.col("toast")))
-                     .alias("moved_toasted"),
-                     F.count("error").alias("errors"), F.max("commit_lsn").alias("last_commit_lsn"),
-                     F.collect_list(truncate).alias("truncates")).collect())]
-        except Exception as exc:  # surface the decoder's own error, not a JVM stack trace
-            raise unwrap_error(exc) from None
-
     def _apply(self, plan: BatchPlan, decoded, counts: list[SlotCount] | None, version: int, report: BatchReport,
                loads: tuple[SnapshotLoad, ...] = (), logs_beside: bool = False) -> None:
         """The decode's counts (``counts``: None until counted), then the silver tables and the logs (beside
@@ -378,7 +307,7 @@ class ApplyPipeline:
             report.mark("logs")
             return
         if counts is None:
-            counts = self._count(plan, decoded)
+            counts = count_changes(plan, decoded)
         if not self.quarantines and any(r.errors for r in counts):
             raise first_decode_error(decoded)
         truncates = sorted((t for r in counts for t in r.truncates), key=lambda t: (t.source, t.seq))

@@ -76,12 +76,15 @@ def test_an_unknown_message_type_inside_a_rolled_back_transaction_is_still_an_er
     assert f"seq={seq}" in str(info.value) and "unknown message type 'Q'" in str(info.value)
 
 
-@pytest.mark.parametrize("budget", [None, 0], ids=["bronze copy in memory", "bronze read each time"])
+@pytest.mark.parametrize("budget", ["driver", "memory", "bronze"],
+                         ids=["rows on the driver", "bronze copy in memory", "bronze read each time"])
 def test_a_source_seq_landed_twice_stops_the_batch_before_anything_is_applied(lake_factory, monkeypatch, budget):
-    from cdc_apply.lake import pipeline
+    from cdc_apply.lake import local_batch, pipeline
 
-    if budget is not None:
-        monkeypatch.setattr(pipeline, "FRESH_CACHE_BYTES", budget)
+    if budget != "driver":
+        monkeypatch.setattr(local_batch, "LOCAL_BATCH_BYTES", -1)
+    if budget == "bronze":
+        monkeypatch.setattr(pipeline, "FRESH_CACHE_BYTES", 0)
     lake = lake_factory(f"duplicate_seq_{budget}")
     rows = _good(ids=(1, 2))
     insert = next(r for r in rows if r[3][:1] == b"I")

@@ -41,9 +41,10 @@ def test_fail_stops_with_an_error_naming_source_seq_and_lsn_and_applies_nothing(
 
 
 def test_fail_names_the_first_bad_message_however_the_decode_is_partitioned(lake_factory, monkeypatch):
-    from cdc_apply.lake import pipeline
+    from cdc_apply.lake import decode_stage, local_batch
 
-    monkeypatch.setattr(pipeline, "DECODE_VALUES_PER_PARTITION", 1)  # a decode task per message
+    monkeypatch.setattr(local_batch, "LOCAL_BATCH_BYTES", -1)   # decoded in Spark, not on the driver
+    monkeypatch.setattr(decode_stage, "DECODE_VALUES_PER_PARTITION", 1)  # a decode task per message
     lake = lake_factory("fail_partitioned")
     rows, seq, _ = _stream()
     lake.land(rows)

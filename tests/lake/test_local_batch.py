@@ -85,7 +85,7 @@ def _tables(lake) -> dict[str, object]:
                                              ("ddl", "v3_twophase_stream"), ("types", "v1_binary")])
 def test_a_capture_applied_on_the_driver_leaves_the_tables_and_logs_the_general_path_leaves(
         scenario, config, lake_factory, monkeypatch):
-    from cdc_apply.lake import pipeline
+    from cdc_apply.lake import decode_stage, pipeline
 
     capture = load_capture(scenario, config)
     extra = {"apply": {"numeric": options_for(scenario).numeric, "on_error": "quarantine"}}
@@ -95,10 +95,10 @@ def test_a_capture_applied_on_the_driver_leaves_the_tables_and_logs_the_general_
         _apply_in_chunks(general, capture, 3)
     local = lake_factory(f"local_{scenario}", **extra)
     collected, decoded = [], []
-    collect, decode = pipeline.collect_micro_batch, pipeline.decode_local
+    collect, decode = pipeline.collect_micro_batch, decode_stage.decode_local
     monkeypatch.setattr(pipeline, "collect_micro_batch",
                         lambda df, planned: collected.append(collect(df, planned)) or collected[-1])
-    monkeypatch.setattr(pipeline, "decode_local", lambda rows, plan: decoded.append(1) or decode(rows, plan))
+    monkeypatch.setattr(decode_stage, "decode_local", lambda rows, plan: decoded.append(1) or decode(rows, plan))
     _apply_in_chunks(local, capture, 3)
     # Every micro-batch came to the driver; a batch that reads a carried transaction's rows again from
     # bronze decodes them in Spark, the others on the driver.
