@@ -47,8 +47,9 @@ class Bounds(NamedTuple):
 
 
 def collect_micro_batch(df, planned: int | None) -> pa.Table | None:
-    """The micro-batch ``df``'s rows (source, seq, lsn, payload) on the driver when its files,
-    ``planned`` bytes (None: not known, as over Spark Connect), may make a local batch; else None."""
+    """The micro-batch ``df``'s rows (source, seq, lsn, payload) on the driver when ``planned`` bytes —
+    its files' as Spark's plan sizes them, or its payloads' once counted (None: not known) — may make a
+    local batch; else None."""
     if planned is None or planned > LOCAL_BATCH_BYTES:
         return None
     return df.select(*ROWS).toArrow()

@@ -188,6 +188,8 @@ class ApplyPipeline:
             new_rows = cond if new_rows is None else new_rows | cond
         small = measured and fits_fresh_cache(sum(int(r.bytes or 0) for r in stats.values()))
         holds = small and self._holds_the_batch(stats, last)
+        if local is None and holds:   # files not sized (Spark Connect) or larger than the rows: by the payloads
+            local = collect_micro_batch(df, sum(int(r.bytes or 0) for r in stats.values()))
         if local is not None and holds:
             return self._process_fresh(None, Landed(stats, last, prepared, True, lag_query, started, local=local),
                                        report)

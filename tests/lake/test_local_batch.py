@@ -112,3 +112,35 @@ def test_a_capture_applied_on_the_driver_leaves_the_tables_and_logs_the_general_
 
 def _json_rows(df) -> list[str]:
     return sorted(r[0] for r in df.selectExpr("to_json(struct(*))").collect())
+
+
+@pytest.mark.spark
+def test_a_capture_applied_over_spark_connect_runs_its_small_batches_on_the_driver_and_leaves_the_same_tables(
+        spark, connect_session, lake_factory, monkeypatch):
+    """Over Spark Connect the plan says no size: a batch comes to the driver once its bounds count its
+    payloads, and the tables and logs are those a classic session leaves."""
+    import io
+
+    from cdc_apply.lake import pipeline
+    from cdc_apply.lake.pipeline import ApplyPipeline
+    from cdc_apply.testing.connect_server import connect_mode
+
+    capture = load_capture("transactions", "v4_parallel_binary_twophase")
+    classic = lake_factory("classic_connect_twin")
+    _apply_in_chunks(classic, capture, 3)
+    remote = lake_factory("over_connect")
+    collected = []
+    collect = pipeline.collect_micro_batch
+    monkeypatch.setattr(pipeline, "collect_micro_batch",
+                        lambda df, planned: collected.append(collect(df, planned)) or collected[-1])
+    rows = [("golden", seq, lsn, payload) for seq, lsn, _xid, payload in capture]
+    size = -(-len(rows) // 3)
+    for start in range(0, len(rows), size):
+        remote.land(rows[start:start + size])   # landed through the classic session
+        with connect_mode():
+            ApplyPipeline(connect_session, remote.config, out=io.StringIO()).run(once=True)
+    assert sum(rows is not None for rows in collected) == 3   # each batch's rows, once its bounds were known
+    expected, got = _tables(classic), _tables(remote)
+    assert sorted(got) == sorted(expected)
+    for name, df in expected.items():
+        assert _json_rows(got[name]) == _json_rows(df), name
