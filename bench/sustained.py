@@ -290,6 +290,10 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
         out["land_commits"] = len(appends)
         out["land_append_seconds_median"] = round(_percentile(appends, 0.5), 3)   # the lander's Delta commit
         out["batch_seconds_median"] = round(_percentile([r.seconds for r in measured], 0.5), 2)
+        # Between one batch's end and the next one's start: the streaming query's own work (offsets, commit
+        # log, the Delta source's planning), and the trigger's wait when the job is idle.
+        ends = [(r.clock - sum(r.phases.values()), r.clock) for r in measured]
+        out["between_batches_seconds_median"] = round(_percentile([b[0] - a[1] for a, b in zip(ends, ends[1:])], 0.5), 2)
         # Where a measured batch's time goes: the median of each phase over the measured batches.
         phases = sorted({name for r in measured for name in r.phases})
         out["phase_seconds_median"] = {name: round(_percentile([r.phases.get(name, 0.0) for r in measured], 0.5), 2)
