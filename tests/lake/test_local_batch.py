@@ -81,7 +81,8 @@ def _tables(lake) -> dict[str, object]:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("scenario,config", [("transactions", "v4_parallel_binary_twophase"),
+@pytest.mark.parametrize("scenario,config", [("truncate", "v4_parallel_binary_twophase"),
+                                             ("replica_identity", "v2_stream_binary"),
                                              ("ddl", "v3_twophase_stream"), ("types", "v1_binary")])
 def test_a_capture_applied_on_the_driver_leaves_the_tables_and_logs_the_general_path_leaves(
         scenario, config, lake_factory, monkeypatch):
@@ -125,7 +126,7 @@ def test_a_capture_applied_over_spark_connect_runs_its_small_batches_on_the_driv
     from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.testing.connect_server import connect_mode
 
-    capture = load_capture("transactions", "v4_parallel_binary_twophase")
+    capture = load_capture("truncate", "v4_parallel_binary_twophase")
     classic = lake_factory("classic_connect_twin")
     _apply_in_chunks(classic, capture, 3)
     remote = lake_factory("over_connect")
