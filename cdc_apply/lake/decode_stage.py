@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from functools import partial
 
-import pyarrow as pa
-
 from cdc_apply.decode.changes import decode_batches
 from cdc_apply.delta.spark_errors import unwrap_error
 from cdc_apply.lake.books.batch_logs import counts_per_transaction
 from cdc_apply.lake.control_scan import HELD_SCHEMA, ControlScan
-from cdc_apply.lake.local_batch import TRUNCATE_FIELDS, carried_rows, count_decoded, decode_local, decoded_frame
+from cdc_apply.lake.local_batch import TRUNCATE_FIELDS, count_decoded, decode_local, decoded_frame
 from cdc_apply.lake.silver.snapshot_loads import without_loads
 from cdc_apply.lake.sources.payload_columns import is_control
 from cdc_apply.planning.decode_plan import output_ddl, output_schema
@@ -27,22 +25,19 @@ DECODE_VALUES_PER_PARTITION = 8_000_000
 
 
 def decode_changes(spark, read_messages, fresh, plan: BatchPlan, messages: int = 0,
-                   loads: tuple[SnapshotLoad, ...] = (), scanned: ControlScan | None = None, local=None,
-                   kept=None):
+                   loads: tuple[SnapshotLoad, ...] = (), scanned: ControlScan | None = None, local=None):
     """The batch's decoded change rows (None: it has none) and, when decoded on the driver (``local``: the
     batch's rows there, Arrow), their counts (None: :func:`count_changes` counts them); rows decoded in
     Spark are a persisted DataFrame. ``fresh``: the batch's rows as a DataFrame; ``read_messages(spark)``:
-    bronze's messages, which a transaction carried from earlier batches is read from again — or, for a
-    local batch, from ``kept``: the previous local batch's rows (:func:`carried_rows`)."""
+    bronze's messages, which a transaction carried from earlier batches is read from again."""
     from pyspark.sql import functions as F
 
     if not plan.has_changes and not any(
             b.state.applied_seq > b.previous.applied_seq for b in plan.sources.values()):
         return None, None
     if local is not None:
-        carried = None if loads else carried_rows(kept, local, {s: b.reread for s, b in plan.sources.items()})
-        if carried is not None:
-            rows = decode_local(pa.concat_tables([carried, local]) if carried.num_rows else local, plan.decode)
+        if not loads and not any(b.reread for b in plan.sources.values()):
+            rows = decode_local(local, plan.decode)
             return decoded_frame(spark, rows, plan.decode), count_decoded(rows, counts_per_transaction(plan))
         fresh = spark.createDataFrame(local, HELD_SCHEMA)
     changes = fresh.where(~is_control()).select("source", "seq", "lsn", "payload")

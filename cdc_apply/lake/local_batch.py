@@ -76,27 +76,6 @@ def count_local(rows: pa.Table) -> dict[str, int]:
     return out
 
 
-def carried_rows(kept: pa.Table | None, rows: pa.Table, reread) -> pa.Table | None:
-    """The rows a batch reads again — its carried transactions' earlier rows, ``reread``: per source its
-    seq ranges — taken from ``kept``, the previous local batch's rows (each source's seqs held without a
-    gap: ``ApplyPipeline._holds_the_batch`` and :func:`count_local`); None when a range lies outside them."""
-    parts = []
-    for source, ranges in reread.items():
-        if not ranges:
-            continue
-        if kept is None or kept.schema != rows.schema:
-            return None
-        mine = kept.filter(pc.equal(kept["source"], source))
-        if not mine.num_rows:
-            return None
-        low, high = pc.min(mine["seq"]).as_py(), pc.max(mine["seq"]).as_py()
-        for a, b in ranges:
-            if a < low or b > high:
-                return None
-            parts.append(mine.filter(pc.and_(pc.greater_equal(mine["seq"], a), pc.less_equal(mine["seq"], b))))
-    return pa.concat_tables(parts) if parts else rows.slice(0, 0)
-
-
 def decode_local(rows: pa.Table, plan: DecodePlan) -> pa.Table:
     """The decode stage's output for the batch's rows but its control messages (``mapInArrow``'s
     function, run here)."""

@@ -114,7 +114,6 @@ class ApplyPipeline:
         # history write, before its silver writes), "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
         self.reports: list[BatchReport] = []
-        self._kept_rows = None   # the last batch's rows when it ran on the driver (local_batch.carried_rows)
 
     def _messages(self, spark=None):
         """Every source's pgoutput messages (bronze's, or transcoded from it: see cdc_apply.lake.sources.formats),
@@ -247,7 +246,7 @@ class ApplyPipeline:
                   for s, b in plan.sources.items()}
         loads = self._snapshot_loads(plan, scanned)
         decoded, counts = decode_changes(self.spark, self._messages, fresh, plan, report.messages, loads, scanned,
-                                         landed.local, self._kept_rows)
+                                         landed.local)
         report.mark("plan")
         try:
             self._apply(plan, decoded, counts, version, report, loads, logs_beside=landed.small and not loads)
@@ -262,7 +261,6 @@ class ApplyPipeline:
         report.mark("progress")
         self.version = version
         self.states = {**self.states, **states}
-        self._kept_rows = landed.local   # the next batch's carried transactions begin here
         report.seconds = time.monotonic() - landed.started
         self.reports.append(report)
         print(report.line(), file=self.out, flush=True)

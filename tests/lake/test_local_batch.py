@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from cdc_apply.errors import BronzeError
-from cdc_apply.lake.local_batch import Bounds, bounds_of, carried_rows, count_local
+from cdc_apply.lake.local_batch import Bounds, bounds_of, count_local
 from golden.loader import load_capture
 from golden.oracle import options_for
 
@@ -33,17 +33,6 @@ def test_a_local_batch_counts_its_rows_per_source_and_names_a_seq_landed_twice()
         count_local(_rows(("a", 1, b"B"), ("a", 4, b"I"), ("a", 2, b"C"), ("a", 4, b"I"), ("a", 4, b"I")))
     text = str(info.value)
     assert "landed more than once (3 rows)" in text and "source=a" in text and "seq=4" in text
-
-
-def test_a_carried_transaction_s_earlier_rows_come_from_the_previous_local_batch_when_it_holds_them():
-    kept = _rows(("a", 5, b"B"), ("a", 6, b"I"), ("a", 7, b"I"), ("b", 3, b"B"))
-    rows = _rows(("a", 8, b"I"), ("a", 9, b"C"))
-    got = carried_rows(kept, rows, {"a": ((5, 6),), "b": ()})
-    assert got.column("seq").to_pylist() == [5, 6]
-    assert carried_rows(kept, rows, {"a": ()}).num_rows == 0   # nothing carried: nothing to add
-    assert carried_rows(kept, rows, {"a": ((4, 6),)}) is None   # begun before the kept rows: read from bronze
-    assert carried_rows(kept, rows, {"b": ((2, 3),)}) is None
-    assert carried_rows(None, rows, {"a": ((5, 6),)}) is None   # the previous batch did not run on the driver
 
 
 @pytest.mark.spark
@@ -112,9 +101,9 @@ def test_a_capture_applied_on_the_driver_leaves_the_tables_and_logs_the_general_
                         lambda df, planned: collected.append(collect(df, planned)) or collected[-1])
     monkeypatch.setattr(decode_stage, "decode_local", lambda rows, plan: decoded.append(1) or decode(rows, plan))
     _apply_in_chunks(local, capture, 3)
-    # Every micro-batch came to the driver, and a transaction carried from the batch before found its
-    # earlier rows there: each decoded on the driver.
-    assert len(collected) == 3 and all(rows is not None for rows in collected) and len(decoded) == 3
+    # Every micro-batch came to the driver; a batch that reads a carried transaction's rows again from
+    # bronze decodes them in Spark, the others on the driver.
+    assert len(collected) == 3 and all(rows is not None for rows in collected) and decoded
     expected, got = _tables(general), _tables(local)
     assert sorted(got) == sorted(expected)
     for name, df in expected.items():   # as JSON text: Python's dates do not reach PostgreSQL's infinity
