@@ -186,12 +186,13 @@ class ApplyPipeline:
             state = self.states.get(source, SourceState())
             cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= last[source])
             new_rows = cond if new_rows is None else new_rows | cond
-        small = measured and fits_fresh_cache(sum(int(r.bytes or 0) for r in stats.values()))
+        payloads = sum(int(r.bytes or 0) for r in stats.values()) if measured else None   # summed only when measured
+        small = payloads is not None and fits_fresh_cache(payloads)
         holds = small and self._holds_the_batch(stats, last)
         if local is None and holds:   # files not sized (Spark Connect) or larger than the rows: by the payloads
-            local = collect_micro_batch(df, sum(int(r.bytes or 0) for r in stats.values()))
+            local = collect_micro_batch(df, payloads)
         if local is not None and holds:
-            return self._process_fresh(None, Landed(stats, last, prepared, True, lag_query, started, local=local),
+            return self._process_fresh(None, Landed(stats, last, prepared, small, lag_query, started, local=local),
                                        report)
         # A large batch reads bronze by seq even so: the micro-batch is a scan of Spark's own RDD, every
         # column of every row at each read, where a read of bronze prunes columns and skips files.
@@ -229,8 +230,8 @@ class ApplyPipeline:
         # The bronze contract's count (a shuffle of every row's seq, unless its files' runs prove them
         # unique) runs beside the control scan and the planning, which are mostly the driver's Python;
         # nothing is written before it is answered.
-        counting = self._side.submit(count_rows, fresh, landed.bronze_rows) if landed.local is None else (
-            self._side.submit(count_local, landed.local))
+        counting = (self._side.submit(count_rows, fresh, landed.bronze_rows) if landed.local is None
+                    else self._side.submit(count_local, landed.local))
         try:
             plan, scanned = self._plan(fresh, landed)
         except BaseException:
