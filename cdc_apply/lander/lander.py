@@ -257,7 +257,9 @@ class Lander:
                 self._finish(reader)
             if seq.pending and due and self._inflight is None and (
                     not seq.in_block or seq.pending >= 2 * land.batch_messages or seq.nbytes >= 2 * land.batch_bytes):
-                self._land(seq, reader, wait=False)
+                # At the last transaction's end when one ended: a bronze commit that ends inside a transaction
+                # makes the apply wait for its rest and then read its head from bronze again.
+                self._land(seq, reader, wait=False, at_unit=True)
                 self._first_due = False
                 pending_since = now if seq.pending else None
             if messages:
@@ -329,7 +331,7 @@ class Lander:
                          "landing a Stream Abort for what bronze holds of it")
 
     def _land(self, seq: Sequencer | None, reader: ReplicationReader, confirm: bool = True,
-              wait: bool = True) -> None:
+              wait: bool = True, at_unit: bool = False) -> None:
         """Append what may be cut as one batch, then confirm its resume LSN.
 
         ``wait=False`` runs the append in the background while the loop reads on;
@@ -339,7 +341,7 @@ class Lander:
         self._finish(reader, confirm)
         if seq is None:
             return
-        batch = seq.take(self.state.batch + 1)
+        batch = seq.take(self.state.batch + 1, at_unit)
         if batch is None:
             return
         batch = replace(batch, state=replace(batch.state, confirmed_lsn=self.state.confirmed_lsn))

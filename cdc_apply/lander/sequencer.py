@@ -109,6 +109,7 @@ class Sequencer:
         self._streams: dict[int, _Incoming] = {}           # streams seen in this session
         self._pending_supersede = set(self.supersede)
         self._block_cut: tuple[int, ResumeState] | None = None
+        self._txn_head: int | None = None    # index in rows of the open transaction's Begin, numbered this session
 
     # -- feeding ---------------------------------------------------------------
     def feed(self, lsn: int, payload: bytes) -> None:
@@ -311,8 +312,11 @@ class Sequencer:
         if self._out.txn is not None and not in_txn:
             self._deferred.append((lsn, payload))
             return
-        if self._out.block is None and payload[:1] == f.STREAM_START:
+        kind = payload[:1]
+        if self._out.block is None and kind == f.STREAM_START:
             self._block_cut = (len(self.rows), self._out.state())
+        elif self._out.txn is None and (kind == f.BEGIN or kind == f.BEGIN_PREPARE):
+            self._txn_head = len(self.rows)
         seq = self._out.last_seq + 1
         self._out.add(seq, lsn, payload)
         self.rows.append((seq, lsn, payload))
@@ -370,14 +374,23 @@ class Sequencer:
         """Nothing numbered is inside a transaction or a stream block: bronze may take a unit of the lander's here."""
         return self._out.txn is None and self._out.block is None and not self._deferred
 
-    def take(self, batch: int) -> Batch | None:
+    def take(self, batch: int, at_unit: bool = False) -> Batch | None:
         """The rows up to the last point a batch may end at, as batch number ``batch``.
 
         A batch never ends inside a stream block (a block is at most about
         logical_decoding_work_mem), nor right after a Relation/Type message.
+        ``at_unit``: neither inside a transaction, when a transaction ended
+        among the rows (the apply then finds whole transactions in the batch,
+        and reads nothing of earlier ones again).
         """
         if self._block_cut is not None:
             cut, state = self._block_cut
+        elif at_unit and (head := self._head_cut()) is not None:
+            cut = head
+            # Inside a transaction being landed, only the numbering moves (OutputTracker.add): the state
+            # before its Begin is the state now with the transaction closed and its messages unnumbered.
+            state = replace(self._out.state(), txn=None, last_seq=self.rows[cut - 1][0],
+                            messages=self._out.messages - (len(self.rows) - cut))
         else:
             cut = len(self.rows)
             while cut and self.rows[cut - 1][2][:1] in f.SCHEMA_KINDS:
@@ -389,6 +402,7 @@ class Sequencer:
                                 messages=state.messages - (len(self.rows) - cut))
         if cut == 0:
             return None
+        self._txn_head = None
         rows = tuple(self.rows[:cut])
         del self.rows[:cut]
         nbytes = sum(len(r[2]) for r in rows)
@@ -398,3 +412,15 @@ class Sequencer:
         state = replace(state, batch=batch)
         self.landed = state
         return Batch(rows, state, nbytes)
+
+    def _head_cut(self) -> int | None:
+        """Where the open transaction's Begin is among the rows, when rows come before it and its own hold
+        no Message (a logical message may change the snapshot requests' state, which the cut could not undo)."""
+        head = self._txn_head
+        if head is None or head == 0 or self._out.txn is None or self._deferred:
+            return None
+        if self.rows[head][2][:1] not in (f.BEGIN, f.BEGIN_PREPARE):
+            raise LandError("the open transaction's Begin is not where it was numbered", seq=self.rows[head][0])
+        if any(r[2][:1] == f.MESSAGE for r in self.rows[head:]):
+            return None
+        return head

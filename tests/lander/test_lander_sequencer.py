@@ -282,3 +282,62 @@ def test_feeding_many_at_once_lands_the_same_rows_and_states_as_feeding_one_by_o
     # Resumed from a batch that ended inside a transaction: the re-sent head is matched the same way.
     assert (_landed_by(lambda seq, part: seq.feed_many(part), msgs, [12], head)
             == _landed_by(feed, msgs, [12], head))
+
+
+def test_a_batch_taken_at_a_unit_ends_before_the_open_transaction_with_the_state_after_the_last_commit():
+    w = Wire()
+    first, second = w.txn(700, [1, 2]), w.txn(701, [3, 4, 5])
+    seq = Sequencer(ResumeState())
+    feed(seq, first + second[:4])           # the second one's B R I3 I4 arrived, not its end
+    batch = seq.take(1, at_unit=True)
+    assert [r[2] for r in batch.rows] == [p for _, p in first]
+    alone = Sequencer(ResumeState())
+    feed(alone, first)
+    assert batch.state == alone.take(1).state and batch.state.txn is None
+    assert seq.pending == 4
+    feed(seq, second[4:])
+    rest = seq.take(2, at_unit=True)
+    assert kinds(rest.rows) == "BRIIIC" and rest.rows[0][0] == batch.rows[-1][0] + 1
+    assert rebuild_state(batch.rows + rest.rows, batch=2) == replace(rest.state, confirmed_lsn=None)
+
+
+def test_a_batch_taken_at_a_unit_ends_inside_a_transaction_that_is_all_it_holds():
+    w = Wire()
+    x = w.txn(700, [1, 2, 3])
+    seq = Sequencer(ResumeState())
+    feed(seq, x[:4])
+    batch = seq.take(1, at_unit=True)       # no unit ended: the bound on a batch's size still holds
+    assert kinds(batch.rows) == "BRII" and batch.state.txn is not None
+
+
+def test_a_batch_taken_at_a_unit_ends_inside_a_transaction_holding_a_logical_message():
+    w = Wire()
+    first = w.txn(700, [1])
+    head = [(w.next(), encode(m.Begin(w.lsn + 1000, 1, 701))),
+            (w.next(), encode(m.Message(701, True, w.lsn, "app", b"x")))]
+    seq = Sequencer(ResumeState())
+    feed(seq, first + head)
+    batch = seq.take(1, at_unit=True)       # a message may change snapshot requests: cut where the rows end
+    assert kinds(batch.rows) == "BRICBM"
+
+
+def test_every_cut_at_a_unit_lands_the_same_rows_with_states_the_rows_rebuild():
+    w = Wire()
+    msgs = (w.txn(700, [1, 2]) + w.block(701, [5, 6], True) + w.txn(702, [7, 8, 9])
+            + w.block(701, [10], False) + w.stream_commit(701) + w.txn(703, [11]) + w.txn(704, [12, 13]))
+    whole = Sequencer(ResumeState())
+    feed(whole, msgs)
+    expected = whole.take(1).rows
+    for cut in range(1, len(msgs)):
+        seq = Sequencer(ResumeState())
+        seq.feed_many(msgs[:cut])
+        rows = []
+        first = seq.take(1, at_unit=True)
+        if first is not None:
+            rows += first.rows
+            assert rebuild_state(rows, batch=1) == replace(first.state, confirmed_lsn=None), cut
+        seq.feed_many(msgs[cut:])
+        rest = seq.take(2, at_unit=True)
+        rows += rest.rows
+        assert tuple(rows) == expected, cut
+        assert rebuild_state(rows, batch=2) == replace(rest.state, confirmed_lsn=None), cut
