@@ -176,3 +176,20 @@ def test_a_source_with_two_publications_over_different_tables_lands_the_changes_
     applied = apply_reference(bronze_rows(spark, tmp_path / "bronze", "multi"), ["public.m1", "public.m2", "public.m3"])
     assert applied == {"public.m1": [{"id": "2", "v": "two"}], "public.m2": [{"id": "10", "v": "TEN"}],
                        "public.m3": []}
+
+
+def test_a_full_batch_ends_at_the_last_transaction_that_ended_in_it(postgres, spark, tmp_path):
+    db = "land_units"
+    postgres.create_database(db)
+    postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v text)", dbname=db)
+    postgres.execute("CREATE PUBLICATION pub FOR ALL TABLES", dbname=db)
+    create_slot(postgres, db, "units", twins=("units_twin",))
+    for i in range(40):   # B (R) I I I I I C: batches of 30 messages would end inside every fourth one
+        postgres.execute(f"INSERT INTO t SELECT g, 'x' FROM generate_series({5 * i}, {5 * i + 4}) g", dbname=db)
+    config = make_config(tmp_path, postgres.dsn(db), "pg", "units", "pub", land={"batch_messages": 30})
+    summary, _ = run_lander(config, spark)
+    rows = bronze_rows(spark, tmp_path / "bronze", "pg")
+    assert [p for _, _, p in rows] == [p for _, p in peek(postgres, db, "units_twin", slot_options())]
+    kind_at = {seq: p[:1] for seq, _, p in rows}
+    assert len(summary.batches) >= 10
+    assert [kind_at[b.last_seq] for b in summary.batches] == [b"C"] * len(summary.batches)
