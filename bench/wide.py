@@ -52,7 +52,8 @@ def _work_and_rows(spark, columns: int, versions: int, rows: int):
 
 
 def run(columns: int = 120, versions: int = 40, rows: int = 2000, reps: int = 5, write: bool = True) -> dict:
-    from cdc_apply.lake.silver.merge import collapse, key_events, project
+    from cdc_apply.lake.silver.collapse import collapse, key_events
+    from cdc_apply.lake.silver.merge import project
     from cdc_apply.spark import spark_session
 
     spark = spark_session("cdc_apply-bench-wide")

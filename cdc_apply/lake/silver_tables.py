@@ -23,8 +23,9 @@ from cdc_apply.lake.batch_context import BatchContext
 from cdc_apply.lake.history.tables import HistoryTables, history_app_id
 from cdc_apply.lake.silver.merge import (
     BATCH_SETTINGS, NEW_KEYS_APPEND_MIN, PERSISTENT_DVS, MergeResult, key_range,
-    collapse, collapse_partitions, key_events, merge_keyed, merge_keyless, project, writes_deletion_vectors,
+    collapse_partitions, merge_keyed, merge_keyless, project, writes_deletion_vectors,
 )
+from cdc_apply.lake.silver.collapse import collapse, key_events
 from cdc_apply.lake.books.ledger import (
     MAX_SEGMENTS, SilverLedger, batch_tag, merge_step, new_keys_step, snapshot_step, truncate_step,
 )

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from cdc_apply.pgoutput.messages import format_lsn
 
-from cdc_apply.lake.silver import merge
+from cdc_apply.lake.silver import collapse as collapse_module, merge
 from rules_capture import BIG, apply_rules
 
 pytestmark = pytest.mark.spark
@@ -187,7 +187,7 @@ def test_collapses_over_more_partitions_merges_that_mark_rows_and_moves_by_round
     rewriting = rules_run[0]          # small tables: the defaults rewrite the files a MERGE touches
     monkeypatch.setattr(merge, "CELLS_PER_PARTITION", 1)
     wanted, rounds = [], []
-    real = merge.collapse
+    real = collapse_module.collapse
 
     def spy(events, work, has_toast, partitions=None):
         wanted.append(partitions)

@@ -33,7 +33,8 @@ from cdc_apply.lake.history.versions import (
 from cdc_apply.lake.books.ledger import STEPS_PER_VERSION, SilverLedger, batch_tag
 from cdc_apply.lake.silver.soft_deletes import live_rows
 from cdc_apply.lake.silver.appends import append_files
-from cdc_apply.lake.silver.merge import key_events, project
+from cdc_apply.lake.silver.collapse import key_events
+from cdc_apply.lake.silver.merge import project
 from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.lake.silver.merge_moves import resolve_moves
 from cdc_apply.delta.ddl import column_list, property_list, set_properties, table_properties

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from functools import reduce
 
-from cdc_apply.lake.silver.merge import key_window, null_safe_equal
+from cdc_apply.lake.silver.collapse import key_window
+from cdc_apply.lake.silver.merge import null_safe_equal
 from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.errors import ApplyError
