@@ -5,7 +5,9 @@ Over Spark Connect :meth:`~cdc_apply.delta.refs.TableRef.delta_table` is
 statement and so takes SQL text only (a Connect ``Column`` cannot be turned back into text). A classic
 session keeps the ``Column`` expressions of ``merge.py``, ``snapshot_loads.py`` and ``history/versions.py``
 (Delta's ``DeltaTable`` API, as before Connect was supported); this module is their text form, with the
-values as literals (:func:`cdc_apply.delta.names.sql_literal`).
+values as literals (:func:`cdc_apply.delta.names.sql_literal`). The keyed MERGE's assignments are text
+on a classic session too (:func:`~cdc_apply.lake.silver.merge.merge_keyed`): ~200 Py4J round trips fewer
+a table and batch.
 """
 
 from __future__ import annotations
