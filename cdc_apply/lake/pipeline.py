@@ -38,6 +38,7 @@ from cdc_apply.lake.books.batch_logs import BatchLogs, now as _now
 from cdc_apply.lake.books.bookkeeping import Bookkeeping, failed_source
 from cdc_apply.lake.sources.bronze import check_bronze
 from cdc_apply.lake.sources.bronze_contract import applied_rows, check_late_rows, count_rows
+from cdc_apply.lake.sources.bronze_files import local_unapplied_ages
 from cdc_apply.lake.sources.bronze_tail import BronzeTail, unapplied_ages
 from cdc_apply.lake.progress_rows import progress_rows
 from cdc_apply.lake.sources.payload_columns import first_change_seqs
@@ -369,15 +370,19 @@ class ApplyPipeline:
         the newest bronze seq the batch reads per source), for the lag. Runs beside the batch (its own
         thread), and nothing in the batch waits for it until the progress rows; the newest seq is
         followed through bronze's log (:class:`~cdc_apply.lake.sources.bronze_tail.BronzeTail`) rather than a
-        query a batch, the ages are one query and only when bronze is ahead of the batch."""
+        query a batch, the ages are read only when bronze is ahead of the batch: by delta-rs on a local
+        bronze (:func:`~cdc_apply.lake.sources.bronze_files.local_unapplied_ages`), else by one Spark query."""
         floors = {}
         for source in ends:
             state = self.states.get(source)
             floors[source] = 0 if state is None else self.formats.of(source).bronze_seq(state)
         newest = self._tail.newest(floors)
         asked = _now()
-        ages = unapplied_ages(self.spark, self.bronze, ends, newest, asked,
-                              landed_only={s for s in ends if self.formats.of(s).name != "pgoutput"})
+        landed_only = {s for s in ends if self.formats.of(s).name != "pgoutput"}
+        # A local bronze is read by delta-rs (no Spark job beside the batch); elsewhere, by Spark.
+        ages = local_unapplied_ages(self.bronze, ends, newest, asked, landed_only)
+        if ages is None:
+            ages = unapplied_ages(self.spark, self.bronze, ends, newest, asked, landed_only=landed_only)
         return newest, ages, asked
 
     def run(self, once: bool = False, await_termination: bool = True):

@@ -63,3 +63,30 @@ def _nested_fields(data_type) -> int:
     if isinstance(data_type, ArrayType):
         return _nested_fields(data_type.elementType)
     return 1
+
+
+def test_a_batch_behind_a_local_bronze_reads_its_lag_without_a_spark_query(lake_factory, monkeypatch):
+    from datetime import datetime, timezone
+
+    from cdc_apply.lake import pipeline as pipeline_module
+    from cdc_apply.pgoutput.messages import pg_timestamp_to_datetime
+    from cdc_apply.testing.stream import BASE_TIMESTAMP
+
+    lake = lake_factory("local_lag")
+    b = StreamBuilder("src")
+    users = b.relation("public", "users", [("id", "int4", True), ("name", "text", False)])
+    landed = 0
+    for i in range(2):   # two bronze commits, one micro-batch each: the first batch has the second behind it
+        with b.transaction() as tx:
+            tx.insert(users, {"id": i, "name": f"u{i}"})
+        lake.land(b.rows()[landed:])
+        landed = len(b.rows())
+    asked = []
+    monkeypatch.setattr(pipeline_module, "unapplied_ages", lambda *a, **k: asked.append(a) or {})
+    pipeline, _ = lake.apply()
+    first, last = pipeline.reports[0], pipeline.reports[-1]
+    assert len(pipeline.reports) == 2 and not asked     # delta-rs answered
+    # The builder's commits are stamped from BASE_TIMESTAMP on: the second one's age, give or take the run.
+    age = (datetime.now(timezone.utc) - pg_timestamp_to_datetime(BASE_TIMESTAMP)).total_seconds()
+    assert first.lag_seq > 0 and age - 600 < first.lag_seconds <= age
+    assert last.lag_seconds == 0 and last.lag_seq == 0

@@ -1,6 +1,6 @@
 """Bronze's newest seq per source and the age of the oldest unapplied change, read without a JVM
-(``cdc-apply status`` on a local bronze path): the same answers as :mod:`~cdc_apply.lake.sources.bronze_tail`'s
-queries, from delta-rs (:mod:`cdc_apply.delta.files`).
+(``cdc-apply status`` on a local bronze path, and the apply job's lag of a local bronze): the same answers
+as :mod:`~cdc_apply.lake.sources.bronze_tail`'s queries, from delta-rs (:mod:`cdc_apply.delta.files`).
 
 The newest seqs come from the live files' statistics when every file that can hold a source's rows says
 it alone: one source (equal ``source`` bounds) and no deletion vector (its ``maxValues`` may be a deleted
@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from cdc_apply.delta.files import LiveFile, file_rows, live_files, open_table, read_rows, sql_text
+from cdc_apply.delta.files import LiveFile, file_rows, live_files, local_path, open_table, read_rows, sql_text
 from cdc_apply.delta.refs import TableRef
-from cdc_apply.lake.sources.bronze_tail import COMMIT_TYPES, ages_of, behind_sources, due_at, newest_in_stats
+from cdc_apply.lake.sources.bronze_tail import (
+    COMMIT_TYPES, ages_of, behind_sources, due_at, newest_in_stats, windowed_due,
+)
 
 
 def newest_seqs(ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
@@ -42,7 +44,29 @@ def unapplied_ages(ref: TableRef, applied: dict[str, int], newest: dict[str, int
     """:func:`cdc_apply.lake.sources.bronze_tail.unapplied_ages` without a JVM: one scan, only for sources behind."""
     behind = behind_sources(applied, newest)
     table = open_table(ref) if behind else None
-    due = _first_due(table, behind, frozenset(landed_only)) if table is not None else {}
+    landed_only = frozenset(landed_only)
+    due = windowed_due(behind, lambda ranges: _first_due(table, ranges, landed_only)) if table is not None else {}
+    return ages_of(applied, due, now)
+
+
+def local_unapplied_ages(ref: TableRef, applied: dict[str, int], newest: dict[str, int], now: datetime,
+                         landed_only: frozenset[str] | set[str] = frozenset()) -> dict[str, float] | None:
+    """:func:`unapplied_ages` for the apply job: None where delta-rs cannot answer — no local path, no
+    Delta table there, a table it cannot read — and the job asks Spark instead. On a local bronze it
+    answers without a Spark job: ~0.01 s against ~0.7 s of Spark's query of the same rows (a new bronze
+    snapshot at every lander commit, then the scan), which ran beside each batch on the same cores."""
+    if local_path(ref) is None:
+        return None
+    if not behind_sources(applied, newest):
+        return ages_of(applied, {}, now)
+    try:
+        table = open_table(ref)
+        if table is None:
+            return None
+        landed_only = frozenset(landed_only)
+        due = windowed_due(behind_sources(applied, newest), lambda ranges: _first_due(table, ranges, landed_only))
+    except Exception:  # noqa: BLE001 - a table feature delta-rs does not read, a file gone: Spark reads it
+        return None
     return ages_of(applied, due, now)
 
 

@@ -207,16 +207,21 @@ def unapplied_ages(spark, ref: TableRef, applied: dict[str, int], newest: dict[s
     landed_only = frozenset(landed_only)
     if not behind:
         return ages_of(applied, {}, now)
-    # The first due change nearly always lies among the first messages past the applied seq: the query
-    # reads the files holding the next FIRST_DUE_WINDOW seqs (Delta skips the others by their seq
-    # statistics), and only a source with nothing due there asks the rest of its range — a job behind by
-    # a thousand lander files read them all at every batch.
+    return ages_of(applied, windowed_due(behind, lambda ranges: _first_due(spark, ref, ranges, landed_only)), now)
+
+
+def windowed_due(behind: dict[str, tuple[int, int]], first_due) -> dict[str, datetime | None]:
+    """``first_due(ranges)`` (per source, the due time of its first due change in ``(after, upto]``) over the
+    behind sources' ranges: the first due change nearly always lies among the first messages past the
+    applied seq, so the read covers the next FIRST_DUE_WINDOW seqs (the files holding the others are
+    skipped by their seq statistics), and only a source with nothing due there asks the rest of its
+    range — a job behind by a thousand lander files read them all at every batch."""
     near = {s: (after, min(upto, after + FIRST_DUE_WINDOW)) for s, (after, upto) in behind.items()}
-    due = _first_due(spark, ref, near, landed_only)
+    due = first_due(near)
     rest = {s: (near[s][1], upto) for s, (_, upto) in behind.items() if s not in due and upto > near[s][1]}
     if rest:
-        due.update(_first_due(spark, ref, rest, landed_only))
-    return ages_of(applied, due, now)
+        due.update(first_due(rest))
+    return due
 
 
 def behind_sources(applied: dict[str, int], newest: dict[str, int]) -> dict[str, tuple[int, int]]:
