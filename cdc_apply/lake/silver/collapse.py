@@ -9,12 +9,12 @@ Spark work itself is a few milliseconds. As text they take ~11 a column.
 
 from __future__ import annotations
 
+from cdc_apply.delta.names import quote_ident as _q
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
 
-
-def _q(name: str) -> str:
-    return f"`{name}`"
+# A key's events in commit order: the window both forms below sort by.
+_EVENT_ORDER = (cc.COMMIT_LSN, cc.SEQ, "_sub")
 
 
 def _key_old(i: int) -> str:
@@ -71,7 +71,7 @@ def key_window(nkeys: int, frame_to_current: bool = True):
     """The events of one key in commit order (a Column API ``WindowSpec``)."""
     from pyspark.sql import Window
 
-    w = Window.partitionBy(*[cc.key(p) for p in range(nkeys)]).orderBy(cc.COMMIT_LSN, cc.SEQ, "_sub")
+    w = Window.partitionBy(*[cc.key(p) for p in range(nkeys)]).orderBy(*_EVENT_ORDER)
     return w.rowsBetween(Window.unboundedPreceding, Window.currentRow) if frame_to_current else w
 
 
@@ -79,7 +79,7 @@ def key_window_sql(nkeys: int, frame_to_current: bool = True) -> str:
     """:func:`key_window` as the text of an ``OVER`` clause."""
     keys = ", ".join(_q(cc.key(p)) for p in range(nkeys))
     frame = " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW" if frame_to_current else ""
-    return f"OVER (PARTITION BY {keys} ORDER BY {_q(cc.COMMIT_LSN)}, {_q(cc.SEQ)}, `_sub`{frame})"
+    return f"OVER (PARTITION BY {keys} ORDER BY {', '.join(map(_q, _EVENT_ORDER))}{frame})"
 
 
 def collapse(events, work: TableWork, has_toast: bool, partitions: int | None = None):

@@ -44,9 +44,7 @@ def unapplied_ages(ref: TableRef, applied: dict[str, int], newest: dict[str, int
     """:func:`cdc_apply.lake.sources.bronze_tail.unapplied_ages` without a JVM: one scan, only for sources behind."""
     behind = behind_sources(applied, newest)
     table = open_table(ref) if behind else None
-    landed_only = frozenset(landed_only)
-    due = windowed_due(behind, lambda ranges: _first_due(table, ranges, landed_only)) if table is not None else {}
-    return ages_of(applied, due, now)
+    return _ages(table, applied, behind, now, landed_only)
 
 
 def local_unapplied_ages(ref: TableRef, applied: dict[str, int], newest: dict[str, int], now: datetime,
@@ -57,16 +55,20 @@ def local_unapplied_ages(ref: TableRef, applied: dict[str, int], newest: dict[st
     snapshot at every lander commit, then the scan), which ran beside each batch on the same cores."""
     if local_path(ref) is None:
         return None
-    if not behind_sources(applied, newest):
-        return ages_of(applied, {}, now)
+    behind = behind_sources(applied, newest)
     try:
-        table = open_table(ref)
-        if table is None:
+        table = open_table(ref) if behind else None
+        if behind and table is None:
             return None
-        landed_only = frozenset(landed_only)
-        due = windowed_due(behind_sources(applied, newest), lambda ranges: _first_due(table, ranges, landed_only))
+        return _ages(table, applied, behind, now, landed_only)
     except Exception:  # noqa: BLE001 - a table feature delta-rs does not read, a file gone: Spark reads it
         return None
+
+
+def _ages(table, applied: dict[str, int], behind: dict[str, tuple[int, int]], now: datetime,
+          landed_only) -> dict[str, float]:
+    landed_only = frozenset(landed_only)
+    due = windowed_due(behind, lambda ranges: _first_due(table, ranges, landed_only)) if table is not None else {}
     return ages_of(applied, due, now)
 
 
