@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from cdc_apply.lake.sources.payload_columns import (is_change, is_control, is_directive, is_snapshot_held,
-                                                    payload_kinds)
+                                                    not_an_insert, payload_kinds)
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, in_ranges, join_ranges, taken_ranges
 
 # At most this many rows of a source are held; past it its loads tell rows by payload (the lists become
@@ -71,13 +71,20 @@ class ControlScan:
 def scan_controls(fresh, sources) -> ControlScan:
     """One job over the batch's rows ``fresh`` (Arrow to the driver: a batch of 100,000 transactions has
     200,000 Begin and Commit rows, and a Spark Row per message took seconds to build)."""
+    table = scanned_rows(fresh).toArrow()
+    return collect_scan(zip(*(table.column(k).to_pylist() for k in range(5))), sources)
+
+
+def scanned_rows(fresh):
+    """The rows of ``fresh`` the control scan keeps: (source, seq, lsn, payload or None, for the driver)."""
     from pyspark.sql import functions as F
 
     driver = is_control() | is_directive()
-    table = fresh.where(driver | is_snapshot_held()).select(
+    # not_an_insert() keeps no row the scan would not, and lets a read of bronze skip row groups of Inserts
+    # unread: a snapshot's copied rows are most of its batch, and their first byte is all the scan asks.
+    return fresh.where(not_an_insert() & (driver | is_snapshot_held())).select(
         "source", "seq", "lsn", F.when(driver | is_change(), F.col("payload")).alias("payload"),
-        driver.alias("driver")).toArrow()
-    return collect_scan(zip(*(table.column(k).to_pylist() for k in range(5))), sources)
+        driver.alias("driver"))
 
 
 def scan_rows(rows, sources) -> ControlScan:

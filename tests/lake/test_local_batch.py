@@ -42,7 +42,7 @@ def test_the_payload_tests_in_python_answer_as_the_spark_column_tests(spark):
     from pyspark.sql import functions as F
 
     from cdc_apply.lake.sources.payload_columns import (is_change, is_control, is_directive, is_snapshot_held,
-                                                        payload_is_control, payload_kinds)
+                                                        not_an_insert, payload_is_control, payload_kinds)
     from cdc_apply.pgoutput import messages as m
 
     seed = random.randrange(1 << 30)
@@ -59,8 +59,12 @@ def test_the_payload_tests_in_python_answer_as_the_spark_column_tests(spark):
     got = {r.k: (bool(r.driver), bool(r.change), bool(r.held), bool(r.control)) for r in df.select(
         "k", (is_control() | is_directive()).alias("driver"), F.coalesce(is_change(), F.lit(False)).alias("change"),
         is_snapshot_held().alias("held"), is_control().alias("control")).collect()}
+    # The control scan's range test (for Parquet's row-group statistics) keeps every row it keeps.
+    ranged = {r.k: r.ranged for r in df.select("k", not_an_insert().alias("ranged")).collect()}
     for k, payload in enumerate(payloads):
         assert (*payload_kinds(payload), payload_is_control(payload)) == got[k], payload
+        assert ranged[k] is (payload is None or payload[:1] != b"I"), payload
+        assert ranged[k] or not (got[k][0] or got[k][2]), payload
 
 
 def _apply_in_chunks(lake, capture, chunks: int) -> None:

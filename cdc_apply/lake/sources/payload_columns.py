@@ -72,6 +72,18 @@ def is_snapshot_held():
     return F.coalesce(~is_change() | (~is_insert() & xid), F.lit(True))
 
 
+def not_an_insert():
+    """``payload`` is null or does not start with an Insert's type byte, as a range test on the bytes: a
+    test Parquet's row-group statistics (min and max payload) can answer, so that a read filtered by it
+    skips row groups holding Inserts only — a snapshot's copied rows, a bulk load — without reading them.
+    Implied by :func:`is_control`, :func:`is_directive` and :func:`is_snapshot_held` (none is an Insert)."""
+    from pyspark.sql import functions as F
+
+    insert = ord(m.Insert.TYPE)
+    payload = F.col("payload")
+    return payload.isNull() | (payload < F.lit(bytes([insert]))) | (payload >= F.lit(bytes([insert + 1])))
+
+
 def in_seq_ranges(source: str, ranges):
     """Rows of ``source`` whose seq lies in one of ``ranges`` (a snapshot's stream blocks). The ORs form a
     balanced tree: a chain of hundreds nests too deep for the optimizer."""
