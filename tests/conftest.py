@@ -41,8 +41,11 @@ def connect_server(tmp_path_factory):
 def connect_session(connect_server):
     # The Connect client for the whole run; a test using it with the classic `spark` too enters
     # cdc_apply.testing.connect_server.connect_mode() around its Connect calls.
+    from cdc_apply.spark.connect import stop_child_sessions
+
     session = connect_server.session()
     yield session
+    stop_child_sessions()   # before the server stops: an open client retries its exit call for minutes
     session.stop()
 
 
