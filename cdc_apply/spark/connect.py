@@ -102,7 +102,9 @@ def child_session(spark: Any, reset: tuple[str, ...] = ()) -> Iterator[Any]:
 def stop_child_sessions() -> None:
     """Stop the Connect sessions :func:`child_session` keeps. Each is a client of its own, and at exit a
     client that is still open asks its server to clean its caches, retrying for minutes when the server
-    has gone (a test's local server stopped first); a stopped client does not ask."""
+    has gone (a test's local server stopped first); a closed client does not ask. Call it only when the
+    process is done with Spark Connect: closing a client shuts down the release pool all of the process's
+    Connect clients share (docs/CONNECT.md)."""
     with _CLONES_LOCK:
         clones = [clone for free in _FREE_CLONES.values() for clone in free]
         _FREE_CLONES.clear()
