@@ -56,11 +56,12 @@ def test_the_payload_tests_in_python_answer_as_the_spark_column_tests(spark):
     for _ in range(300):
         payloads.append(bytes([rng.choice(kinds)]) + rng.choice([b"", b"\x00\x00\x00\x02", rng.randbytes(12)]))
     df = spark.createDataFrame([(k, p) for k, p in enumerate(payloads)], "k INT, payload BINARY")
-    got = {r.k: (bool(r.driver), bool(r.change), bool(r.held), bool(r.control)) for r in df.select(
-        "k", (is_control() | is_directive()).alias("driver"), F.coalesce(is_change(), F.lit(False)).alias("change"),
-        is_snapshot_held().alias("held"), is_control().alias("control")).collect()}
-    # The control scan's range test (for Parquet's row-group statistics) keeps every row it keeps.
-    ranged = {r.k: r.ranged for r in df.select("k", not_an_insert().alias("ranged")).collect()}
+    # ranged: the control scan's range test (for Parquet's row-group statistics) keeps every row it keeps.
+    got, ranged = {}, {}
+    for r in df.select("k", (is_control() | is_directive()).alias("driver"),
+                       F.coalesce(is_change(), F.lit(False)).alias("change"), is_snapshot_held().alias("held"),
+                       is_control().alias("control"), not_an_insert().alias("ranged")).collect():
+        got[r.k], ranged[r.k] = (bool(r.driver), bool(r.change), bool(r.held), bool(r.control)), r.ranged
     for k, payload in enumerate(payloads):
         assert (*payload_kinds(payload), payload_is_control(payload)) == got[k], payload
         assert ranged[k] is (payload is None or payload[:1] != b"I"), payload
