@@ -53,6 +53,7 @@ PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
 PROP_RELATION_ID = "cdc_apply.relation_id"
 PROP_VERSION_SEQ = "cdc_apply.relation_version_seq"
+OWN_PROPERTIES = (PROP_SOURCE, PROP_RELATION, PROP_RELATION_ID, PROP_VERSION_SEQ)
 
 
 @dataclass
@@ -227,7 +228,8 @@ class SilverTables:
                 stats.deleted += result.deleted
         props = {PROP_SOURCE: work.source, PROP_RELATION: work.qualified_name,
                  PROP_RELATION_ID: str(work.relation_id), PROP_VERSION_SEQ: str(planned.chain[-1].seq)}
-        # A property commit only when what it says changes (new table, rename, new relation version):
+        # A property commit only when what it says changes (new table, rename, new relation version), in
+        # this process or since the table was last written (_create_or_evolve reads them once a process):
         # the per-batch commit LSN rides on the data commits' userMetadata instead.
         if self._properties.get(str(work.ref)) != props:
             set_properties(session, work.ref, props)
@@ -362,6 +364,8 @@ class SilverTables:
             create_table(session, ref, columns, silver_properties(self.config), comment=comment, replace=True)
             self._empty.add(str(ref))
             return
+        # What the table says now: the batch's property commit is skipped where it would say the same.
+        self._properties[str(ref)] = {k: props[k] for k in OWN_PROPERTIES if k in props}
         ensure_deleted_column(session, ref, work, ref.read(session).columns, f"tables.{work.qualified_name}.deletes")
         reflected = props.get(PROP_VERSION_SEQ)
         chain = planned.chain

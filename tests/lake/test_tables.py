@@ -50,3 +50,46 @@ def test_schema_steps_leave_no_commit_metadata_behind_for_later_writes(spark, tm
     spark.sql(f"INSERT INTO {ref.sql} VALUES (2, 'x', 'y', 3)")
     last = spark.sql(f"DESCRIBE HISTORY {ref.sql} LIMIT 1").collect()[0]
     assert last.operation == "WRITE" and last.userMetadata is None
+
+
+def _operations(spark, path) -> list[str]:
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+    return [r.operation for r in history]
+
+
+def _version_seq(spark, path) -> str:
+    props = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
+    return props["cdc_apply.relation_version_seq"]
+
+
+def test_a_later_run_writes_no_property_commit_unless_the_relation_changed(lake):
+    from cdc_apply.testing.stream import StreamBuilder
+
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    with b.transaction() as tx:
+        tx.insert(t, {"id": 1, "v": "a"})
+    lake.land(b)
+    lake.apply()
+    path = lake.root / "silver" / "public" / "t"
+    first = _operations(lake.spark, path)
+    assert first.count("SET TBLPROPERTIES") == 1          # a new table says whose it is
+    with b.transaction() as tx:                          # a new process (apply run), the same relation
+        tx.update(t, {"id": 1, "v": "b"})
+    lake.land(b)
+    lake.apply()
+    second = _operations(lake.spark, path)
+    assert second[len(first):] == ["MERGE"]
+    before = _version_seq(lake.spark, path)
+    t2 = b.relation("public", "t", [("id", "int4", True), ("v", "text", False), ("w", "int4", False)], oid=t.oid,
+                    emit=False)
+    with b.transaction() as tx:                          # a new relation version: its seq is the table's to say
+        tx.relation(t2)
+        tx.insert(t2, {"id": 2, "v": "c", "w": 3})
+    lake.land(b)
+    lake.apply()
+    third = _operations(lake.spark, path)[len(second):]
+    assert "SET TBLPROPERTIES" in third
+    assert int(_version_seq(lake.spark, path)) > int(before)
+    assert sorted(tuple(r) for r in lake.silver("public.t").select("id", "v", "w").collect()) == [
+        (1, "b", None), (2, "c", 3)]
