@@ -16,14 +16,13 @@ path, over a DataFrame of the same copy.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_apply.decode.changes import decode_batches
 from cdc_apply.lake.sources.bronze_contract import landed_twice
+from cdc_apply.lake.sources.micro_batch import Bounds
 from cdc_apply.lake.sources.payload_columns import payload_is_control
 from cdc_apply.planning.decode_plan import DecodePlan, output_ddl, output_schema
 from cdc_apply.planning.table_plan import SlotCount
@@ -34,16 +33,6 @@ LOCAL_BATCH_BYTES = 4 << 20
 ROWS = ("source", "seq", "lsn", "payload")
 # A truncate as the general path's counts collect it: a Row of these fields.
 TRUNCATE_FIELDS = ("source", "seq", "commit_lsn", "txn", "trunc_relids", "trunc_options")
-
-
-class Bounds(NamedTuple):
-    """A source's rows in the micro-batch (the bounds query's row)."""
-
-    source: str
-    last: int
-    first: int
-    n: int
-    bytes: int | None
 
 
 def collect_micro_batch(df, planned: int | None) -> pa.Table | None:

@@ -40,6 +40,7 @@ from cdc_apply.lake.sources.bronze import check_bronze
 from cdc_apply.lake.sources.bronze_contract import applied_rows, check_late_rows, count_rows
 from cdc_apply.lake.sources.bronze_files import local_unapplied_ages
 from cdc_apply.lake.sources.bronze_tail import BronzeTail, unapplied_ages
+from cdc_apply.lake.sources.micro_batch import micro_batch_bounds
 from cdc_apply.lake.progress_rows import progress_rows
 from cdc_apply.lake.sources.payload_columns import first_change_seqs
 from cdc_apply.lake.control_scan import ControlScan, scan_controls, scan_rows
@@ -164,10 +165,14 @@ class ApplyPipeline:
         if local is not None:
             stats = bounds_of(local)
         else:
-            bounds = [F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n")]
-            if measured:
-                bounds.append(F.sum(F.length("payload")).alias("bytes"))
-            stats = {r.source: r for r in df.groupBy("source").agg(*bounds).collect()}
+            # A batch too large to keep takes its bounds from its files' statistics where they say them:
+            # a query of the micro-batch reads every payload (micro_batch.py).
+            stats = None if measured else micro_batch_bounds(self.spark, df, self.bronze, wanted or None)
+            if stats is None:
+                bounds = [F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n")]
+                if measured:
+                    bounds.append(F.sum(F.length("payload")).alias("bytes"))
+                stats = {r.source: r for r in df.groupBy("source").agg(*bounds).collect()}
         version = self.version + 1
         report = BatchReport(version, batch_id, clock=started)
         if not stats:
