@@ -7,8 +7,7 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 PYTEST_ARGS ?=
 # make test runs the suite in this many worker processes (pytest-xdist; each worker has its own Spark
-# session and PostgreSQL; a test module runs whole in one worker, so module fixtures are built once, the
-# Connect tests in one worker, the longest modules first: tests/conftest.py's scheduler);
+# session and PostgreSQL; a test module runs whole in one worker, so module fixtures are built once);
 # PYTEST_WORKERS=0 runs it in one process. Its temporary folders (embedded PostgreSQL data, lakes) live
 # in .tmp/pytest, emptied at each run: pytest's shared /tmp/pytest-of-<user> is pruned by other runs.
 PYTEST_WORKERS ?= 2
@@ -29,7 +28,7 @@ demo: setup
 
 test: setup
 	@mkdir -p .tmp
-	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope --basetemp "$(CURDIR)/.tmp/pytest" -m "not system" $(PYTEST_ARGS)
+	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --basetemp "$(CURDIR)/.tmp/pytest" -m "not system" $(PYTEST_ARGS)
 
 # The system tests (marker `system`; make test leaves them to this target): the real command line and
 # other JVMs in subprocesses — the crash tests (tests/crash: land and apply SIGKILLed at random moments,

@@ -85,39 +85,13 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(marker)
 
 
-# Both `make test` and `make system` run with `--dist loadscope` and this scheduler: a module's tests run
-# in one worker (its module fixtures are built once; under `make system` they start several JVMs), every
-# Connect test in one worker (one local Connect server a run, not one a worker), and each crash seed on its
-# own, so the seeds spread over both workers. (xdist's `loadgroup` would do this from markers, but under
-# pytest 9 its renamed node ids are not seen by the scheduler.)
+# `make system` runs a module's tests in one worker (their module fixture starts several JVMs: with plain
+# `load` both workers built it), every Connect test in one worker (one Connect server), and each crash
+# seed on its own, so the seeds spread over both workers. (xdist's `loadgroup` would do this from markers,
+# but under pytest 9 its renamed node ids are not seen by the scheduler.)
 _CONNECT_MODULES = ("tests/lake/test_apply_connect.py", "tests/lake/test_connect_entry_points.py",
-                    "tests/spark/test_connect_session.py", "tests/delta/test_log_connect.py")
-_CONNECT_TESTS = (
-    "tests/lake/test_local_batch.py::"
-    "test_a_capture_applied_over_spark_connect_runs_its_small_batches_on_the_driver_and_leaves_the_same_tables",
-    "tests/lake/test_bronze_contract.py::test_runs_prove_a_batch_unique_over_spark_connect",
-)
+                    "tests/spark/test_connect_session.py")
 _ONE_PER_TEST_MODULES = ("tests/crash/test_kill_anywhere.py",)
-# The scopes that take longest, longest first (worker seconds in a two-worker `make test`, ~100 to ~450):
-# started first, so that the many short modules fill the end of the run on both workers. xdist's own
-# order (most tests first) left the heaviest few modules to the end, one worker busy for minutes after
-# the other ran out of work. Any other scope follows in xdist's order.
-_LONGEST_FIRST = ("tests/lake/test_local_batch.py", "tests/lake/test_status.py", "tests/lake/test_differential.py",
-                  "connect", "tests/lake/test_history.py", "tests/verify/test_verify_spark.py",
-                  "tests/lake/test_snapshot_loads.py", "tests/lake/test_bronze_contract.py",
-                  "tests/lake/test_backtick_names.py", "tests/lake/test_apply_rules.py",
-                  "tests/lake/test_history_seed.py", "tests/lake/test_soft_deletes.py",
-                  "tests/lake/test_column_rules.py", "tests/lake/test_state_loss.py",
-                  "tests/lake/test_exactly_once.py", "tests/lake/test_maintenance.py",
-                  "tests/verify/test_verify_without_history.py", "tests/lake/test_golden_spark.py",
-                  "tests/lander/test_lander_snapshot.py", "tests/lake/test_as_of_columns.py")
-
-
-def _scope_of(nodeid: str) -> str:
-    module = nodeid.split("::", 1)[0]
-    if module in _CONNECT_MODULES or nodeid.split("[", 1)[0] in _CONNECT_TESTS:
-        return "connect"
-    return nodeid if module in _ONE_PER_TEST_MODULES else module
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -125,18 +99,11 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class SuiteScheduling(LoadScopeScheduling):
+    class SystemScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return _scope_of(nodeid)
+            module = nodeid.split("::", 1)[0]
+            if module in _CONNECT_MODULES:
+                return "connect"
+            return nodeid if module in _ONE_PER_TEST_MODULES else module
 
-        def _assign_work_unit(self, node) -> None:
-            # The work queue in _LONGEST_FIRST's order before the first unit leaves it.
-            if not getattr(self, "_ordered", False):
-                self._ordered = True
-                rank = {scope: i for i, scope in enumerate(_LONGEST_FIRST)}
-                ordered = sorted(self.workqueue.items(), key=lambda kv: rank.get(kv[0], len(rank)))
-                self.workqueue.clear()
-                self.workqueue.update(ordered)
-            super()._assign_work_unit(node)
-
-    return SuiteScheduling(config, log)
+    return SystemScheduling(config, log)
