@@ -86,3 +86,36 @@ def test_create_all_names_the_tables_it_created_and_only_those(spark, tmp_path):
     assert _bookkeeping(tmp_path).create_all(spark) == frozenset()
     shutil.rmtree(books.ref("quarantine").path)       # a table lost (or one a newer cdc_apply adds)
     assert _bookkeeping(tmp_path).create_all(spark) == {"quarantine"}
+
+
+def test_the_state_a_job_loads_from_local_tables_without_spark_equals_spark_s_read(lake, monkeypatch):
+    from cdc_apply.lake.books import bookkeeping
+    from cdc_apply.pgoutput import messages as m
+    from cdc_apply.testing.stream import StreamBuilder
+
+    for name in ("a", "b"):
+        b = StreamBuilder(name)
+        t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+        for i in range(3):
+            with b.transaction() as tx:
+                tx.insert(t, {"id": i, "v": name})
+        with b.transaction() as tx:
+            tx.b.emit(m.Type(tx.xid, 90001, "public", f"mood_{name}"))
+            wider = b.relation("public", "t", [("id", "int4", True), ("v", "text", False), ("w", "int8", False)],
+                               oid=t.oid, emit=False)
+            tx.relation(wider)
+            tx.insert(wider, {"id": 9, "v": name, "w": 1})
+        lake.land(b)
+        lake.apply()
+    books = Bookkeeping(lake.config)
+    for table in ("progress", "schema_history", "type_cache"):   # read by delta-rs, not by Spark's fallback
+        assert bookkeeping.local_rows(books.ref(table), ("source",)), table
+    local = (books.load_progress(lake.spark), books.load_written(), books.load_history(lake.spark),
+             books.load_history(lake.spark, through_version=1))
+    assert local[0][0] == 2 and sorted(local[0][1]) == ["a", "b"] and local[2]["b"].types
+    monkeypatch.setattr(bookkeeping, "local_rows", lambda *args: None)
+    monkeypatch.setattr(bookkeeping, "newest_rows_per_source", lambda *args: None)
+    queried = Bookkeeping(lake.config)
+    assert (queried.load_progress(lake.spark), queried.load_written(), queried.load_history(lake.spark),
+            queried.load_history(lake.spark, through_version=1)) == local
+    assert sorted(local[3]) == ["a"]

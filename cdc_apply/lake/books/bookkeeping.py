@@ -37,6 +37,7 @@ from cdc_apply.delta.commit import append_arrow
 from cdc_apply.delta.ddl import column_list, create_table
 from cdc_apply.delta.log import newest_added_max
 from cdc_apply.delta.refs import TableRef, state_ref
+from cdc_apply.lake.books.state_files import local_rows, newest_rows_per_source
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
 from cdc_apply.pgoutput.encoder import encode
@@ -179,9 +180,11 @@ class Bookkeeping:
         from pyspark.sql import functions as F
         from pyspark.sql.window import Window
 
-        df = self.ref("progress").read(spark)
-        latest = (df.withColumn("_r", F.row_number().over(Window.partitionBy("source").orderBy(F.desc("apply_version"))))
-                  .where("_r = 1").select("source", "apply_version", "state", "table_versions").collect())
+        latest = newest_rows_per_source(self.ref("progress"), ("source", "apply_version", "state", "table_versions"))
+        if latest is None:   # not a local table delta-rs reads: Spark's query
+            df = self.ref("progress").read(spark)
+            latest = (df.withColumn("_r", F.row_number().over(Window.partitionBy("source").orderBy(F.desc("apply_version"))))
+                      .where("_r = 1").select("source", "apply_version", "state", "table_versions").collect())
         version = max((r.apply_version for r in latest), default=0)
         self._table_versions.clear()
         self._table_versions.update({r.source: None if r.table_versions is None else json.loads(r.table_versions)
@@ -234,18 +237,24 @@ class Bookkeeping:
         of a version that is re-run, and its re-run must record them again in seq order, not meet them
         already there (a Relation message that changed no shape is not a version, so it would be out of order)."""
         histories: dict[str, SchemaHistory] = {}
-        history_rows = self.ref("schema_history").read(spark)
-        type_rows = self.ref("type_cache").read(spark)
-        if through_version is not None:
-            history_rows = history_rows.where(f"apply_version <= {int(through_version)}")
-            type_rows = type_rows.where(f"apply_version <= {int(through_version)}")
-        rows = history_rows.select("source", "seq", "lsn", "relation_message", "missing_values").collect()
+        through = None if through_version is None else f"apply_version <= {int(through_version)}"
+        history_columns = ("source", "seq", "lsn", "relation_message", "missing_values")
+        type_columns = ("source", "seq", "lsn", "type_oid", "namespace", "name")
+        rows = local_rows(self.ref("schema_history"), history_columns, through)
+        types = local_rows(self.ref("type_cache"), type_columns, through)
+        if rows is None or types is None:   # not local tables delta-rs reads: Spark's reads
+            history_rows = self.ref("schema_history").read(spark)
+            type_rows = self.ref("type_cache").read(spark)
+            if through is not None:
+                history_rows, type_rows = history_rows.where(through), type_rows.where(through)
+            rows = history_rows.select(*history_columns).collect()
+            types = type_rows.select(*type_columns).collect()
         per_source: dict[str, list] = {}
         for r in rows:
             missing = json.loads(r.missing_values) if r.missing_values else None
             per_source.setdefault(r.source, []).append((r.seq, r.lsn, decode_message(bytes(r.relation_message)),
                                                         missing))
-        for r in type_rows.select("source", "seq", "lsn", "type_oid", "namespace", "name").collect():
+        for r in types:
             per_source.setdefault(r.source, []).append(
                 (r.seq, r.lsn, m.Type(None, r.type_oid, r.namespace, r.name)))
         for source, entries in per_source.items():
