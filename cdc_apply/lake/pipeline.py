@@ -104,8 +104,7 @@ class ApplyPipeline:
         # at its first error row, and whether snapshots load on their own (their load has no error rows).
         self.quarantines = config.apply.on_error == OnError.QUARANTINE
         # Sources with a change ever quarantined (a new key's row might then be in silver already).
-        self.quarantined_sources = set() if "quarantine" in created else {
-            r.source for r in self.books.ref("quarantine").read(spark).select("source").distinct().collect()}
+        self.quarantined_sources = set() if "quarantine" in created else self.books.quarantined_sources(spark)
         self.logs = BatchLogs(spark, config, self.books, self.silver.names_of, self._type_name)
         self.formats = SourceFormats(config)
         self.formats.create_tables(spark)

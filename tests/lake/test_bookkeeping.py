@@ -119,3 +119,38 @@ def test_the_state_a_job_loads_from_local_tables_without_spark_equals_spark_s_re
     assert (queried.load_progress(lake.spark), queried.load_written(), queried.load_history(lake.spark),
             queried.load_history(lake.spark, through_version=1)) == local
     assert sorted(local[3]) == ["a"]
+
+
+def test_a_later_run_finds_its_local_state_tables_and_adds_the_columns_an_older_one_lacks_without_spark(
+        spark, tmp_path, monkeypatch):
+    import shutil
+
+    from cdc_apply.delta.refs import TableRef
+
+    books = _bookkeeping(tmp_path)
+    assert books.create_all(spark) == frozenset(SCHEMAS)
+    older = SCHEMAS["quarantine"][:-1]   # the quarantine table as an older cdc_apply made it
+    shutil.rmtree(books.ref("quarantine").path)
+    create_table(spark, books.ref("quarantine"), older, {"delta.appendOnly": "true"})
+    asked = []
+    exists = TableRef.exists
+    monkeypatch.setattr(TableRef, "exists", lambda ref, s: asked.append(ref.path) or exists(ref, s))
+    assert _bookkeeping(tmp_path).create_all(spark) == frozenset()
+    assert asked == []   # delta-rs read every table's columns: no Spark snapshot of any
+    names = [f.name for f in books.ref("quarantine").read(spark).schema.fields]
+    assert names == [name for name, _ in SCHEMAS["quarantine"]]
+
+
+def test_the_quarantined_sources_read_without_spark_are_those_spark_reads(spark, tmp_path, monkeypatch):
+    from cdc_apply.lake.books import bookkeeping
+
+    books = _bookkeeping(tmp_path)
+    books.create_all(spark)
+    assert books.quarantined_sources(spark) == set()
+    columns = [name for name, _ in SCHEMAS["quarantine"]]
+    rows = spark.createDataFrame([{c: None for c in columns} | {"source": s} for s in ("a", "b", "a")],
+                                 books.ref("quarantine").read(spark).schema)
+    rows.write.format("delta").mode("append").save(books.ref("quarantine").path)
+    assert books.quarantined_sources(spark) == {"a", "b"}
+    monkeypatch.setattr(bookkeeping, "local_rows", lambda *args: None)
+    assert books.quarantined_sources(spark) == {"a", "b"}

@@ -1,7 +1,7 @@
 """The apply job's reads of its own state tables at local paths, by delta-rs instead of Spark queries.
 
-Each Spark read of a state table when the job starts (the progress rows, the schema history, the type
-cache) is a job of its own with its Delta snapshot and planning: ~0.6 s of every run on a warm JVM,
+Each Spark read of a state table when the job starts (whether it exists and its columns, the progress
+rows, the schema history, the type cache, the quarantined sources) is a job of its own with its Delta snapshot and planning: ~0.6 s of every run on a warm JVM,
 which each ``apply --once`` run pays again. delta-rs reads the same rows of a local table in a few
 milliseconds (as ``cdc-apply status`` does: :mod:`cdc_apply.lake.books.status_files`). Anything it
 cannot read — object storage, a catalog table, a table feature it lacks — gives None, and the caller
@@ -31,6 +31,18 @@ def local_rows(ref: TableRef, columns: Sequence[str], predicate: str | None = No
         return None
     row = namedtuple("Row", columns)
     return [row(*values) for values in zip(*(got.column(c).to_pylist() for c in columns))]
+
+
+def local_columns(ref: TableRef) -> frozenset[str] | None:
+    """The column names of the local Delta table at ``ref``; None where delta-rs cannot say (not a local
+    path, no Delta table there, a table it cannot open): the caller asks Spark."""
+    if local_path(ref) is None:
+        return None
+    try:
+        table = open_table(ref)
+        return None if table is None else frozenset(f.name for f in table.schema().fields)
+    except Exception:  # noqa: BLE001 - delta-rs cannot open it: the caller asks Spark
+        return None
 
 
 def newest_rows_per_source(ref: TableRef, columns: Sequence[str]) -> list[Any] | None:
