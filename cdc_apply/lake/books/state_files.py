@@ -1,10 +1,10 @@
 """The apply job's reads of its own state tables at local paths, by delta-rs instead of Spark queries.
 
 Each Spark read of a state table when the job starts (whether it exists and its columns, the progress
-rows, the schema history, the type cache, the quarantined sources) is a job of its own with its Delta snapshot and planning: ~0.6 s of every run on a warm JVM,
-which each ``apply --once`` run pays again. delta-rs reads the same rows of a local table in a few
-milliseconds (as ``cdc-apply status`` does: :mod:`cdc_apply.lake.books.status_files`). Anything it
-cannot read — object storage, a catalog table, a table feature it lacks — gives None, and the caller
+rows, the schema history, the type cache, the quarantined sources) is a job of its own with its Delta
+snapshot and planning: ~0.6 s of every run on a warm JVM, which each ``apply --once`` run pays again.
+delta-rs reads the same rows of a local table in a few milliseconds (as ``cdc-apply status`` does:
+:mod:`cdc_apply.lake.books.status_files`). Anything it cannot read — object storage, a catalog table, a table feature it lacks — gives None, and the caller
 runs Spark's query.
 """
 
@@ -17,32 +17,31 @@ from cdc_apply.delta.files import local_path, open_table, read_rows
 from cdc_apply.delta.refs import TableRef
 
 
-def local_rows(ref: TableRef, columns: Sequence[str], predicate: str | None = None) -> list[Any] | None:
-    """The rows of ``columns`` of the local table at ``ref`` that ``predicate`` (SQL, read by both engines)
-    keeps, as tuples with those field names, as Spark's collect gives them; None where delta-rs cannot say."""
+def _answered(ref: TableRef, read):
+    """``read(table)`` of the local Delta table at ``ref``; None where delta-rs cannot say (not a local
+    path, no Delta table there, a table or read it cannot do): the caller asks Spark."""
     if local_path(ref) is None:
         return None
     try:
         table = open_table(ref)
-        if table is None:
-            return None
-        got = read_rows(table, list(columns), predicate)
+        return None if table is None else read(table)
     except Exception:  # noqa: BLE001 - delta-rs cannot read it: the caller asks Spark
+        return None
+
+
+def local_rows(ref: TableRef, columns: Sequence[str], predicate: str | None = None) -> list[Any] | None:
+    """The rows of ``columns`` of the local table at ``ref`` that ``predicate`` (SQL, read by both engines)
+    keeps, as tuples with those field names, as Spark's collect gives them; None where delta-rs cannot say."""
+    got = _answered(ref, lambda table: read_rows(table, list(columns), predicate))
+    if got is None:
         return None
     row = namedtuple("Row", columns)
     return [row(*values) for values in zip(*(got.column(c).to_pylist() for c in columns))]
 
 
 def local_columns(ref: TableRef) -> frozenset[str] | None:
-    """The column names of the local Delta table at ``ref``; None where delta-rs cannot say (not a local
-    path, no Delta table there, a table it cannot open): the caller asks Spark."""
-    if local_path(ref) is None:
-        return None
-    try:
-        table = open_table(ref)
-        return None if table is None else frozenset(f.name for f in table.schema().fields)
-    except Exception:  # noqa: BLE001 - delta-rs cannot open it: the caller asks Spark
-        return None
+    """The column names of the local Delta table at ``ref``; None where delta-rs cannot say."""
+    return _answered(ref, lambda table: frozenset(f.name for f in table.schema().fields))
 
 
 def newest_rows_per_source(ref: TableRef, columns: Sequence[str]) -> list[Any] | None:
