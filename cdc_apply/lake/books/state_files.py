@@ -4,8 +4,8 @@ Each Spark read of a state table when the job starts (whether it exists and its 
 rows, the schema history, the type cache, the quarantined sources) is a job of its own with its Delta
 snapshot and planning: ~0.6 s of every run on a warm JVM, which each ``apply --once`` run pays again.
 delta-rs reads the same rows of a local table in a few milliseconds (as ``cdc-apply status`` does:
-:mod:`cdc_apply.lake.books.status_files`). Anything it cannot read — object storage, a catalog table, a table feature it lacks — gives None, and the caller
-runs Spark's query.
+:mod:`cdc_apply.lake.books.status_files`). Anything it cannot read — object storage, a catalog table,
+a table feature it lacks — gives None, and the caller runs Spark's query.
 """
 
 from __future__ import annotations
