@@ -103,6 +103,21 @@ def files_bytes(spark, ref: TableRef) -> int | None:
         return None
 
 
+def file_column_names(spark, ref: TableRef) -> dict[str, str] | None:
+    """Each top-level column's name in the table's Parquet files (its column-mapping physical name, or
+    its own name without column mapping), from the snapshot this JVM holds: no log read. None where the
+    JVM is out of reach (Spark Connect) or the table is not known."""
+    log = delta_log(spark, ref)
+    if log is None:
+        return None
+    try:
+        fields = json.loads(log.unsafeVolatileSnapshot().metadata().schemaString())["fields"]
+    except Exception:  # noqa: BLE001 - not known: the caller goes without it
+        return None
+    return {f["name"]: str((f.get("metadata") or {}).get("delta.columnMapping.physicalName", f["name"]))
+            for f in fields}
+
+
 def files_with_stats(spark, ref: TableRef, version: int):
     """The table's live files at ``version`` as a DataFrame of Delta's ``AddFile`` columns with ``stats``
     parsed (``numRecords``, ``minValues``, ``maxValues``, ``nullCount``): its queries run over the snapshot's

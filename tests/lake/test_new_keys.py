@@ -86,3 +86,61 @@ def test_a_configured_key_is_not_trusted_to_be_unique_and_its_batch_is_merged(la
     lake.land(b.rows()[done:])
     lake.apply()
     assert _history(lake, "t")[0][0] == "MERGE"
+
+
+def test_silver_writes_of_a_table_keyed_by_one_column_build_no_parquet_dictionary_of_the_key(lake_factory, monkeypatch):
+    """One row per key: the key's dictionary would only be dropped as larger than its plain values. The
+    other columns, and a table keyed by two columns (each repeats), keep Parquet's choice."""
+    import glob
+
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    import cdc_apply.lake.silver_tables as silver_tables
+
+    lake = lake_factory("key_dictionary")
+    seen = []   # (table, {column: the session's dictionary setting of its Parquet column}) at each write
+
+    def spying(name):
+        write = getattr(silver_tables, name)
+
+        def spy(session, rows, work, *args, **kwargs):
+            physical = {f.name: f.metadata.get("delta.columnMapping.physicalName", f.name)
+                        for f in DeltaTable(str(work.ref)).schema().fields}
+            seen.append((work.qualified_name, {c: session.conf.get(f"parquet.enable.dictionary#{p}", None)
+                                               for c, p in physical.items()}))
+            return write(session, rows, work, *args, **kwargs)
+        monkeypatch.setattr(silver_tables, name, spy)
+
+    for name in ("append_rows", "append_new_keys", "merge_keyed"):
+        spying(name)
+    b = StreamBuilder("src")
+    one = b.relation("public", "one", [("id", "int4", True), ("v", "text", False)])
+    two = b.relation("public", "two", [("a", "int4", True), ("b", "int4", True), ("v", "text", False)])
+    with b.transaction() as tx:
+        for i in range(40):
+            tx.insert(one, {"id": i, "v": f"v{i % 2}"})
+            tx.insert(two, {"a": i % 3, "b": i, "v": f"v{i % 2}"})
+    lake.land(b.rows())
+    lake.apply()   # into empty tables: appends
+    done = len(b.rows())
+    with b.transaction() as tx:
+        tx.update(one, {"id": 1, "v": "v0"})
+        tx.update(two, {"a": 1, "b": 1, "v": "v0"})
+        tx.insert(one, {"id": 99, "v": "v1"})
+    lake.land(b.rows()[done:])
+    lake.apply()   # MERGEs
+    assert {t for t, _ in seen} == {"public.one", "public.two"} and len(seen) >= 4
+    for table, settings in seen:
+        expected = {"id": "false"} if table == "public.one" else {}
+        assert {c: v for c, v in settings.items() if v is not None} == expected, table
+    assert lake.silver("public", "one").count() == 41
+    # Only the key's dictionary is off: the low-cardinality text column of the same files keeps its own.
+    path = f"{lake.root}/silver/public/one"
+    physical = {f.name: f.metadata.get("delta.columnMapping.physicalName", f.name) for f in DeltaTable(path).schema().fields}
+    for file in glob.glob(f"{path}/**/*.parquet", recursive=True):
+        chunks = {c.path_in_schema: c for g in range(pq.ParquetFile(file).metadata.num_row_groups)
+                  for c in (pq.ParquetFile(file).metadata.row_group(g).column(k)
+                            for k in range(pq.ParquetFile(file).metadata.num_columns))}
+        if physical["v"] in chunks:
+            assert chunks[physical["v"]].has_dictionary_page and not chunks[physical["id"]].has_dictionary_page
