@@ -28,19 +28,26 @@ demo: setup
 
 test: setup
 	@mkdir -p .tmp
-	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --basetemp "$(CURDIR)/.tmp/pytest" -m "not system" $(PYTEST_ARGS)
+	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --basetemp "$(CURDIR)/.tmp/pytest" \
+		-m "not system and not connect" $(PYTEST_ARGS)
 
-# The system tests (marker `system`; make test leaves them to this target): the real command line and
-# other JVMs in subprocesses — the crash tests (tests/crash: land and apply SIGKILLed at random moments,
-# first runs included, run again and silver compared with PostgreSQL, ~4 minutes a seed on 2 cores; two
-# of each command started together), a failed batch's output under the CLI and spark-submit, the wheel
-# in a fresh virtualenv. .ci/run runs both targets. A module's tests run in one worker (its fixture starts
-# JVMs), the Connect tests in one, each crash seed on its own (tests/conftest.py: pytest_xdist_make_scheduler).
-KILL_SEEDS ?= 1,2,3,4
+# The system tests (markers `system` and `connect`; make test leaves them to this target): the real command
+# line and other JVMs in subprocesses — the crash tests (tests/crash: land and apply SIGKILLed at random
+# moments, first runs included, run again and silver compared with PostgreSQL, ~4 minutes a seed on 2
+# cores; two of each command started together), everything over the local Spark Connect server (a second
+# JVM), a failed batch's output under the CLI and spark-submit, the wheel in a fresh virtualenv. .ci/run
+# runs both targets. A module's tests run in one worker (its fixture starts JVMs), the Connect tests in
+# one, each crash seed on its own (tests/conftest.py: pytest_xdist_make_scheduler).
+# One crash seed a run, drawn from the commit, so successive commits rotate through the seeds: KILL_SEEDS=1,2,3,4
+# runs them all (make soak does), KILL_SEEDS=3 one of them again.
+KILL_SEED_COUNT := 4
+KILL_SEEDS ?= $(shell git rev-parse HEAD 2>/dev/null | cut -c1-7 | xargs -I{} printf '%d\n' 0x{} 2>/dev/null \
+	| awk '{print $$1 % $(KILL_SEED_COUNT) + 1}' | grep . || echo 1)
 system: setup
 	@mkdir -p .tmp
+	@echo "crash seeds: $(KILL_SEEDS) (KILL_SEEDS=1,2,3,4 runs every seed)"
 	@CDC_APPLY_KILL_SEEDS=$(KILL_SEEDS) $(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope \
-		--basetemp "$(CURDIR)/.tmp/system" -m "system and not cluster" $(PYTEST_ARGS)
+		--basetemp "$(CURDIR)/.tmp/system" -m "(system or connect) and not cluster" $(PYTEST_ARGS)
 
 # The cluster tests (marker `cluster`, tests/cluster; docs/CLUSTER.md): the apply job under spark-submit on a
 # real standalone cluster (a master and two workers from pip's pyspark on 127.0.0.1) whose executors' Python
@@ -75,7 +82,8 @@ BENCHES ?=
 bench: setup
 	@$(VPY) -m bench.run $(BENCHES)
 
-# The differential soak: >= 100,000 seeded random transactions, silver compared with PostgreSQL at
+# The soak: every crash seed of tests/crash/test_kill_anywhere.py (~4 minutes each), then the differential
+# soak: >= 100,000 seeded random transactions, silver compared with PostgreSQL at
 # 8 checkpoints. Two configurations span the protocol (1: text, no streaming, no two-phase; 4: parallel
 # streaming, two-phase, binary): ~55 minutes here. All six take several hours on 2 cores:
 #   make soak SOAK_CONFIGS=v1,v1_binary,v2_stream,v3_twophase,v4_parallel,v4_parallel_binary
@@ -86,6 +94,9 @@ SOAK_CONFIGS ?= v1,v4_parallel_binary
 # read_as_of against PostgreSQL at each checkpoint (docs/HISTORY.md).
 SOAK_HISTORY ?=
 soak: setup
+	@mkdir -p .tmp
+	@CDC_APPLY_KILL_SEEDS=1,2,3,4 $(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope \
+		--basetemp "$(CURDIR)/.tmp/soak" tests/crash/test_kill_anywhere.py $(PYTEST_ARGS)
 	@$(VPY) -m cdc_apply.testing.differential --seed $(SOAK_SEED) --transactions $(SOAK_TRANSACTIONS) \
 		--checkpoints 8 --configs $(SOAK_CONFIGS) --workdir bench/work/soak --result bench/soak.json \
 		$(if $(SOAK_HISTORY),--history)

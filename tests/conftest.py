@@ -73,24 +73,29 @@ def postgres(tmp_path_factory):
 
 # Fixtures that start a JVM or a PostgreSQL server, and the marker a test using any of them (directly or
 # through another fixture) carries, so `make test-fast` (-m "not spark and not postgres") never starts one.
-_MARKER_OF_FIXTURE = {"spark": "spark", "lake": "spark", "connect_spark": "spark", "connect_session": "spark",
-                      "postgres": "postgres"}
+# A test on the Spark Connect server also carries `connect`: `make test` leaves those to `make system`,
+# which starts the server once, in one worker.
+_MARKERS_OF_FIXTURE = {"spark": ("spark",), "lake": ("spark",), "connect_spark": ("spark", "connect"),
+                       "connect_session": ("spark", "connect"), "connect_server": ("spark", "connect"),
+                       "postgres": ("postgres",)}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
-            marker = _MARKER_OF_FIXTURE.get(fixture)
-            if marker is not None and item.get_closest_marker(marker) is None:
-                item.add_marker(marker)
+            for marker in _MARKERS_OF_FIXTURE.get(fixture, ()):
+                if item.get_closest_marker(marker) is None:
+                    item.add_marker(marker)
 
 
 # `make system` runs a module's tests in one worker (their module fixture starts several JVMs: with plain
-# `load` both workers built it), every Connect test in one worker (one Connect server), and each crash
+# `load` both workers built it), every Connect test in one worker (one Connect server: a module listed
+# here brings only its `connect` tests to make system), and each crash
 # seed on its own, so the seeds spread over both workers. (xdist's `loadgroup` would do this from markers,
 # but under pytest 9 its renamed node ids are not seen by the scheduler.)
 _CONNECT_MODULES = ("tests/lake/test_apply_connect.py", "tests/lake/test_connect_entry_points.py",
-                    "tests/spark/test_connect_session.py")
+                    "tests/spark/test_connect_session.py", "tests/delta/test_log_connect.py",
+                    "tests/lake/test_local_batch.py", "tests/lake/test_bronze_contract.py")
 _ONE_PER_TEST_MODULES = ("tests/crash/test_kill_anywhere.py",)
 
 

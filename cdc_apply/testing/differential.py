@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -75,7 +76,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
                      configs=tuple(CONFIGS), root: Path | None = None, out: TextIO = sys.stdout,
                      large_rows: int = 300, history: bool = False, preload: int = 0,
                      chunk_rows: int = 100, apply_spark=None, apply_mode=None, rules: dict | None = None,
-                     soft_deletes: bool = False) -> Outcome:
+                     soft_deletes: bool = False, postgres=None) -> Outcome:
     """Run the workload in ``checkpoints`` parts; after each, land every configuration, apply, compare.
 
     ``history``: every table keeps a history table; the source's state after every transaction is
@@ -89,6 +90,8 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     sections merged into the apply job's (``{"tables": {"diff.pk_t": {"mask_columns": ...}}}``); the
     comparisons apply the same exclusions and masks to PostgreSQL's rows (docs/MASKING.md).
     ``soft_deletes``: every table's deletes are soft; silver less its marked rows must equal the source.
+    ``postgres``: a running server (:func:`cdc_apply.testing.postgres.start_postgres`) to use instead of
+    starting one: the run gets a database and slots of its own there, dropped at its end.
     """
     from cdc_apply.testing.history_check import SourceRecord
     from cdc_apply.delta.bronze_schema import create_bronze_table
@@ -100,12 +103,15 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     started = time.monotonic()
     root = Path(root or tempfile.mkdtemp(prefix="cdc_apply_diff_"))
     outcome = Outcome(seed)
-    pg = start_postgres(root / "pg" / "data")
+    pg = postgres or start_postgres(root / "pg" / "data")
+    # On a shared server each run has its own database, and slots named after it (slots are the server's).
+    db = "diff" if postgres is None else f"diff_{uuid.uuid4().hex[:12]}"
+    slot = "diff" if postgres is None else db
     try:
-        pg.create_database("diff")
-        pg.execute(SCHEMA, dbname="diff")
-        pg.execute("CREATE PUBLICATION diff_pub FOR TABLES IN SCHEMA diff", dbname="diff")
-        conn = pg.connect("diff")
+        pg.create_database(db)
+        pg.execute(SCHEMA, dbname=db)
+        pg.execute("CREATE PUBLICATION diff_pub FOR TABLES IN SCHEMA diff", dbname=db)
+        conn = pg.connect(db)
 
         def execute(sql: str) -> None:
             with conn.cursor() as cur:
@@ -120,12 +126,12 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
         snapshots = {"create_slot": True, "snapshot": "initial", "snapshot_chunk_rows": chunk_rows} if preload else {}
         for name in configs if not preload else ():   # with preload each lander creates its own
             two_phase = "true" if CONFIGS[name]["two_phase"] else "false"
-            pg.execute(f"SELECT pg_create_logical_replication_slot('diff_{name}', 'pgoutput', false, "
-                       f"{two_phase})", dbname="diff")
+            pg.execute(f"SELECT pg_create_logical_replication_slot('{slot}_{name}', 'pgoutput', false, "
+                       f"{two_phase})", dbname=db)
         lake = parse_config(_lake(root, rules, history=history, soft_deletes=soft_deletes))
         create_bronze_table(spark, lake.bronze.path)
         landers = {name: parse_config(_lake(root, {
-            "source": {"name": name, "dsn": pg.dsn("diff"), "slot": f"diff_{name}", "publication": "diff_pub",
+            "source": {"name": name, "dsn": pg.dsn(db), "slot": f"{slot}_{name}", "publication": "diff_pub",
                        "messages": True, **CONFIGS[name], **snapshots},
             "land": {"batch_messages": 20_000, "idle_exit_seconds": 1.0}})) for name in configs}
         if record:
@@ -168,11 +174,21 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
                   + f" (land {t1 - t0:.0f} s, apply {t2 - t1:.0f} s, compare {time.monotonic() - t2:.0f} s)", file=out)
         conn.close()
     finally:
-        pg.destroy()
+        if postgres is None:
+            pg.destroy()
+        else:
+            _drop_database(pg, db)
     outcome.seconds = time.monotonic() - started
     if outcome.failures:
         outcome.failures.append("replay: " + replay_command(seed, transactions, checkpoints, configs, history, soft_deletes))
     return outcome
+
+
+def _drop_database(pg, db: str) -> None:
+    """A run's database and its slots, off a shared server (the landers have stopped: no slot is active)."""
+    pg.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s",
+               (db,))
+    pg.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 def _check_history(spark, lake, configs, record, part: int, seen: int, preload: bool) -> list[str]:

@@ -56,25 +56,3 @@ def lake_factory(spark, tmp_path_factory):
         return Lake(spark, tmp_path_factory.mktemp(name), extra)
 
     return make
-
-
-@pytest.fixture(scope="session")
-def rules_run(lake_factory):
-    """The apply-rules capture (``rules_capture``) applied once with the defaults: (lake, pipeline, printed)."""
-    from rules_capture import apply_rules
-
-    lake = lake_factory("rules")
-    pipeline, printed = apply_rules(lake)
-    return lake, pipeline, printed
-
-
-@pytest.fixture(scope="session")
-def history_run(lake_factory):
-    """The history capture (``history_capture``) applied with history tables through two crashes — after
-    a table's history write and before its silver writes in the first batch, before the second
-    batch's progress — then to the end: (lake, rows, pipeline)."""
-    from history_capture import CONFIG, apply_history
-
-    lake = lake_factory("history", **CONFIG)
-    rows, _, pipeline = apply_history(lake, crashes=(("history:public.t", 1), ("progress", 2)))
-    return lake, rows, pipeline

@@ -3,7 +3,7 @@
 Built with the encoder (StreamBuilder): transactions open at a batch end, streamed transactions
 spanning batches, a prepared transaction committed two batches later, key moves with unchanged
 TOAST, duplicates under REPLICA IDENTITY FULL, a TRUNCATE ... CASCADE, names that need quoting.
-Applied once per test session (``rules_run``); tests that vary a setting apply it again and compare.
+Applied once per test module (``rules_run`` in test_apply_rules.py); tests that vary a setting apply it again and compare.
 """
 
 from __future__ import annotations

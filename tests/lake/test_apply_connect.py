@@ -16,12 +16,13 @@ pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.connect, pyte
 SEED = 20261128
 
 
-def test_silver_applied_over_spark_connect_equals_the_source_at_every_checkpoint(spark, connect_session, tmp_path):
+def test_silver_applied_over_spark_connect_equals_the_source_at_every_checkpoint(spark, postgres, connect_session,
+                                                                                 tmp_path):
     """Streamed, two-phase and parallel transactions with TOAST values (protocol 4) and key-range snapshot
     chunks, applied by a pipeline whose session is a Spark Connect client: equal to PostgreSQL twice."""
     out = io.StringIO()
-    outcome = run_differential(spark, SEED, transactions=40, checkpoints=2, configs=("v4_parallel",), root=tmp_path,
-                               out=out, large_rows=120, preload=20, chunk_rows=40,
+    outcome = run_differential(spark, SEED, transactions=40, checkpoints=2, configs=("v4_parallel",), postgres=postgres,
+                               root=tmp_path, out=out, large_rows=120, preload=20, chunk_rows=40,
                                apply_spark=connect_session, apply_mode=connect_mode)
     print(out.getvalue())
     assert outcome.ok, "\n".join(outcome.failures)
@@ -32,12 +33,12 @@ def test_silver_applied_over_spark_connect_equals_the_source_at_every_checkpoint
 
 
 def test_soft_deletes_applied_over_spark_connect_leave_silver_less_its_marked_rows_equal_to_the_source(
-        spark, connect_session, tmp_path):
+        spark, postgres, connect_session, tmp_path):
     """Every table's deletes soft, applied through the SQL statements a Connect session runs (merge_sql.py,
     soft_deletes.py): silver less its marked rows equals PostgreSQL, and rows were marked."""
     out = io.StringIO()
-    outcome = run_differential(spark, SEED, transactions=40, checkpoints=2, configs=("v4_parallel",), root=tmp_path,
-                               out=out, large_rows=120, preload=20, chunk_rows=40,
+    outcome = run_differential(spark, SEED, transactions=40, checkpoints=2, configs=("v4_parallel",), postgres=postgres,
+                               root=tmp_path, out=out, large_rows=120, preload=20, chunk_rows=40,
                                apply_spark=connect_session, apply_mode=connect_mode, soft_deletes=True)
     print(out.getvalue())
     assert outcome.ok, "\n".join(outcome.failures)

@@ -24,6 +24,16 @@ pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
+def rules_run(lake_factory):
+    """The apply-rules capture (``rules_capture``) applied once with the defaults: (lake, pipeline, printed)."""
+    from rules_capture import apply_rules
+
+    lake = lake_factory("rules")
+    pipeline, printed = apply_rules(lake)
+    return lake, pipeline, printed
+
+
+@pytest.fixture(scope="module")
 def run(rules_run):
     return rules_run
 

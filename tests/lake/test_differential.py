@@ -17,13 +17,13 @@ SEED = int(os.environ.get("CDC_APPLY_DIFF_SEED", "20261122"))
 CONFIGS = ("v1_binary", "v2_stream", "v3_twophase", "v4_parallel")
 
 
-def test_silver_equals_the_source_at_every_checkpoint_for_every_protocol_configuration(spark, tmp_path):
+def test_silver_equals_the_source_at_every_checkpoint_for_every_protocol_configuration(spark, postgres, tmp_path):
     """The tables hold rows (TOAST values among them) before any slot exists: each configuration's lander
     creates its slot with the initial snapshot, key ranges of 40 rows, then the workload goes on."""
     out = io.StringIO()
     print(f"differential seed {SEED} (set CDC_APPLY_DIFF_SEED to change it)")
-    outcome = run_differential(spark, SEED, transactions=80, checkpoints=2, configs=CONFIGS, root=tmp_path,
-                               out=out, large_rows=250, preload=40, chunk_rows=40)
+    outcome = run_differential(spark, SEED, transactions=80, checkpoints=2, configs=CONFIGS, postgres=postgres,
+                               root=tmp_path, out=out, large_rows=250, preload=40, chunk_rows=40)
     assert "40 transactions before the slots" in out.getvalue()
     print(out.getvalue())
     assert outcome.ok, "\n".join(outcome.failures)
@@ -39,21 +39,22 @@ def test_silver_equals_the_source_at_every_checkpoint_for_every_protocol_configu
 @pytest.mark.skipif(os.environ.get("CDC_APPLY_DIFF_HISTORY") != "1",
                     reason="minutes on 2 cores: set CDC_APPLY_DIFF_HISTORY=1 (make soak SOAK_HISTORY=1 runs it large)")
 @pytest.mark.parametrize("preload", [0, 40])
-def test_history_tables_hold_every_source_state_and_read_as_of_equals_the_source(spark, tmp_path, preload):
+def test_history_tables_hold_every_source_state_and_read_as_of_equals_the_source(spark, postgres, tmp_path, preload):
     """History on for every table, one configuration (streamed, parallel): at each checkpoint every
     history table holds the source's state after each transaction, and read_as_of equals PostgreSQL
     (from history now, by time travel at the checkpoint before). With ``preload`` the slot is made with
     an initial snapshot after states were recorded: history holds them from its consistent point on.
     Opt-in: the history capture's tests check the same against the reference applier in the default run."""
     out = io.StringIO()
-    outcome = run_differential(spark, SEED, transactions=60, checkpoints=2, configs=("v4_parallel",), root=tmp_path,
-                               out=out, large_rows=150, history=True, preload=preload, chunk_rows=40)
+    outcome = run_differential(spark, SEED, transactions=60, checkpoints=2, configs=("v4_parallel",), postgres=postgres,
+                               root=tmp_path, out=out, large_rows=150, history=True, preload=preload, chunk_rows=40)
     print(out.getvalue())
     assert outcome.ok, "\n".join(outcome.failures)
     assert out.getvalue().count("history and read_as_of checked") == 2
 
 
-def test_silver_equals_the_source_with_columns_excluded_and_masked_keys_included(spark, tmp_path, monkeypatch):
+def test_silver_equals_the_source_with_columns_excluded_and_masked_keys_included(spark, postgres, tmp_path,
+                                                                                 monkeypatch):
     """The same workload with columns excluded, hashed (a composite key's text column among them) and
     redacted: the comparison masks PostgreSQL's rows by the same rules (docs/MASKING.md)."""
     monkeypatch.setenv("CDC_APPLY_MASK_SALT", "differential-salt")
@@ -61,22 +62,22 @@ def test_silver_equals_the_source_with_columns_excluded_and_masked_keys_included
                         "diff.comp_t": {"mask_columns": {"k2": "sha256", "d": "sha256"}},
                         "diff.full_t": {"mask_columns": {"b": "sha256"}, "exclude_columns": ["c"]}}}
     out = io.StringIO()
-    outcome = run_differential(spark, SEED, transactions=60, checkpoints=2, configs=("v4_parallel",), root=tmp_path,
-                               out=out, large_rows=150, preload=30, chunk_rows=40, rules=rules)
+    outcome = run_differential(spark, SEED, transactions=60, checkpoints=2, configs=("v4_parallel",), postgres=postgres,
+                               root=tmp_path, out=out, large_rows=150, preload=30, chunk_rows=40, rules=rules)
     print(out.getvalue())
     assert outcome.ok, "\n".join(outcome.failures)
     checks = {c.name: c for c in outcome.checkpoints[-1]["v4_parallel"]}
     assert all(checks[t].source_rows > 0 for t in ("diff.pk_t", "diff.comp_t", "diff.full_t"))
 
 
-def test_silver_less_its_soft_deleted_rows_equals_the_source_at_every_checkpoint(spark, tmp_path):
+def test_silver_less_its_soft_deleted_rows_equals_the_source_at_every_checkpoint(spark, postgres, tmp_path):
     """Every table's deletes soft (``deletes = "soft"``) through the whole workload — TOAST, key moves, keyless
     duplicates, truncates, initial snapshots in key ranges: silver, its marked rows read as absent, equals
     PostgreSQL at each checkpoint, and rows are marked, not removed."""
     out = io.StringIO()
     configs = ("v1_binary", "v4_parallel")
-    outcome = run_differential(spark, SEED, transactions=80, checkpoints=2, configs=configs, root=tmp_path,
-                               out=out, large_rows=150, preload=40, chunk_rows=40, soft_deletes=True)
+    outcome = run_differential(spark, SEED, transactions=80, checkpoints=2, configs=configs, postgres=postgres,
+                               root=tmp_path, out=out, large_rows=150, preload=40, chunk_rows=40, soft_deletes=True)
     print(out.getvalue())
     assert outcome.ok, "\n".join(outcome.failures)
     marked = sum(spark.read.format("delta").load(str(tmp_path / "silver" / name / "diff" / table))

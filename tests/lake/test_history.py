@@ -18,6 +18,18 @@ from history_capture import COLUMNS, DOC, as_of, expected, reference_states
 pytestmark = pytest.mark.spark
 
 
+@pytest.fixture(scope="module")
+def history_run(lake_factory):
+    """The history capture (``history_capture``) applied with history tables through two crashes — after
+    a table's history write and before its silver writes in the first batch, before the second
+    batch's progress — then to the end: (lake, rows, pipeline)."""
+    from history_capture import CONFIG, apply_history
+
+    lake = lake_factory("history", **CONFIG)
+    rows, _, pipeline = apply_history(lake, crashes=(("history:public.t", 1), ("progress", 2)))
+    return lake, rows, pipeline
+
+
 def _history(lake, name: str):
     from cdc_apply.delta.refs import history_ref
 
