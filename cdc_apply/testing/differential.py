@@ -91,7 +91,8 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     comparisons apply the same exclusions and masks to PostgreSQL's rows (docs/MASKING.md).
     ``soft_deletes``: every table's deletes are soft; silver less its marked rows must equal the source.
     ``postgres``: a running server (:func:`cdc_apply.testing.postgres.start_postgres`) to use instead of
-    starting one: the run gets a database and slots of its own there, dropped at its end.
+    starting one: the run gets a database and slots of its own there; its slots and prepared
+    transactions go at its end (:func:`_release_database`).
     """
     from cdc_apply.testing.history_check import SourceRecord
     from cdc_apply.delta.bronze_schema import create_bronze_table
@@ -177,18 +178,21 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
         if postgres is None:
             pg.destroy()
         else:
-            _drop_database(pg, db)
+            _release_database(pg, db)
     outcome.seconds = time.monotonic() - started
     if outcome.failures:
         outcome.failures.append("replay: " + replay_command(seed, transactions, checkpoints, configs, history, soft_deletes))
     return outcome
 
 
-def _drop_database(pg, db: str) -> None:
-    """A run's database and its slots, off a shared server (the landers have stopped: no slot is active)."""
+def _release_database(pg, db: str) -> None:
+    """A finished run's hold on a shared server: its prepared transactions rolled back and its slots dropped
+    (both would keep WAL and locks for the rest of the server's life); the database itself stays until the
+    server goes (it holds no slot, no prepared transaction and no open connection)."""
+    for (gid,) in pg.execute("SELECT gid FROM pg_prepared_xacts WHERE database = %s", (db,)):
+        pg.execute("ROLLBACK PREPARED %s", (gid,), dbname=db)
     pg.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s",
                (db,))
-    pg.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 def _check_history(spark, lake, configs, record, part: int, seen: int, preload: bool) -> list[str]:

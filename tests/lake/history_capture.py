@@ -133,8 +133,9 @@ COLUMNS = {"public.t": ["id", "v", "doc"], "public.bag": ["x", "y"], "public.evo
            "public.plain": ["id", "v"]}
 
 
-def apply_history(lake, crashes=()):
-    """Land the capture as three bronze commits and apply them (three batches): (rows, cuts, pipeline).
+def apply_history(lake, crashes=(), batches: int = 3):
+    """Land the capture's first ``batches`` batches as that many bronze commits and apply them:
+    (rows, cuts, pipeline) — rows and cuts of the whole capture.
 
     ``crashes``: (fault point, apply version) pairs; each makes one run of the job die there (see
     ApplyPipeline's fault hook) before the last run applies everything."""
@@ -142,7 +143,7 @@ def apply_history(lake, crashes=()):
 
     rows, cuts = build_history()
     start = 0
-    for cut in cuts:
+    for cut in cuts[:batches]:
         lake.land(rows[start:cut])
         start = cut
     for point, version in crashes:

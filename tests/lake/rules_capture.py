@@ -3,7 +3,9 @@
 Built with the encoder (StreamBuilder): transactions open at a batch end, streamed transactions
 spanning batches, a prepared transaction committed two batches later, key moves with unchanged
 TOAST, duplicates under REPLICA IDENTITY FULL, a TRUNCATE ... CASCADE, names that need quoting.
-Applied once per test module (``rules_run`` in test_apply_rules.py); tests that vary a setting apply it again and compare.
+What each rule leaves is stated on the reference applier (tests/testing/test_reference_rules.py); applied
+once per test module (``rules_run`` in test_apply_rules.py), where silver must equal the reference, and
+again by the test that varies internals, which compares.
 """
 
 from __future__ import annotations

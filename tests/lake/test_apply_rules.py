@@ -1,24 +1,28 @@
-"""The apply rules, each on its own table, in one job run over three micro-batches.
+"""The apply rules in one job run over three micro-batches: silver equals the reference applier.
 
 The stream (``rules_capture``) is built with the encoder and landed in three bronze appends; the
 job runs once (availableNow, one append per micro-batch), so transactions open at a batch end,
 streamed transactions spanning batches and a prepared transaction committed two batches later are
-all exercised. The same capture is then applied other ways (collapses over more partitions, MERGEs
-that rewrite files, move resolution by rounds), which must leave the same tables.
+all exercised. What each rule leaves is stated on the reference applier, in pure tests
+(tests/testing/test_reference_rules.py); here every silver table equals its reference table, and
+the tests read what only the Spark job shows: names on disk, the state tables, progress lines,
+table properties and commit metadata. The same capture is then applied other ways (collapses over
+more partitions, MERGEs that mark rows, move resolution by rounds), which must leave the same tables.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
-from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from cdc_apply.pgoutput.messages import format_lsn
+from cdc_apply.testing.reference import ReferenceApplier
 
 from cdc_apply.lake.silver import collapse as collapse_module, merge
-from rules_capture import BIG, apply_rules
+from rules_capture import apply_rules, build_rules
 
 pytestmark = pytest.mark.spark
 
@@ -26,8 +30,6 @@ pytestmark = pytest.mark.spark
 @pytest.fixture(scope="module")
 def rules_run(lake_factory):
     """The apply-rules capture (``rules_capture``) applied once with the defaults: (lake, pipeline, printed)."""
-    from rules_capture import apply_rules
-
     lake = lake_factory("rules")
     pipeline, printed = apply_rules(lake)
     return lake, pipeline, printed
@@ -38,54 +40,48 @@ def run(rules_run):
     return rules_run
 
 
+@pytest.fixture(scope="module")
+def reference() -> ReferenceApplier:
+    """The same capture through the reference applier."""
+    rows, _ = build_rules()
+    ref = ReferenceApplier()
+    for _, seq, _, payload in rows:
+        ref.feed(seq, payload)
+    return ref
+
+
 def _rows(df, *cols):
     return sorted(tuple(r) for r in df.select(*cols).collect())
 
 
-def test_inserts_updates_and_deletes_leave_the_current_rows(run):
+def _text(value):
+    return None if value is None else str(value)
+
+
+def test_every_silver_table_equals_the_reference_applier_table_after_three_batches(run, reference):
+    """Key moves, unchanged TOAST, keyless duplicates, a cascading truncate, streamed and two-phase
+    transactions spanning batches, names that need quoting: each table's rows, column for column."""
     lake, _, _ = run
-    assert _rows(lake.silver("public", "basic"), "id", "name") == [
-        (1, "one"), (3, "n3"), (4, "n4"), (10, "spans batches"), (11, "after")]
-
-
-def test_unchanged_toast_keeps_the_stored_value_from_silver_or_from_the_batch(run, spark):
-    lake, _, _ = run
-    expected = spark.createDataFrame([(1, 10, BIG + "1"), (2, 2, BIG + "2"), (3, 30, BIG + "3")],
-                                     "id INT, n INT, doc STRING")
-    assert_df_equality(lake.silver("public", "toasty").select("id", "n", "doc"), expected, ignore_row_order=True)
-
-
-def test_a_key_change_moves_the_row_and_keeps_its_unchanged_toast(run):
-    lake, _, _ = run
-    assert _rows(lake.silver("public", "moves"), "id", "doc") == [(10, "m1"), (20, "new"), (30, "m3")]
-
-
-def test_full_identity_without_a_key_keeps_exact_duplicates(run):
-    lake, _, _ = run
-    assert _rows(lake.silver("public", "dups"), "a", "b") == [(1, "x"), (3, "y")]
-
-
-def test_truncate_empties_every_listed_table_and_later_changes_apply(run):
-    lake, _, _ = run
-    assert _rows(lake.silver("public", "parent"), "id") == [(5,)]
-    assert _rows(lake.silver("public", "child"), "id") == []
-
-
-def test_streamed_transactions_apply_at_commit_without_aborted_subtransactions(run):
-    lake, _, _ = run
-    assert _rows(lake.silver("public", "streamed"), "id", "v") == [(1, "s1"), (3, "s3")]
-
-
-def test_a_prepared_transaction_applies_at_commit_prepared_and_a_rolled_back_one_never(run):
-    lake, _, _ = run
-    assert _rows(lake.silver("public", "twophase"), "id", "v") == [(1, "prepared then committed")]
+    names = reference.table_names()
+    on_disk = sorted(f"{p.parent.name}.{p.name}" for p in (lake.root / "silver").glob("*/*")
+                     if (p / "_delta_log").exists())
+    assert len(on_disk) == len(names) == 9
+    differences = {}
+    for name in names:
+        df = lake.silver(*name.split(".", 1))
+        columns = [c for c in df.columns if not c.startswith("_cdc_")]
+        want = reference.rows(name)
+        got = Counter(tuple(map(_text, r)) for r in df.select(*[f"`{c}`" for c in columns]).collect())
+        if any(list(r) != columns for r in want) or got != Counter(tuple(r.values()) for r in want):
+            differences[name] = (columns, sorted(got), want)
+    assert differences == {}
 
 
 def test_any_names_work_for_namespaces_tables_and_columns(run):
     lake, _, _ = run
     assert (lake.root / "silver" / "we%2Fird%25ns" / 'Mixed "Case", tbl').exists()
     df = lake.silver("we/ird%ns", 'Mixed "Case", tbl')
-    assert _rows(df, "id", "`a b,c`", "`ünï`") == [(1, "w2", 11)]
+    assert [c for c in df.columns if not c.startswith("_cdc_")] == ["id", "a b,c", "ünï"]
     assert dict(df.dtypes)["ünï"] == "bigint"
 
 
@@ -96,21 +92,23 @@ def test_silver_rows_carry_commit_lsn_and_commit_time(run):
     assert df.where("_cdc_commit_lsn IS NULL OR _cdc_commit_ts IS NULL").count() == 0
 
 
-def test_the_transactions_log_has_one_row_per_applied_transaction(run):
+def test_the_transactions_log_has_one_row_per_transaction_the_reference_committed(run, reference):
     lake, _, _ = run
     log = lake.state("transactions")
-    kinds = sorted(r.kind for r in log.select("kind").collect())
-    assert kinds.count("streamed") == 1 and kinds.count("prepared") == 1
+    assert sorted((r.commit_lsn, r.kind) for r in log.select("commit_lsn", "kind").collect()) == sorted(
+        reference.committed)
     truncating = log.where(F.exists("tables", lambda t: t["truncated"])).collect()
     assert len(truncating) == 1
     flags = {t["table"]: (t["cascade"], t["restart_identity"]) for t in truncating[0]["tables"] if t["truncated"]}
     assert flags == {"public.parent": (True, True), "public.child": (True, True)}
 
 
-def test_logical_decoding_messages_land_transactional_or_not(run):
+def test_logical_decoding_messages_land_transactional_or_not_as_the_reference_keeps_them(run, reference):
     lake, _, _ = run
     msgs = _rows(lake.state("messages"), "prefix", "transactional", "content")
-    assert msgs == [("audit", False, bytearray(b"outside")), ("audit", True, bytearray(b"inside"))]
+    assert [(p, t, bytes(c)) for p, t, c in msgs] == sorted(
+        (m.prefix, m.transactional, bytes(m.content)) for m in reference.messages)
+    assert len(msgs) == 2
 
 
 def test_progress_records_the_applied_seq_and_nothing_pending(run):
@@ -153,34 +151,39 @@ def test_each_silver_data_commit_names_the_last_commit_lsn_it_applies(run, spark
 
 # -- the same capture applied other ways: the internals that must not change the result --------------
 
-# The tables of the apply-rules capture the variant below can change: applying only those makes its run
-# cost a few MERGEs instead of nine tables' (the suite's time is mostly such runs).
-KEYED = ("public.basic", "public.toasty", "public.moves", "public.parent")
+# The tables of the apply-rules capture whose MERGEs the variant below changes (dups: the keyless MERGE).
+# Their last changes are in the capture's second append: the variant applies those tables only, over the
+# first two appends — two batches of four tables instead of three of nine (the suite's time is mostly
+# such runs).
+VARIED = ("public.basic", "public.toasty", "public.moves", "public.dups")
 
 
 def _variant_lake(lake_factory, name: str, tables: tuple[str, ...], **extra):
-    """The apply-rules capture applied again, to ``tables`` only, with settings of ``extra``."""
+    """The apply-rules capture's first two appends applied again, to ``tables`` only, with settings of ``extra``."""
     lake = lake_factory(name, **extra, apply={"tables": list(tables)})
-    apply_rules(lake)
+    rows, cuts = build_rules()
+    lake.land(rows[:cuts[0]])
+    lake.land(rows[cuts[0]:cuts[1]])
+    lake.apply()
     return lake
 
 
-def _silver_tables(lake):
-    return sorted(p for p in (lake.root / "silver").glob("*/*") if (p / "_delta_log").exists())
+def _silver_tables(lake, tables: tuple[str, ...]):
+    return [lake.root / "silver" / name.replace(".", "/", 1) for name in tables]
 
 
 def _contents(lake, tables: tuple[str, ...]) -> dict[str, list]:
+    """Every column of every row, ``_cdc_`` columns too, of each of ``tables`` that exists."""
     out = {}
-    for table in _silver_tables(lake):
-        name = f"{table.parent.name}.{table.name}"
-        if name in tables:
+    for name, table in zip(tables, _silver_tables(lake, tables)):
+        if (table / "_delta_log").exists():
             df = lake.spark.read.format("delta").load(str(table))
             out[name] = sorted((tuple(r) for r in df.collect()), key=repr)
     return out
 
 
-def _merge_metrics(lake) -> list[dict]:
-    return [row.operationMetrics for table in _silver_tables(lake)
+def _merge_metrics(lake, tables: tuple[str, ...]) -> list[dict]:
+    return [row.operationMetrics for table in _silver_tables(lake, tables)
             for row in lake.spark.sql(f"DESCRIBE HISTORY delta.`{table}`").where("operation = 'MERGE'").collect()]
 
 
@@ -193,14 +196,13 @@ def test_collapses_over_more_partitions_merges_that_mark_rows_and_moves_by_round
     and unchanged TOAST of key moves resolved by rounds of window queries."""
     from cdc_apply.lake.silver import merge_moves
 
-    tables = (*KEYED, "public.dups")  # dups: the keyless MERGE
     rewriting = rules_run[0]          # small tables: the defaults rewrite the files a MERGE touches
     monkeypatch.setattr(merge, "CELLS_PER_PARTITION", 1)
     wanted, rounds = [], []
     real = collapse_module.collapse
 
     def spy(events, work, has_toast, partitions=None):
-        wanted.append(partitions)
+        wanted.append((work.qualified_name, partitions))
         return real(events, work, has_toast, partitions)
 
     def by_rounds(events, work, target):
@@ -209,12 +211,14 @@ def test_collapses_over_more_partitions_merges_that_mark_rows_and_moves_by_round
 
     monkeypatch.setattr("cdc_apply.lake.silver_tables.collapse", spy)
     monkeypatch.setattr("cdc_apply.lake.silver_tables.resolve_moves", by_rounds)
-    other = _variant_lake(lake_factory, "other_internals", tables, silver={"rewrite_table_bytes": 0})
-    assert len(_contents(other, tables)) == len(tables)
-    assert _contents(other, tables) == _contents(rewriting, tables)
-    assert wanted and all(p and p > 4 for p in wanted)
+    other = _variant_lake(lake_factory, "other_internals", VARIED, silver={"rewrite_table_bytes": 0})
+    theirs = _contents(other, VARIED)
+    assert len(theirs) == len(VARIED)
+    assert theirs == _contents(rewriting, VARIED)
+    assert {name for name, _ in wanted} == {"public.basic", "public.toasty", "public.moves"}
+    assert all(p and p > 4 for _, p in wanted)
     assert rounds and set(rounds) == {"public.moves"}
-    assert any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in _merge_metrics(other))
-    rewrites = _merge_metrics(rewriting)
+    assert any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in _merge_metrics(other, VARIED))
+    rewrites = _merge_metrics(rewriting, VARIED)
     assert rewrites and not any(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in rewrites)
     assert any(int(m.get("numTargetFilesRemoved", 0)) for m in rewrites)

@@ -15,6 +15,7 @@ import pytest
 
 from cdc_apply.errors import ConfigError
 from pg_lake import PgLake
+from tests.verify.test_verify_spark import verify_while_applying
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -165,29 +166,9 @@ def test_an_apply_with_a_hashed_column_and_no_salt_stops_naming_the_key(masked, 
 
 
 def test_verify_leaves_masked_columns_uncompared_and_names_a_masked_key(masked):
-    import threading
-
-    from cdc_apply.verify.run import verify
-
     lake, _, _ = masked
-    stop, errors = threading.Event(), []
-
-    def keep_applying():
-        try:
-            while not stop.is_set():
-                lake.land_and_apply()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=keep_applying, daemon=True)
-    thread.start()
-    try:
-        run = verify(lake.spark, lake.lander_config, tables=["public.people", "public.accounts"], wait_seconds=600,
-                     record=False)
-    finally:
-        stop.set()
-        thread.join()
-    assert not errors, errors
+    # Verify waits for silver to pass its snapshot: the job lands and applies meanwhile, a second apart.
+    run = verify_while_applying(lake, [], 0, steady=False, tables=["public.people", "public.accounts"], record=False)
     results = {t.table: t for t in run.tables}
     people, accounts = results["public.people"], results["public.accounts"]
     assert people.status == "equal", people.line()

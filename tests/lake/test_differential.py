@@ -53,33 +53,26 @@ def test_history_tables_hold_every_source_state_and_read_as_of_equals_the_source
     assert out.getvalue().count("history and read_as_of checked") == 2
 
 
-def test_silver_equals_the_source_with_columns_excluded_and_masked_keys_included(spark, postgres, tmp_path,
-                                                                                 monkeypatch):
-    """The same workload with columns excluded, hashed (a composite key's text column among them) and
-    redacted: the comparison masks PostgreSQL's rows by the same rules (docs/MASKING.md)."""
+def test_silver_with_masks_exclusions_and_soft_deletes_less_its_marked_rows_equals_the_source_at_every_checkpoint(
+        spark, postgres, tmp_path, monkeypatch):
+    """Columns excluded, hashed (a composite key's text column among them) and redacted, and every table's
+    deletes soft (``deletes = "soft"``), through the whole workload — TOAST, key moves, keyless duplicates,
+    truncates, initial snapshots in key ranges: silver, its marked rows read as absent, equals PostgreSQL
+    masked by the same rules (docs/MASKING.md) at each checkpoint, and rows are marked, not removed."""
     monkeypatch.setenv("CDC_APPLY_MASK_SALT", "differential-salt")
     rules = {"tables": {"diff.pk_t": {"exclude_columns": ["f"], "mask_columns": {"v": "sha256", "doc": "redact"}},
                         "diff.comp_t": {"mask_columns": {"k2": "sha256", "d": "sha256"}},
                         "diff.full_t": {"mask_columns": {"b": "sha256"}, "exclude_columns": ["c"]}}}
     out = io.StringIO()
-    outcome = run_differential(spark, SEED, transactions=60, checkpoints=2, configs=("v4_parallel",), postgres=postgres,
-                               root=tmp_path, out=out, large_rows=150, preload=30, chunk_rows=40, rules=rules)
-    print(out.getvalue())
-    assert outcome.ok, "\n".join(outcome.failures)
-    checks = {c.name: c for c in outcome.checkpoints[-1]["v4_parallel"]}
-    assert all(checks[t].source_rows > 0 for t in ("diff.pk_t", "diff.comp_t", "diff.full_t"))
-
-
-def test_silver_less_its_soft_deleted_rows_equals_the_source_at_every_checkpoint(spark, postgres, tmp_path):
-    """Every table's deletes soft (``deletes = "soft"``) through the whole workload — TOAST, key moves, keyless
-    duplicates, truncates, initial snapshots in key ranges: silver, its marked rows read as absent, equals
-    PostgreSQL at each checkpoint, and rows are marked, not removed."""
-    out = io.StringIO()
     configs = ("v1_binary", "v4_parallel")
     outcome = run_differential(spark, SEED, transactions=80, checkpoints=2, configs=configs, postgres=postgres,
-                               root=tmp_path, out=out, large_rows=150, preload=40, chunk_rows=40, soft_deletes=True)
+                               root=tmp_path, out=out, large_rows=150, preload=40, chunk_rows=40, rules=rules,
+                               soft_deletes=True)
     print(out.getvalue())
     assert outcome.ok, "\n".join(outcome.failures)
+    for name in configs:
+        checks = {c.name: c for c in outcome.checkpoints[-1][name]}
+        assert all(checks[t].source_rows > 0 for t in ("diff.pk_t", "diff.comp_t", "diff.full_t")), name
     marked = sum(spark.read.format("delta").load(str(tmp_path / "silver" / name / "diff" / table))
                  .where("_cdc_deleted").count() for name in configs for table in ("pk_t", "full_t"))
     assert marked > 0

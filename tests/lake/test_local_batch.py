@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 import pytest
 
@@ -85,35 +87,117 @@ def _tables(lake) -> dict[str, object]:
     return out
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("scenario,config", [("truncate", "v4_parallel_binary_twophase"),
-                                             ("replica_identity", "v2_stream_binary"),
-                                             ("ddl", "v3_twophase_stream"), ("types", "v1_binary")])
-def test_a_capture_applied_on_the_driver_leaves_the_tables_and_logs_the_general_path_leaves(
-        scenario, config, lake_factory, monkeypatch):
+# The golden captures applied on both paths, each its own source named after its scenario.
+CAPTURES = {"truncate": "v4_parallel_binary_twophase", "replica_identity": "v2_stream_binary",
+            "ddl": "v3_twophase_stream", "types": "v1_binary"}
+
+
+def _numeric(scenario: str) -> str:
+    return options_for(scenario).numeric
+
+
+def _apply_sources_in_chunks(lake, captures: dict[str, object], chunks: int) -> None:
+    """Each capture cut into ``chunks`` as ``_apply_in_chunks`` cuts it, its rows under its own source;
+    the n-th chunks of every capture landed as one commit, so each batch applies every source at once."""
+    cut = {}
+    for source, capture in captures.items():
+        rows = [(source, seq, lsn, payload) for seq, lsn, _xid, payload in capture]
+        size = -(-len(rows) // chunks)
+        cut[source] = [rows[start:start + size] for start in range(0, len(rows), size)]
+    for n in range(max(len(parts) for parts in cut.values())):
+        lake.land([row for parts in cut.values() if n < len(parts) for row in parts[n]])
+        lake.apply()
+
+
+def _source_tables(lake, source: str) -> dict[str, object]:
+    """One source's silver tables (``<silver>/<source>/<namespace>/<table>``) and bookkeeping rows."""
+    from pyspark.sql import functions as F
+
+    silver = lake.root / "silver" / source
+    out = {f"silver {ns.name}.{t.name}": lake.spark.read.format("delta").load(str(t))
+           for ns in sorted(silver.iterdir()) for t in sorted(ns.iterdir())}
+    for table, clock in CLOCK_COLUMNS.items():
+        out[table] = lake.state(table).where(F.col("source") == source).drop(*clock)
+    return out
+
+
+@dataclass
+class BothPaths:
+    """A group of captures (one ``apply.numeric`` setting) applied in 3 chunks on the general path and
+    on the driver-local path: each source's tables and rows on both, what the local path collected and
+    how many of its batches decoded on the driver."""
+
+    general: dict[str, dict[str, object]]
+    local: dict[str, dict[str, object]]
+    general_rows: dict[str, dict[str, list[str]]]
+    local_rows: dict[str, dict[str, list[str]]]
+    collected: list
+    decoded: int
+
+
+def _apply_both_ways(lake_factory, numeric: str) -> BothPaths:
     from cdc_apply.lake import decode_stage, pipeline
 
-    capture = load_capture(scenario, config)
-    extra = {"apply": {"numeric": options_for(scenario).numeric, "on_error": "quarantine"}}
-    general = lake_factory(f"general_{scenario}", **extra)
-    with monkeypatch.context() as patched:
+    scenarios = [s for s in CAPTURES if _numeric(s) == numeric]
+    captures = {s: load_capture(s, CAPTURES[s]) for s in scenarios}
+    extra = {"apply": {"numeric": numeric, "on_error": "quarantine"}, "silver": {"source_in_path": True}}
+    general = lake_factory(f"general_{numeric}", **extra)
+    with pytest.MonkeyPatch.context() as patched:
         patched.setattr(pipeline, "collect_micro_batch", lambda df, planned: None)
-        _apply_in_chunks(general, capture, 3)
-    local = lake_factory(f"local_{scenario}", **extra)
+        _apply_sources_in_chunks(general, captures, 3)
+    local = lake_factory(f"local_{numeric}", **extra)
     collected, decoded = [], []
     collect, decode = pipeline.collect_micro_batch, decode_stage.decode_local
-    monkeypatch.setattr(pipeline, "collect_micro_batch",
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(pipeline, "collect_micro_batch",
                         lambda df, planned: collected.append(collect(df, planned)) or collected[-1])
-    monkeypatch.setattr(decode_stage, "decode_local", lambda rows, plan: decoded.append(1) or decode(rows, plan))
-    _apply_in_chunks(local, capture, 3)
+        patched.setattr(decode_stage, "decode_local", lambda rows, plan: decoded.append(1) or decode(rows, plan))
+        _apply_sources_in_chunks(local, captures, 3)
+    tables = {("general", s): _source_tables(general, s) for s in scenarios}
+    tables.update({("local", s): _source_tables(local, s) for s in scenarios})
+    # Every table of both lakes read by one Spark job.
+    named = [(key, name, df) for key, frames in tables.items() for name, df in frames.items()]
+    rows = _json_rows({str(i): df for i, (_, _, df) in enumerate(named)})
+    per_source: dict[tuple[str, str], dict[str, list[str]]] = {key: {} for key in tables}
+    for i, (key, name, _) in enumerate(named):
+        per_source[key][name] = rows[str(i)]
+    return BothPaths({s: tables["general", s] for s in scenarios}, {s: tables["local", s] for s in scenarios},
+                     {s: per_source["general", s] for s in scenarios}, {s: per_source["local", s] for s in scenarios},
+                     collected, len(decoded))
+
+
+@pytest.fixture(scope="module")
+def both_paths(lake_factory):
+    """The captures applied on both paths, a lake per path for each ``apply.numeric`` setting (the
+    captures sharing it are sources of one lake: 3 batches a path, not 3 a capture), built when a
+    test first asks for its setting."""
+    done: dict[str, BothPaths] = {}
+
+    def get(scenario: str) -> BothPaths:
+        numeric = _numeric(scenario)
+        if numeric not in done:
+            done[numeric] = _apply_both_ways(lake_factory, numeric)
+        return done[numeric]
+
+    return get
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("scenario", list(CAPTURES))
+def test_a_capture_applied_on_the_driver_leaves_the_tables_and_logs_the_general_path_leaves(scenario, both_paths):
+    """The capture is one source of a lake whose batches also apply the other captures of its
+    ``apply.numeric`` setting, on each path; its source's silver tables and bookkeeping rows are compared."""
+    run = both_paths(scenario)
     # Every micro-batch came to the driver; a batch that reads a carried transaction's rows again from
     # bronze decodes them in Spark, the others on the driver.
-    assert len(collected) == 3 and all(rows is not None for rows in collected) and decoded
-    expected, got = _tables(general), _tables(local)
+    assert len(run.collected) == 3 and all(rows is not None for rows in run.collected) and run.decoded
+    expected, got = run.general[scenario], run.local[scenario]
     assert sorted(got) == sorted(expected)
+    assert any(name.startswith("silver ") for name in expected)
     for name, df in expected.items():
         assert got[name].schema == df.schema, name
-    _assert_same_rows(got, expected)
+    for name in expected:
+        assert run.local_rows[scenario][name] == run.general_rows[scenario][name], name
 
 
 def _json_rows(tables: dict[str, object]) -> dict[str, list[str]]:

@@ -44,7 +44,6 @@ def test_tables_without_history_verify_equal_under_a_concurrent_workload(lake):
 
 
 def test_damage_to_a_table_without_history_is_found(lake):
-    lake.land_and_apply()
     path = f"{lake.config.silver.path}/public/t_text"
     victim = lake.spark.read.format("delta").load(path).where("k NOT LIKE 'k1%'").orderBy("v").first().v
     damage(lake, "t_text", f"DELETE FROM {{t}} WHERE v = {victim}")
@@ -56,7 +55,6 @@ def test_damage_to_a_table_without_history_is_found(lake):
 
 
 def test_verify_repair_copies_the_differing_ranges_again_and_then_verifies_equal(lake):
-    lake.land_and_apply()
     damage(lake, "t_int", "DELETE FROM {t} WHERE id BETWEEN 100 AND 104")   # integer key: its ranges copied
     damage(lake, "t_uuid", "DELETE FROM {t} WHERE v = 'v20'")                # uuid key: copied whole
     # The lander and the apply job run meanwhile; the source is quiet.
