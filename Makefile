@@ -38,11 +38,10 @@ test: setup
 # JVM), a failed batch's output under the CLI and spark-submit, the wheel in a fresh virtualenv. .ci/run
 # runs both targets. A module's tests run in one worker (its fixture starts JVMs), the Connect tests in
 # one, each crash seed on its own (tests/conftest.py: pytest_xdist_make_scheduler).
-# One crash seed a run, drawn from the commit, so successive commits rotate through the seeds: KILL_SEEDS=1,2,3,4
+# One crash seed a run, from the number of commits, so successive commits rotate through the seeds: KILL_SEEDS=1,2,3,4
 # runs them all (make soak does), KILL_SEEDS=3 one of them again.
 KILL_SEED_COUNT := 4
-KILL_SEEDS ?= $(shell git rev-parse HEAD 2>/dev/null | cut -c1-7 | xargs -I{} printf '%d\n' 0x{} 2>/dev/null \
-	| awk '{print $$1 % $(KILL_SEED_COUNT) + 1}' | grep . || echo 1)
+KILL_SEEDS ?= $(shell echo $$(( $$(git rev-list --count HEAD 2>/dev/null || echo 0) % $(KILL_SEED_COUNT) + 1 )))
 system: setup
 	@mkdir -p .tmp
 	@echo "crash seeds: $(KILL_SEEDS) (KILL_SEEDS=1,2,3,4 runs every seed)"

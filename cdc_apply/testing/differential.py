@@ -107,7 +107,6 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     pg = postgres or start_postgres(root / "pg" / "data")
     # On a shared server each run has its own database, and slots named after it (slots are the server's).
     db = "diff" if postgres is None else f"diff_{uuid.uuid4().hex[:12]}"
-    slot = "diff" if postgres is None else db
     try:
         pg.create_database(db)
         pg.execute(SCHEMA, dbname=db)
@@ -127,12 +126,12 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
         snapshots = {"create_slot": True, "snapshot": "initial", "snapshot_chunk_rows": chunk_rows} if preload else {}
         for name in configs if not preload else ():   # with preload each lander creates its own
             two_phase = "true" if CONFIGS[name]["two_phase"] else "false"
-            pg.execute(f"SELECT pg_create_logical_replication_slot('{slot}_{name}', 'pgoutput', false, "
+            pg.execute(f"SELECT pg_create_logical_replication_slot('{db}_{name}', 'pgoutput', false, "
                        f"{two_phase})", dbname=db)
         lake = parse_config(_lake(root, rules, history=history, soft_deletes=soft_deletes))
         create_bronze_table(spark, lake.bronze.path)
         landers = {name: parse_config(_lake(root, {
-            "source": {"name": name, "dsn": pg.dsn(db), "slot": f"{slot}_{name}", "publication": "diff_pub",
+            "source": {"name": name, "dsn": pg.dsn(db), "slot": f"{db}_{name}", "publication": "diff_pub",
                        "messages": True, **CONFIGS[name], **snapshots},
             "land": {"batch_messages": 20_000, "idle_exit_seconds": 1.0}})) for name in configs}
         if record:

@@ -1,4 +1,4 @@
-"""The apply-rules capture: every apply rule of DESIGN.md on its own table, in three micro-batches.
+"""The apply-rules capture: every apply rule of the README's contracts on its own table, in three micro-batches.
 
 Built with the encoder (StreamBuilder): transactions open at a batch end, streamed transactions
 spanning batches, a prepared transaction committed two batches later, key moves with unchanged
@@ -97,6 +97,17 @@ def build_rules():
         tx.update(weird, {"id": 1, "a b,c": "w2", "ünï": 11})
     batches.append(len(b.rows()))
     return b.rows(), batches
+
+
+def reference_rules():
+    """The capture fed through the reference applier: the tables the rules leave, in plain Python."""
+    from cdc_apply.testing.reference import ReferenceApplier
+
+    rows, _ = build_rules()
+    ref = ReferenceApplier()
+    for _, seq, _, payload in rows:
+        ref.feed(seq, payload)
+    return ref
 
 
 def apply_rules(lake):

@@ -22,7 +22,7 @@ from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.testing.reference import ReferenceApplier
 
 from cdc_apply.lake.silver import collapse as collapse_module, merge
-from rules_capture import apply_rules, build_rules
+from rules_capture import apply_rules, build_rules, reference_rules
 
 pytestmark = pytest.mark.spark
 
@@ -43,11 +43,7 @@ def run(rules_run):
 @pytest.fixture(scope="module")
 def reference() -> ReferenceApplier:
     """The same capture through the reference applier."""
-    rows, _ = build_rules()
-    ref = ReferenceApplier()
-    for _, seq, _, payload in rows:
-        ref.feed(seq, payload)
-    return ref
+    return reference_rules()
 
 
 def _rows(df, *cols):

@@ -70,14 +70,6 @@ def test_the_payload_tests_in_python_answer_as_the_spark_column_tests(spark):
         assert ranged[k] or not (got[k][0] or got[k][2]), payload
 
 
-def _apply_in_chunks(lake, capture, chunks: int) -> None:
-    rows = [("golden", seq, lsn, payload) for seq, lsn, _xid, payload in capture]
-    size = -(-len(rows) // chunks)
-    for start in range(0, len(rows), size):   # cut anywhere: transactions carried from batch to batch
-        lake.land(rows[start:start + size])
-        lake.apply()
-
-
 def _tables(lake) -> dict[str, object]:
     silver = lake.root / "silver"
     out = {f"silver {ns.name}.{t.name}": lake.spark.read.format("delta").load(str(t))
@@ -97,8 +89,9 @@ def _numeric(scenario: str) -> str:
 
 
 def _apply_sources_in_chunks(lake, captures: dict[str, object], chunks: int) -> None:
-    """Each capture cut into ``chunks`` as ``_apply_in_chunks`` cuts it, its rows under its own source;
-    the n-th chunks of every capture landed as one commit, so each batch applies every source at once."""
+    """Each capture cut into ``chunks`` anywhere (transactions carried from batch to batch), its rows under
+    its own source; the n-th chunks of every capture landed as one commit, so each batch applies every
+    source at once."""
     cut = {}
     for source, capture in captures.items():
         rows = [(source, seq, lsn, payload) for seq, lsn, _xid, payload in capture]
@@ -234,7 +227,7 @@ def test_a_capture_applied_over_spark_connect_runs_its_small_batches_on_the_driv
 
     capture = load_capture("truncate", "v4_parallel_binary_twophase")
     classic = lake_factory("classic_connect_twin")
-    _apply_in_chunks(classic, capture, 3)
+    _apply_sources_in_chunks(classic, {"golden": capture}, 3)
     remote = lake_factory("over_connect")
     collected = []
     collect = pipeline.collect_micro_batch

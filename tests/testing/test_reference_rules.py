@@ -1,6 +1,6 @@
 """The apply rules of the apply-rules capture (tests/lake/rules_capture.py), stated on the reference applier.
 
-Each rule has its own table in the capture; here each table's rows are what DESIGN.md's rule leaves,
+Each rule has its own table in the capture; here each table's rows are what the README's contract leaves,
 in plain Python. tests/lake/test_apply_rules.py applies the same capture with Spark in three
 micro-batches and asserts silver equals the reference table for table, so these expectations hold
 for silver too."""
@@ -10,16 +10,12 @@ from __future__ import annotations
 import pytest
 
 from cdc_apply.testing.reference import ReferenceApplier
-from tests.lake.rules_capture import BIG, build_rules
+from tests.lake.rules_capture import BIG, reference_rules
 
 
 @pytest.fixture(scope="module")
 def reference() -> ReferenceApplier:
-    rows, _ = build_rules()
-    ref = ReferenceApplier()
-    for _, seq, _, payload in rows:
-        ref.feed(seq, payload)
-    return ref
+    return reference_rules()
 
 
 def _rows(ref: ReferenceApplier, table: str, *columns: str) -> list[tuple]:
