@@ -21,29 +21,67 @@ start or import Spark either.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdc_apply.api import (
-    apply, as_of_views, exit_code, land, load_config, read_as_of, register_lsn_functions, status,
+    apply,
+    as_of_views,
+    exit_code,
+    land,
+    load_config,
+    read_as_of,
+    register_lsn_functions,
+    status,
+    verify,
 )
-from cdc_apply.api import verify
 from cdc_apply.errors import (
     ApplyError,
     AsOfError,
+    BronzeError,
     CdcApplyError,
     ConfigError,
     DecodeError,
     LandError,
+    PathError,
     SchemaError,
     SetupError,
     StateError,
+    VerifyError,
 )
 from cdc_apply.log import configure_logging
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cdc_apply.lake.books.status_rules import StatusEntry
+    from cdc_apply.lake.report import BatchReport
+    from cdc_apply.lander.summary import LandSummary
+    from cdc_apply.verify.run import Verification
+
+# The result types, imported when first named (``cdc_apply.BatchReport``): their modules bring pyarrow and
+# the planning core, which importing the package does not.
+_RESULT_TYPES = {
+    "BatchReport": "cdc_apply.lake.report",                # apply(): one per batch
+    "StatusEntry": "cdc_apply.lake.books.status_rules",    # status(): one per source
+    "Verification": "cdc_apply.verify.run",                # verify()
+    "LandSummary": "cdc_apply.lander.summary",             # land()
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _RESULT_TYPES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 __version__ = "0.1.0"
 
 
-def spark_session(app_name: str = "cdc_apply", **conf: Any):
+def spark_session(app_name: str = "cdc_apply", **conf: Any) -> SparkSession:
     """Return a Spark session with Delta Lake, classic or Spark Connect (see :func:`cdc_apply.spark.connect.build_session`)."""
     from cdc_apply.spark.connect import build_session as _build
 
@@ -53,13 +91,20 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
 __all__ = [
     "ApplyError",
     "AsOfError",
+    "BatchReport",
+    "BronzeError",
     "CdcApplyError",
     "ConfigError",
     "DecodeError",
     "LandError",
+    "LandSummary",
+    "PathError",
     "SchemaError",
     "SetupError",
     "StateError",
+    "StatusEntry",
+    "Verification",
+    "VerifyError",
     "__version__",
     "apply",
     "as_of_views",

@@ -30,13 +30,16 @@ import logging
 import os
 import threading
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Mapping, TextIO
+from typing import TYPE_CHECKING, Any, Mapping, TextIO, cast
 
 from cdc_apply.config import Config, as_config
 from cdc_apply.log import LineLog
 
 if TYPE_CHECKING:  # for annotations only: importing them at run time would import Spark
-    from cdc_apply.lake.history.as_of import AsOf
+    from pyspark.sql import SparkSession
+
+    from cdc_apply.lake.books.status_rules import StatusEntry
+    from cdc_apply.lake.history.as_of import AsOf, AsOfMethod
     from cdc_apply.lake.report import BatchReport
     from cdc_apply.lander.lander import LandSummary
     from cdc_apply.verify.run import Verification
@@ -58,7 +61,7 @@ def load_config(config: ConfigLike) -> Config:
     return as_config(config)
 
 
-def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | None = None,
+def apply(spark: SparkSession, config: ConfigLike, once: bool = True, *, out: TextIO | None = None,
           progress_seconds: float | None = PROGRESS_SECONDS) -> list["BatchReport"]:
     """Apply bronze to silver; return one :class:`~cdc_apply.lake.report.BatchReport` per batch applied.
 
@@ -98,7 +101,7 @@ def apply(spark: Any, config: ConfigLike, once: bool = True, *, out: TextIO | No
         return _run_apply(spark, config, once, out, progress_seconds)
 
 
-def _run_apply(spark: Any, config: Config, once: bool, out: TextIO | None,
+def _run_apply(spark: SparkSession, config: Config, once: bool, out: TextIO | None,
                progress_seconds: float | None) -> list["BatchReport"]:
     from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.spark.progress import BatchWatcher, query_name
@@ -130,8 +133,8 @@ def _run_apply(spark: Any, config: Config, once: bool, out: TextIO | None,
     return list(pipeline.reports)
 
 
-def status(spark: Any | None, config: ConfigLike, *, quarantine_hours: float = 24.0,
-           max_lag_seconds: float | None = None) -> list[dict[str, Any]]:
+def status(spark: SparkSession | None, config: ConfigLike, *, quarantine_hours: float = 24.0,
+           max_lag_seconds: float | None = None) -> list["StatusEntry"]:
     """Where the apply stands, one dict per source (``[]`` before the first batch attempt; a failure whose
     error names no source is an entry of its own with ``source`` None).
 
@@ -158,7 +161,7 @@ def status(spark: Any | None, config: ConfigLike, *, quarantine_hours: float = 2
     return entries
 
 
-def exit_code(entries: list[dict[str, Any]]) -> int:
+def exit_code(entries: list["StatusEntry"]) -> int:
     """The exit code ``cdc-apply status`` gives for :func:`status`'s entries: the least healthy source's
     (0 ok, 5 lagging, 3 quarantining, 4 failing; 0 for no sources)."""
     from cdc_apply.lake.books.status import worst_exit_code
@@ -166,7 +169,8 @@ def exit_code(entries: list[dict[str, Any]]) -> int:
     return worst_exit_code(entries)
 
 
-def land(config: ConfigLike, *, spark: Any = None, once: bool = True, stop: threading.Event | None = None,
+def land(config: ConfigLike, *, spark: SparkSession | None = None, once: bool = True,
+         stop: threading.Event | None = None,
          out: TextIO | None = None) -> "LandSummary":
     """Land the configured PostgreSQL slot (``[source]``) into bronze; return what was landed.
 
@@ -209,13 +213,14 @@ def land(config: ConfigLike, *, spark: Any = None, once: bool = True, stop: thre
 
         require_classic(spark)
     try:
-        return Lander(config, spark, out=stream, stop=stop).run(once=once)
+        # Lander's ``out`` is typed TextIO, which a LineLog (an io.TextIOBase) is not nominally; it only prints.
+        return Lander(config, spark, out=cast(TextIO, stream), stop=stop).run(once=once)
     finally:
         stream.flush()
 
 
-def read_as_of(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str] | None = None, *,
-               source: str | None = None, method: str = "auto") -> "AsOf":
+def read_as_of(spark: SparkSession, config: ConfigLike, lsn: int | str, tables: list[str] | None = None, *,
+               source: str | None = None, method: "AsOfMethod" = "auto") -> "AsOf":
     """Silver tables of one source as of one commit LSN (``16/B374D848`` or the BIGINT the tables hold):
     an :class:`~cdc_apply.lake.history.as_of.AsOf` whose ``frames`` (or ``result["ns.name"]``) are DataFrames,
     every one showing the same commit — the newest applied at or below ``lsn``.
@@ -232,8 +237,8 @@ def read_as_of(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str]
     return _read(spark, as_config(config), lsn, tables, source, method)
 
 
-def as_of_views(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str] | None = None, *,
-                source: str | None = None, method: str = "auto", prefix: str = "") -> "AsOf":
+def as_of_views(spark: SparkSession, config: ConfigLike, lsn: int | str, tables: list[str] | None = None, *,
+                source: str | None = None, method: "AsOfMethod" = "auto", prefix: str = "") -> "AsOf":
     """:func:`read_as_of`, each table registered as a temporary view ``<prefix><relation name>`` for SQL
     (``<prefix><namespace>__<name>`` when two tables share a name); also registers the LSN functions."""
     from cdc_apply.lake.history.as_of import as_of_views as _views
@@ -244,7 +249,7 @@ def as_of_views(spark: Any, config: ConfigLike, lsn: int | str, tables: list[str
     return result
 
 
-def register_lsn_functions(spark: Any, schema: str | None = None) -> None:
+def register_lsn_functions(spark: SparkSession, schema: str | None = None) -> None:
     """SQL functions ``cdc_lsn_text(BIGINT) -> 'X/Y'`` and ``cdc_lsn('X/Y') -> BIGINT``: temporary, or
     permanent in ``schema`` (a catalog that keeps SQL functions: Unity Catalog, a Hive metastore)."""
     from cdc_apply.lake.history.lsn import register_lsn_functions as _functions
@@ -252,7 +257,7 @@ def register_lsn_functions(spark: Any, schema: str | None = None) -> None:
     _functions(spark, schema)
 
 
-def verify(spark: Any, config: ConfigLike, tables: list[str] | None = None, **options: Any) -> "Verification":
+def verify(spark: SparkSession, config: ConfigLike, tables: list[str] | None = None, **options: Any) -> "Verification":
     """Compare silver with the live source at one consistent point (docs/VERIFY.md): a
     :class:`~cdc_apply.verify.run.Verification` with one result per table (``lines()``, ``as_dict()``,
     ``exit_code``: 0 equal, 1 differences, 2 errors). ``options``: ``range_rows``,

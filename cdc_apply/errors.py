@@ -8,7 +8,7 @@ enough to find the offending input.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 
 class CdcApplyError(Exception):
@@ -21,7 +21,7 @@ class CdcApplyError(Exception):
         self.context: dict[str, Any] = {k: v for k, v in context.items() if v is not None}
         super().__init__(self._render())
 
-    def with_context(self, **context: Any) -> "CdcApplyError":
+    def with_context(self, **context: Any) -> Self:
         """Return the same error with more context (callers add source, seq, LSN)."""
         merged = {**context, **self.context}
         clone = type(self).__new__(type(self))

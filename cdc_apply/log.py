@@ -23,7 +23,7 @@ from __future__ import annotations
 import io
 import logging
 import sys
-from typing import TextIO
+from typing import Protocol, TextIO
 
 # A record whose line was also written to a stream (the command's stdout) carries this attribute, so
 # a console handler can leave it out instead of showing the line twice.
@@ -40,7 +40,7 @@ class _CurrentStderr(logging.StreamHandler):
         super().__init__(sys.stderr)
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self):
         return sys.stderr
 
     @stream.setter
@@ -76,6 +76,14 @@ def configure_logging(level: int | str = "INFO", stream: TextIO | None = None, f
     logger.setLevel(level.upper() if isinstance(level, str) else level)
     logger.propagate = propagate
     return handler
+
+
+class TextOut(Protocol):
+    """Where progress lines are printed: ``sys.stdout``, a :class:`LineLog`, an ``io.StringIO`` ..."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
 
 
 class LineLog(io.TextIOBase):

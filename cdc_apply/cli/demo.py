@@ -14,6 +14,10 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DEMO_TOML = """# written by `cdc-apply demo`
 pipeline = "demo"
@@ -103,7 +107,7 @@ def run_demo(workdir: str = "demo-data") -> int:
         pg.destroy()
 
 
-def _show(spark, config, clock: _Clock) -> None:
+def _show(spark: SparkSession, config, clock: _Clock) -> None:
     from pyspark.sql import functions as F
 
     from cdc_apply.delta.refs import silver_ref, state_ref

@@ -22,7 +22,7 @@ def inspect_stream(rows: Iterable[tuple[int, int | None, bytes | DecodeError]], 
     decoder = decoder or StreamDecoder()
     failed = 0
     for seq, lsn, payload in rows:
-        head = {"source": source} if source is not None else {}
+        head: dict[str, object] = {"source": source} if source is not None else {}
         head.update(seq=seq, lsn=format_lsn(lsn) if lsn is not None else None)
         try:
             if isinstance(payload, DecodeError):

@@ -88,9 +88,9 @@ def _optimize(args: argparse.Namespace) -> int:
             key = f"zorder by {', '.join(done.key)}" if done.key else "no key"
             print(f"{done.table}: {done.files_removed} files -> {done.files_added} ({key})", flush=True)
     if everything or args.bronze:
-        done = optimize_bronze(spark, config)
-        print("bronze: no table yet" if done is None else
-              f"bronze: {done.files_removed} files -> {done.files_added} (bin-packing)", flush=True)
+        bronze = optimize_bronze(spark, config)
+        print("bronze: no table yet" if bronze is None else
+              f"bronze: {bronze.files_removed} files -> {bronze.files_added} (bin-packing)", flush=True)
     return 0
 
 
@@ -125,8 +125,8 @@ def version_text() -> str:
         version, jar = running
         found = f"loaded {version} by the running session ({jar})"
     else:
-        jar = delta_for_new_session()
-        found = (f"found {jar.artifact} {jar.version} in {jar.where}" if jar is not None
+        new_jar = delta_for_new_session()
+        found = (f"found {new_jar.artifact} {new_jar.version} in {new_jar.where}" if new_jar is not None
                  else "no Delta jars found for a session started here (`python -m cdc_apply.spark.jars` fetches them)")
     return f"cdc-apply {__version__} (pyspark {pyspark}; Delta {DELTA_ARTIFACT} pinned, {found})"
 

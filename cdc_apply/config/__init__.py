@@ -16,10 +16,27 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cdc_apply.config.choices import (
-    CommitPosition, Deletes, DropColumns, HeartbeatUnit, OnError, Retype, Snapshot, Streaming, choose, choose_fields,
+    CommitPosition,
+    Deletes,
+    DropColumns,
+    HeartbeatUnit,
+    Numeric,
+    OnError,
+    Origin,
+    Retype,
+    Snapshot,
+    SourceFormat,
+    Streaming,
+    choose,
+    choose_fields,
 )
 from cdc_apply.config.columns import (
-    ColumnPolicy, check_masks, check_table_columns, policy_for, read_salt, split_pattern,
+    ColumnPolicy,
+    check_masks,
+    check_table_columns,
+    policy_for,
+    read_salt,
+    split_pattern,
 )
 from cdc_apply.config.values import read_section
 from cdc_apply.errors import ConfigError
@@ -102,9 +119,9 @@ class ApplyConfig:
     tables: tuple[str, ...] = ()         # allow list with wildcards: public.t1, *.t3, my_schema.*
     exclude_tables: tuple[str, ...] = ()
     skip_empty_transactions: bool = True
-    origin: str = "any"                  # "any" or "none" (only changes without an Origin)
+    origin: Origin = "any"               # "any" or "none" (only changes without an Origin)
     on_error: OnError = OnError.FAIL
-    numeric: str = "decimal"             # "decimal" or "string"
+    numeric: Numeric = "decimal"         # "decimal" or "string"
     parallelism: int = 4                 # silver tables merged at once
 
     def __post_init__(self) -> None:
@@ -148,7 +165,7 @@ class SourceConfig:
     messages: bool = True
     streaming: Streaming = Streaming.PARALLEL
     two_phase: bool = True
-    origin: str = "any"
+    origin: Origin = "any"
     create_slot: bool = False
     create_publication: bool = False
     publication_tables: tuple[str, ...] = ()  # empty: FOR ALL TABLES
@@ -199,12 +216,12 @@ class Config:
     tables: Mapping[str, TableConfig] = field(default_factory=dict)
     source: SourceConfig = SourceConfig()
     land: LandConfig = LandConfig()
-    formats: Mapping[str, str] = field(default_factory=dict)   # bronze source -> "pgoutput" | "gaussdb"
+    formats: Mapping[str, SourceFormat] = field(default_factory=dict)   # bronze source -> its format
     gaussdb: GaussdbConfig = GaussdbConfig()
     origin_file: str | None = None
     verify: VerifyConfig = VerifyConfig()
 
-    def format_of(self, source: str) -> str:
+    def format_of(self, source: str) -> SourceFormat:
         return self.formats.get(source, "pgoutput")
 
     def table_selected(self, qualified_name: str) -> bool:

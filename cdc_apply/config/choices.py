@@ -7,9 +7,14 @@ read from the configuration compares, formats and serialises like the string it 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from cdc_apply.errors import ConfigError
+
+# Keys whose words stay plain strings (read and checked by cdc_apply.config.values), typed by their words.
+Origin = Literal["any", "none"]             # apply.origin, source.origin: "none" keeps changes without an Origin
+Numeric = Literal["decimal", "string"]      # apply.numeric: numeric(p,s) as DECIMAL, or as its text
+SourceFormat = Literal["pgoutput", "gaussdb"]   # [bronze.formats]: how a bronze source's payloads are encoded
 
 
 class OnError(StrEnum):

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
-from typing import Any, Mapping
+from typing import Any, Mapping, get_args
 
-from cdc_apply.config.choices import ENUMS, choose
+from cdc_apply.config.choices import ENUMS, Numeric, Origin, choose
 from cdc_apply.errors import ConfigError
 
-# Words of the string keys that are not enums (those are cdc_apply.config.choices, by annotation).
-_CHOICES = {
-    "apply.origin": ("any", "none"),
-    "apply.numeric": ("decimal", "string"),
-    "source.origin": ("any", "none"),
-}
+# Words of the string keys that are not enums (those are cdc_apply.config.choices, by annotation), by the
+# Literal their field is annotated with: apply.origin and source.origin (Origin), apply.numeric (Numeric).
+_WORDS: dict[str, tuple[str, ...]] = {"Origin": get_args(Origin), "Numeric": get_args(Numeric)}
 
 
 # Numbers that must be above 0: a zero (or less) would stop the work they size or pace (a lander landing
@@ -76,11 +73,11 @@ def _coerce_kind(key: str, value: Any, annotation: str) -> Any:
                 raise ConfigError(f"expected a finite number of 0 or more, got {value!r}", key=key)
             return float(value)
         raise ConfigError(f"expected a number, got {value!r}", key=key)
-    if "str" in kinds:
+    words = next((_WORDS[k] for k in kinds if k in _WORDS), None)
+    if "str" in kinds or words is not None:
         if isinstance(value, str):
-            choices = _CHOICES.get(key)
-            if choices and value not in choices:
-                raise ConfigError(f"must be one of {', '.join(choices)}; got {value!r}", key=key)
+            if words is not None and value not in words:
+                raise ConfigError(f"must be one of {', '.join(words)}; got {value!r}", key=key)
             return value
         raise ConfigError(f"expected a string, got {value!r}", key=key)
     raise ConfigError(f"unsupported value {value!r}", key=key)

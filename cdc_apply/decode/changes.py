@@ -26,7 +26,6 @@ from typing import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from cdc_apply.planning.decode_plan import SKIP, DecodePlan, output_schema
 from cdc_apply.decode.changes_rows import Rows, common_batch, context, decode_row, typed_struct
 from cdc_apply.decode.changes_vector import (
     PlanArrays,
@@ -38,9 +37,10 @@ from cdc_apply.decode.changes_vector import (
     source_codes,
     where_txn,
 )
+from cdc_apply.decode.zip_imports import keep_zip_directories
 from cdc_apply.errors import SchemaError
 from cdc_apply.pgoutput.columnar import DmlBatch, walk_dml
-from cdc_apply.decode.zip_imports import keep_zip_directories
+from cdc_apply.planning.decode_plan import SKIP, DecodePlan, output_schema
 
 
 def decode_batches(batches: Iterable[pa.RecordBatch], plan: DecodePlan) -> Iterator[pa.RecordBatch]:

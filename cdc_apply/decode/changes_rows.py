@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_apply.planning.decode_plan import COMMON_FIELDS, QUARANTINE, SKIP, DecodePlan, Slot, SourcePlan
 from cdc_apply.errors import ApplyError, CdcApplyError, DecodeError, SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
 from cdc_apply.pgoutput.types import ColumnType
 from cdc_apply.pgoutput.values import convert_binary, convert_text
+from cdc_apply.planning.decode_plan import COMMON_FIELDS, QUARANTINE, SKIP, DecodePlan, Slot, SourcePlan
 
 _CHANGE_KINDS = frozenset(bytes([t]) for t in m.CHANGE_TYPES)
 _CONTROL_KINDS = frozenset(bytes([t]) for t in m.CONTROL_TYPES)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from cdc_apply.planning.decode_plan import SKIP, DecodePlan, SourcePlan, pool_columns
 from cdc_apply.pgoutput.messages import CHANGE_TYPES, DML_TYPES
+from cdc_apply.planning.decode_plan import SKIP, DecodePlan, SourcePlan, pool_columns
 
 _IUD = np.zeros(257, dtype=bool)  # indexed by first byte + 1 (-1: empty or null payload)
 _IUD[[t + 1 for t in DML_TYPES]] = True
@@ -114,7 +114,8 @@ def first_bytes(payloads: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         return first, null  # other types never take the bulk path (the per-row path handles them as before)
     _, offsets_buf, data_buf = payloads.buffers()[:3]
     off_type = np.int64 if large else np.int32
-    offsets = np.frombuffer(offsets_buf, dtype=off_type, count=n + 1, offset=payloads.offset * (8 if large else 4))
+    offsets: np.ndarray = np.frombuffer(offsets_buf, dtype=off_type, count=n + 1,
+                                        offset=payloads.offset * (8 if large else 4))
     starts = offsets[:-1]
     filled = (offsets[1:] > starts) & ~null
     if data_buf is not None and filled.any():

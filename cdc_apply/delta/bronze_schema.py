@@ -18,10 +18,14 @@ from them. Importing this module imports no Spark: the lander writes bronze with
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from cdc_apply.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ def spark_schema():
     return StructType([StructField(c.name, types[c.sql_type](), c.nullable) for c in COLUMNS])
 
 
-def create_bronze_table(spark, path: str) -> None:
+def create_bronze_table(spark: SparkSession, path: str) -> None:
     """Create an empty bronze table at ``path`` unless one exists (idempotent)."""
     from delta.tables import DeltaTable
 

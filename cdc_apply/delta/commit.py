@@ -16,33 +16,44 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from cdc_apply.delta.arrow_files import parquet_file
 from cdc_apply.delta.log import app_version, delta_log
 from cdc_apply.delta.refs import TableRef
-from cdc_apply.delta.sql_table import is_connect
+from cdc_apply.delta.sql_table import is_connect, session_jvm
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Bytes per py4j call when a file goes to a table's folder through Hadoop's file system (object storage).
 _CHUNK_BYTES = 4 << 20
 
 
 class AddedFile(Protocol):
-    """A Parquet file in the table's folder, not yet committed."""
+    """A Parquet file in the table's folder, not yet committed (read-only: a NamedTuple such as
+    :class:`cdc_apply.delta.arrow_files.ParquetFile` is one)."""
 
-    name: str         # relative to the table's folder
-    size: int         # bytes
-    rows: int
-    stats: str        # Delta's per-file statistics (JSON)
+    @property
+    def name(self) -> str: ...          # relative to the table's folder
+
+    @property
+    def size(self) -> int: ...          # bytes
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def stats(self) -> str | None: ...  # Delta's per-file statistics (JSON); None: none kept
 
 
-def add_files(spark, log, files: Sequence[AddedFile], app: tuple[str, int] | None = None,
+def add_files(spark: SparkSession, log, files: Sequence[AddedFile], app: tuple[str, int] | None = None,
               user_metadata: str | None = None, check: Callable[[int | None], None] | None = None) -> int:
     """One Delta commit adding ``files``; its version. With ``app`` = (app id, version), the commit records
     that ``SetTransaction`` and registers the app id as read, so a commit of the same app id by anyone else
     in between fails this one (``ConcurrentTransactionException``); ``check`` is first given the version the
     app id last committed (None: none) and may raise to stop the commit."""
-    jvm = spark._jvm
+    jvm = session_jvm(spark)
     now = int(time.time() * 1000)
     actions = _add_actions(jvm, files, now)
     if app is not None:
@@ -77,9 +88,9 @@ def _append_operation(jvm, user_metadata):
                                                                 none, user_metadata, none, none, none, none, none)
 
 
-def _register_metrics(spark, txn, files: Sequence[AddedFile]) -> None:
+def _register_metrics(spark: SparkSession, txn, files: Sequence[AddedFile]) -> None:
     """The operation metrics Spark's writer would record (DESCRIBE HISTORY's numFiles, numOutputRows, ...)."""
-    jvm = spark._jvm
+    jvm = session_jvm(spark)
     metrics = jvm.scala.collection.immutable.HashMap()
     for name, value in (("numFiles", len(files)), ("numOutputRows", sum(f.rows for f in files)),
                         ("numOutputBytes", sum(f.size for f in files))):
@@ -89,7 +100,7 @@ def _register_metrics(spark, txn, files: Sequence[AddedFile]) -> None:
     txn.registerSQLMetrics(spark._jsparkSession, metrics)
 
 
-def append_arrow(spark, ref: TableRef, table, user_metadata: str | None = None) -> bool:
+def append_arrow(spark: SparkSession, ref: TableRef, table, user_metadata: str | None = None) -> bool:
     """Append the Arrow ``table`` to the Delta table at ``ref`` as one Parquet file written by pyarrow and one
     commit, without a Spark job; False, with nothing written, where that may not be done — Spark Connect, a
     catalog table, Delta's classes out of reach, a table that takes no file written outside Delta as it is
@@ -111,7 +122,7 @@ def append_arrow(spark, ref: TableRef, table, user_metadata: str | None = None) 
         folder, fs = _folder(spark, log)
     except Exception:  # noqa: BLE001 - Delta's classes differ or are out of reach: nothing written yet
         return False
-    jvm = spark._jvm
+    jvm = session_jvm(spark)
     written = parquet_file(table, stats=spark.conf.get("spark.databricks.delta.stats.collect", "true") != "false")
     if fs is None:
         with open(os.path.join(folder, written.name), "xb") as out:
@@ -159,7 +170,7 @@ def _shape(data_type):
     return data_type
 
 
-def _folder(spark, log):
+def _folder(spark: SparkSession, log):
     """The table's folder: a local path (None for the file system), or a Hadoop path and its file system."""
     path = log.dataPath()
     uri = path.toUri()

@@ -6,12 +6,15 @@ comments come from the source database.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from cdc_apply.config import Config
 from cdc_apply.delta.names import quote_ident, quote_literal
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.delta.table_create import ensure_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def column_list(columns: Iterable[tuple[str, str]]) -> str:
@@ -36,7 +39,7 @@ def create_statement(ref: TableRef, columns: Sequence[tuple[str, str]], properti
     return text
 
 
-def create_table(spark, ref: TableRef, columns: Sequence[tuple[str, str]], properties: dict[str, str],
+def create_table(spark: SparkSession, ref: TableRef, columns: Sequence[tuple[str, str]], properties: dict[str, str],
                  comment: str | None = None, replace: bool = False) -> bool:
     """Run :func:`create_statement`; a creation killed before its first commit is cleared first
     (:mod:`cdc_apply.delta.table_create`). True when this call made the table (a replaced one included);
@@ -59,12 +62,12 @@ def silver_properties(config: Config) -> dict[str, str]:
     return props
 
 
-def set_properties(spark, ref: TableRef, properties: dict[str, str]) -> None:
+def set_properties(spark: SparkSession, ref: TableRef, properties: dict[str, str]) -> None:
     """``ALTER TABLE … SET TBLPROPERTIES`` (one commit)."""
     spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({property_list(properties)})")
 
 
-def table_properties(spark, ref: TableRef) -> dict[str, str]:
+def table_properties(spark: SparkSession, ref: TableRef) -> dict[str, str]:
     """The table's properties as ``SHOW TBLPROPERTIES`` lists them."""
     return {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {ref.sql}").collect()}
 

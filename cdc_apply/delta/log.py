@@ -2,7 +2,7 @@
 
 This module, :mod:`cdc_apply.delta.commit` (commits through Delta's ``OptimisticTransaction``) and
 :mod:`cdc_apply.delta.table_create` (listings of ``_delta_log/``) are the only places that reach
-through py4j into Delta's and Hadoop's JVM classes (``spark._jvm``). Everything above them holds a
+through py4j into Delta's and Hadoop's JVM classes (``session_jvm(spark)``). Everything above them holds a
 ``DeltaLog`` only as an opaque handle passed back here. Where the JVM is out of reach (Spark Connect)
 each read says so by returning None, and its caller asks the table through SQL instead; a session
 that speaks SQL only is therefore one seam, here, not a change spread through the lander and the lake.
@@ -16,28 +16,38 @@ reads (no Spark job for most of them). docs/CONNECT.md says which fact comes fro
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from cdc_apply.delta.refs import TableRef
-from cdc_apply.delta.sql_table import is_connect, no_table as _no_table
+from cdc_apply.delta.sql_table import is_connect, session_jvm
+from cdc_apply.delta.sql_table import no_table as _no_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
-def log_at(spark, location: str):
+def log_at(spark: SparkSession, location: str):
     """Delta's ``DeltaLog`` of the table at ``location``, or None where the JVM is out of reach (Spark Connect)."""
     if is_connect(spark):
         return None
     try:
-        return spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+        return session_jvm(spark).org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
     except Exception:  # noqa: BLE001 - no JVM access
         return None
 
 
-def delta_log(spark, ref: TableRef):
+def delta_log(spark: SparkSession, ref: TableRef):
     """Delta's ``DeltaLog`` of the table, or None where the JVM is out of reach (Spark Connect) or the
     catalog does not describe its tables."""
     if is_connect(spark):
         return None
     try:
-        location = ref.path or spark.sql(f"DESCRIBE DETAIL {ref.sql}").first().location
+        if ref.path:
+            location = ref.path
+        else:
+            detail = spark.sql(f"DESCRIBE DETAIL {ref.sql}").first()
+            assert detail is not None  # DESCRIBE DETAIL of a table answers one row
+            location = detail.location
     except Exception:  # noqa: BLE001 - no location to ask for
         return None
     return log_at(spark, location)
@@ -48,10 +58,10 @@ def newest_snapshot(log):
     return log.update(*(getattr(log, f"update$default${i}")() for i in (1, 2, 3)))
 
 
-def log_changes(spark, log, start: int) -> list[tuple[int, list[dict]]]:
+def log_changes(spark: SparkSession, log, start: int) -> list[tuple[int, list[dict]]]:
     """``(version, actions)`` of each commit of ``log`` from ``start`` on, each action as its JSON dict:
     the commit files only, no Spark job. Raises where those commits were cleaned up."""
-    jvm = spark._jvm
+    jvm = session_jvm(spark)
     changes = log.getChanges(start, jvm.scala.Option.empty(), True)
     out = []
     while changes.hasNext():
@@ -61,7 +71,7 @@ def log_changes(spark, log, start: int) -> list[tuple[int, list[dict]]]:
     return out
 
 
-def newest_added_max(spark, ref: TableRef, column: str, commits: int = 4) -> int | None:
+def newest_added_max(spark: SparkSession, ref: TableRef, column: str, commits: int = 4) -> int | None:
     """The largest ``column`` value in the rows that the newest commit adding rows added, from its files'
     statistics (the commit files only, no Spark job); -1 when no commit ever added rows. Equals the
     column's maximum in a table whose appends carry non-decreasing values (the bookkeeping tables'
@@ -88,7 +98,7 @@ def newest_added_max(spark, ref: TableRef, column: str, commits: int = 4) -> int
     return found
 
 
-def files_bytes(spark, ref: TableRef) -> int | None:
+def files_bytes(spark: SparkSession, ref: TableRef) -> int | None:
     """The bytes of the table's current data files, from its newest snapshot: the one its next read or
     MERGE plans with, so a state reconstruction it starts is one that read would have run. None where
     the JVM is out of reach; ``DESCRIBE DETAIL``'s ``sizeInBytes`` on Spark Connect."""
@@ -103,7 +113,7 @@ def files_bytes(spark, ref: TableRef) -> int | None:
         return None
 
 
-def file_column_names(spark, ref: TableRef) -> dict[str, str] | None:
+def file_column_names(spark: SparkSession, ref: TableRef) -> dict[str, str] | None:
     """Each top-level column's name in the table's Parquet files (its column-mapping physical name, or
     its own name without column mapping), from the snapshot this JVM holds: no log read. None where the
     JVM is out of reach (Spark Connect) or the table is not known."""
@@ -118,7 +128,7 @@ def file_column_names(spark, ref: TableRef) -> dict[str, str] | None:
             for f in fields}
 
 
-def files_with_stats(spark, ref: TableRef, version: int):
+def files_with_stats(spark: SparkSession, ref: TableRef, version: int):
     """The table's live files at ``version`` as a DataFrame of Delta's ``AddFile`` columns with ``stats``
     parsed (``numRecords``, ``minValues``, ``maxValues``, ``nullCount``): its queries run over the snapshot's
     state, one row a file, not over the table's rows. None where the JVM is out of reach (Spark Connect) or
@@ -137,7 +147,7 @@ def files_with_stats(spark, ref: TableRef, version: int):
         return None
 
 
-def delta_version(spark, ref: TableRef) -> int | None:
+def delta_version(spark: SparkSession, ref: TableRef) -> int | None:
     """The table's newest Delta version this JVM knows (its own commits included), without reading the
     log again: the cached snapshot Delta keeps per table. Falls back to ``DESCRIBE HISTORY`` (one small
     job) where the JVM is out of reach, and on Spark Connect (:func:`sql_newest_version`); None for a
@@ -156,7 +166,7 @@ def delta_version(spark, ref: TableRef) -> int | None:
     return int(ref.delta_table(spark).history(1).select("version").first()[0])
 
 
-def newest_version(spark, ref: TableRef) -> int | None:
+def newest_version(spark: SparkSession, ref: TableRef) -> int | None:
     """The table's newest version as its log says now (not a snapshot this JVM cached: the table may have
     been replaced under it); None: no table. On Spark Connect, ``DESCRIBE HISTORY``'s newest row."""
     if is_connect(spark):
@@ -171,7 +181,7 @@ def newest_version(spark, ref: TableRef) -> int | None:
     return delta_version(spark, ref)
 
 
-def recorded_txn_version(spark, ref: TableRef, app_id: str) -> int | None:
+def recorded_txn_version(spark: SparkSession, ref: TableRef, app_id: str) -> int | None:
     """The newest ``txnVersion`` Delta recorded for ``app_id`` in the table (None: none, or no JVM to ask,
     as under Spark Connect). Rebuilds the table's state once: call it once per table, not per write."""
     log = delta_log(spark, ref)
@@ -181,7 +191,7 @@ def recorded_txn_version(spark, ref: TableRef, app_id: str) -> int | None:
     return int(found.get()) if found.isDefined() else None
 
 
-def app_version(spark, snapshot, app_id: str, txn=None) -> int | None:
+def app_version(spark: SparkSession, snapshot, app_id: str, txn=None) -> int | None:
     """The ``txnVersion`` ``app_id`` last committed as of ``snapshot`` (None: none), from the version
     checksum where Delta keeps one (it lists the ``SetTransaction`` of at most 100 app ids), else from
     the snapshot's state. With ``txn`` (an ``OptimisticTransaction``), the app id is registered as read
@@ -191,7 +201,7 @@ def app_version(spark, snapshot, app_id: str, txn=None) -> int | None:
     checksum = snapshot.checksumOpt()
     known = checksum.get().setTransactions() if checksum.isDefined() else None
     if known is not None and known.isDefined():
-        jvm_list = spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(known.get())
+        jvm_list = session_jvm(spark).scala.jdk.javaapi.CollectionConverters.asJava(known.get())
         found = [int(t.version()) for t in jvm_list if t.appId() == app_id]
         return max(found) if found else None
     found = snapshot.transactions().get(app_id)
@@ -211,7 +221,7 @@ def plain_columns(log) -> list[str] | None:
     return list(metadata.schema().fieldNames()) if plain else None
 
 
-def commit_user_metadata(spark, ref: TableRef, limit: int | None = None) -> list[tuple[int, str | None]]:
+def commit_user_metadata(spark: SparkSession, ref: TableRef, limit: int | None = None) -> list[tuple[int, str | None]]:
     """``(version, userMetadata)`` of the table's newest ``limit`` commits (all: None), newest first: Delta's
     ``DeltaTable.history`` on a classic session, ``DESCRIBE HISTORY`` on Spark Connect. Either reads the
     commit files, not the table's state."""
@@ -227,7 +237,7 @@ def _history_sql(ref: TableRef, limit: int | None) -> str:
     return f"DESCRIBE HISTORY {ref.sql}" + (f" LIMIT {int(limit)}" if limit else "")
 
 
-def sql_newest_version(spark, ref: TableRef) -> int | None:
+def sql_newest_version(spark: SparkSession, ref: TableRef) -> int | None:
     """The table's newest version, ``DESCRIBE HISTORY``'s newest row (one small job over the newest commit
     files); None: no Delta table there."""
     try:
@@ -239,7 +249,7 @@ def sql_newest_version(spark, ref: TableRef) -> int | None:
     return None if row is None else int(row[0])
 
 
-def sql_files_bytes(spark, ref: TableRef) -> int | None:
+def sql_files_bytes(spark: SparkSession, ref: TableRef) -> int | None:
     """The bytes of the table's current data files, ``DESCRIBE DETAIL``'s ``sizeInBytes``; None: no Delta
     table there."""
     try:
@@ -253,7 +263,8 @@ def sql_files_bytes(spark, ref: TableRef) -> int | None:
     return int(row[1])
 
 
-def sql_commit_user_metadata(spark, ref: TableRef, limit: int | None = None) -> list[tuple[int, str | None]]:
+def sql_commit_user_metadata(spark: SparkSession, ref: TableRef,
+                             limit: int | None = None) -> list[tuple[int, str | None]]:
     """``(version, userMetadata)`` of the newest ``limit`` commits (all: None), newest first, by
     ``DESCRIBE HISTORY``."""
     rows = spark.sql(_history_sql(ref, limit)).select("version", "userMetadata").collect()

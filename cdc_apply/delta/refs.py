@@ -8,10 +8,14 @@ and checked to stay under its root.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config
 from cdc_apply.delta.names import child_path, quote_ident
 from cdc_apply.delta.sql_table import SqlDeltaTable, is_connect, sql_exists
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,35 +26,46 @@ class TableRef:
     name: str | None = None
 
     @property
+    def catalog_name(self) -> str:
+        """``name`` of a table not given by path (a TableRef holds one of the two)."""
+        assert self.name is not None, "a TableRef holds a path or a name"
+        return self.name
+
+    @property
     def sql(self) -> str:
         if self.path is not None:
             return "delta." + quote_ident(self.path)
-        return self.name  # type: ignore[return-value]
+        return self.catalog_name
+
+    def load(self, reader):
+        """The table from a ``DataFrameReader`` or ``DataStreamReader`` (format and options set): by path or name."""
+        return reader.load(self.path) if self.path else reader.table(self.catalog_name)
 
     def __str__(self) -> str:
         return self.path or self.name or "?"
 
-    def delta_table(self, spark):
+    def delta_table(self, spark: SparkSession):
         """Delta's ``DeltaTable`` on a classic session; on Spark Connect the same calls as SQL statements
         (:class:`~cdc_apply.delta.sql_table.SqlDeltaTable`)."""
         if is_connect(spark):
             return SqlDeltaTable(spark, self)
         from delta.tables import DeltaTable
 
-        return DeltaTable.forPath(spark, self.path) if self.path else DeltaTable.forName(spark, self.name)
+        return DeltaTable.forPath(spark, self.path) if self.path else DeltaTable.forName(spark, self.catalog_name)
 
-    def exists(self, spark) -> bool:
+    def exists(self, spark: SparkSession) -> bool:
         if is_connect(spark):
             return sql_exists(spark, self)
         from delta.tables import DeltaTable
 
         if self.path is not None:
             return DeltaTable.isDeltaTable(spark, self.path)
-        return spark.catalog.tableExists(self.name)
+        return spark.catalog.tableExists(self.catalog_name)
 
-    def read(self, spark):
-        reader = spark.read.format("delta")
-        return reader.load(self.path) if self.path else spark.read.table(self.name)
+    def read(self, spark: SparkSession):
+        if self.path:
+            return spark.read.format("delta").load(self.path)
+        return spark.read.table(self.catalog_name)
 
     def append(self, df, app_id: str | None, version: int, metadata: str | None = None) -> None:
         """Append ``df``; with an ``app_id``, once per ``version`` (Delta's idempotent writes). Options, not

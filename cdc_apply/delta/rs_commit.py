@@ -32,12 +32,19 @@ CREATE_ATTEMPTS = 5
 
 
 class AddedFile(Protocol):
-    """A Parquet file in the table's folder, not yet committed."""
+    """A Parquet file in the table's folder, not yet committed (read-only: a NamedTuple is one)."""
 
-    name: str         # relative to the table's folder
-    size: int         # bytes
-    rows: int
-    stats: str        # Delta's per-file statistics (JSON)
+    @property
+    def name(self) -> str: ...    # relative to the table's folder
+
+    @property
+    def size(self) -> int: ...    # bytes
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def stats(self) -> str: ...   # Delta's per-file statistics (JSON)
 
 
 def is_table(path: str) -> bool:

@@ -15,10 +15,14 @@ one the DataFrame was built in) and dropped after it.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.errors import SetupError
+
+if TYPE_CHECKING:
+    from py4j.java_gateway import JVMView
+    from pyspark.sql import SparkSession
 
 # What Delta says (its error class, or the message of an older path) when there is no Delta table to describe.
 # (DESCRIBE HISTORY of a path without one: DELTA_TABLE_ONLY_OPERATION; DESCRIBE DETAIL: DELTA_MISSING_DELTA_TABLE.)
@@ -26,10 +30,18 @@ _NO_TABLE = ("DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_ONLY_OPERATION", "DELTA_T
              "TABLE_OR_VIEW_NOT_FOUND", "PATH_NOT_FOUND", "is not a Delta table", "doesn't exist")
 
 
-def is_connect(spark) -> bool:
+def is_connect(spark: SparkSession) -> bool:
     """Whether ``spark`` is a Spark Connect session (pyspark's ``pyspark.sql.connect`` class): no JVM to
     reach, Delta's log read through SQL."""
     return (type(spark).__module__ or "").startswith("pyspark.sql.connect.")
+
+
+def session_jvm(spark: SparkSession) -> JVMView:
+    """py4j's view of a classic session's JVM (``spark._jvm``); a :class:`SetupError` where there is none."""
+    jvm = spark._jvm
+    if jvm is None:
+        raise SetupError("the Spark session has no JVM to reach (a stopped or a Spark Connect session)")
+    return jvm
 
 
 def no_table(exc: Exception) -> bool:
@@ -37,7 +49,7 @@ def no_table(exc: Exception) -> bool:
     return any(marker in str(exc) for marker in _NO_TABLE)
 
 
-def sql_exists(spark, ref) -> bool:
+def sql_exists(spark: SparkSession, ref) -> bool:
     """Whether ``ref`` is a Delta table: a path's ``DESCRIBE DETAIL`` says format ``delta``; a name is
     asked of the catalog."""
     if ref.path is None:
@@ -77,7 +89,7 @@ class _Rows:
 class SqlDeltaTable:
     """The part of ``delta.tables.DeltaTable`` cdc_apply uses, as SQL statements on ``spark``."""
 
-    def __init__(self, spark, ref, alias: str | None = None) -> None:
+    def __init__(self, spark: SparkSession, ref, alias: str | None = None) -> None:
         self.spark, self.ref, self._alias = spark, ref, alias
 
     def _target(self) -> str:

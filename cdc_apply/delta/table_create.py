@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from cdc_apply.delta.sql_table import is_connect
+from cdc_apply.delta.sql_table import is_connect, session_jvm
 from cdc_apply.errors import StateError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _COMMIT = re.compile(r"^\d{20}\.json$|^\d{20}\.checkpoint(\.\d+\.\d+)?\.parquet$|^\d{20}\.checkpoint\.[^/]+\.(json|parquet)$")
 # Errors a creator meets when another process creates the same table at the same moment (a table that
@@ -44,16 +47,16 @@ ATTEMPTS = 5
 SETTLE_SECONDS = 10.0
 
 
-def _fs(spark, location: str):
-    jvm = spark._jvm
+def _fs(spark: SparkSession, location: str):
+    jvm = session_jvm(spark)
     path = jvm.org.apache.hadoop.fs.Path(location)
     return path.getFileSystem(spark._jsc.hadoopConfiguration()), path
 
 
-def has_commit(spark, location: str) -> bool:
+def has_commit(spark: SparkSession, location: str) -> bool:
     """Whether ``location/_delta_log`` holds a commit or a checkpoint (a listing, no Spark job)."""
     fs, path = _fs(spark, location)
-    log = spark._jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
+    log = session_jvm(spark).org.apache.hadoop.fs.Path(path, "_delta_log")
     try:
         return any(_COMMIT.match(s.getPath().getName()) for s in fs.listStatus(log))
     except Exception as exc:  # noqa: BLE001 - a missing folder is the JVM's FileNotFoundException
@@ -62,12 +65,12 @@ def has_commit(spark, location: str) -> bool:
         raise
 
 
-def clear_uncommitted(spark, location: str, what: str, min_age: float = 0.0) -> str:
+def clear_uncommitted(spark: SparkSession, location: str, what: str, min_age: float = 0.0) -> str:
     """Remove a ``_delta_log/`` that holds no commit (see the module's docstring) and whose newest entry is at
     least ``min_age`` seconds old: "cleared", "fresh" (younger: maybe another process's creation under
     way), "table" (a commit is there) or "none" (no log folder). Raises :class:`StateError` for a
     location with files but no Delta log."""
-    jvm = spark._jvm
+    jvm = session_jvm(spark)
     fs, path = _fs(spark, location)
     if not fs.exists(path):
         return "none"
@@ -101,7 +104,7 @@ def clear_uncommitted(spark, location: str, what: str, min_age: float = 0.0) -> 
     return "cleared"
 
 
-def ensure_table(spark, ref, create: Callable[[], None], what: str | None = None) -> bool:
+def ensure_table(spark: SparkSession, ref, create: Callable[[], object], what: str | None = None) -> bool:
     """Run ``create`` (an idempotent ``CREATE TABLE IF NOT EXISTS``-like action) until ``ref`` is a Delta
     table; True when this call created it, False when it was there (or another process made it).
 
@@ -143,7 +146,7 @@ def ensure_table(spark, ref, create: Callable[[], None], what: str | None = None
     return False
 
 
-def _retry_races(spark, ref, create: Callable[[], None], what: str) -> None:
+def _retry_races(spark: SparkSession, ref, create: Callable[[], object], what: str) -> None:
     for attempt in range(ATTEMPTS):
         try:
             create()

@@ -36,7 +36,8 @@ ALTER TABLE documents ALTER COLUMN body SET STORAGE EXTERNAL;
 """
 
 # Each step: (what it shows, SQL run in one session; a list runs as separate statements).
-STEPS: tuple[tuple[str, str], ...] = (
+Step = tuple[str, str | list[str]]
+STEPS: tuple[Step, ...] = (
     ("initial load", """
 INSERT INTO customers SELECT g, 'customer ' || g, 'c' || g || '@example.com' FROM generate_series(1, 200) g;
 INSERT INTO orders (id, customer_id, status, total)
@@ -99,7 +100,7 @@ EXISTING, CHANGES = STEPS[:1], STEPS[1:]
 
 
 def run_workload(execute: Callable[[str], object], say: Callable[[str], None] = print,
-                 steps: tuple[tuple[str, str], ...] = STEPS) -> None:
+                 steps: tuple[Step, ...] = STEPS) -> None:
     """Run ``steps`` (default: every step) through ``execute`` (one SQL string at a time, autocommit)."""
     for title, sql in steps:
         say(f"  workload: {title}")

@@ -23,8 +23,8 @@ from cdc_apply.gaussdb.transcode import (
     GaussdbTranscoder,
     HeartbeatInfo,
     OutMessage,
-    TranscodeResult,
     TransactionInfo,
+    TranscodeResult,
 )
 
 __all__ = [

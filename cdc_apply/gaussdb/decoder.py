@@ -37,7 +37,16 @@ from __future__ import annotations
 
 from cdc_apply.errors import DecodeError
 from cdc_apply.gaussdb.records import (
-    RECORD_NAMES, Begin, Column, Commit, Delete, GTuple, Heartbeat, Insert, Record, Update,
+    RECORD_NAMES,
+    Begin,
+    Column,
+    Commit,
+    Delete,
+    GTuple,
+    Heartbeat,
+    Insert,
+    Record,
+    Update,
 )
 from cdc_apply.gaussdb.timestamps import parse_timestamp
 from cdc_apply.pgoutput.wire import Reader

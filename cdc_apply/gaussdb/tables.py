@@ -122,20 +122,19 @@ class TableMapper:
             state = self._describe(before, name, tuple((n, oid) for n, oid, _ in new))
         elif old:
             state = self._describe_from_old(before, name, old, qn)
-        else:
-            state = before
+        else:  # a Delete without an old tuple
+            raise _unkeyed(rec, qn)
         if not isinstance(rec, Insert):
             if not old:
-                raise SchemaError(f"cannot key this {type(rec).__name__}: no old tuple (set REPLICA IDENTITY "
-                                  "on the table, or configure its key and use REPLICA IDENTITY FULL)", table=qn)
-            state = self._identify(state, {n for n, _, _ in old}, qn)  # type: ignore[arg-type]
+                raise _unkeyed(rec, qn)
+            state = self._identify(state, {n for n, _, _ in old}, qn)
         out: list[m.PgOutputMessage] = []
         if state != before:
-            self._overlay[name] = state  # type: ignore[index]
-            relation = state.relation()  # type: ignore[union-attr]
+            self._overlay[name] = state
+            relation = state.relation()
             if before is None or before.relation() != relation:  # not for bookkeeping-only changes
                 out.append(relation)
-        out.append(_message(rec, state, new, old, qn))  # type: ignore[arg-type]
+        out.append(_message(rec, state, new, old, qn))
         return out
 
     def _describe(self, state: TableState | None, name: tuple[str, str], cols: tuple[tuple[str, int], ...]
@@ -205,6 +204,11 @@ def _columns(tup: GTuple | None, qn: str, which: str) -> list[tuple[str, int, st
         seen.add(name)
         out.append((name, oid, value))
     return out
+
+
+def _unkeyed(rec: DmlRecord, qn: str) -> SchemaError:
+    return SchemaError(f"cannot key this {type(rec).__name__}: no old tuple (set REPLICA IDENTITY "
+                       "on the table, or configure its key and use REPLICA IDENTITY FULL)", table=qn)
 
 
 def _message(rec: DmlRecord, state: TableState, new: list | None, old: list | None, qn: str) -> m.PgOutputMessage:

@@ -14,8 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cdc_apply.lake.sources.payload_columns import (is_change, is_control, is_directive, is_snapshot_held,
-                                                    not_an_insert, payload_kinds)
+from cdc_apply.lake.sources.payload_columns import (
+    is_change,
+    is_control,
+    is_directive,
+    is_snapshot_held,
+    not_an_insert,
+    payload_kinds,
+)
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, in_ranges, join_ranges, taken_ranges
 
 # At most this many rows of a source are held; past it its loads tell rows by payload (the lists become

@@ -4,6 +4,7 @@ a local batch) and the counts the tables and logs are planned from (docs/ARCHITE
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
 from cdc_apply.decode.changes import decode_batches
 from cdc_apply.delta.spark_errors import unwrap_error
@@ -18,13 +19,16 @@ from cdc_apply.planning.snapshot_loads import SnapshotLoad
 from cdc_apply.planning.table_plan import SlotCount
 from cdc_apply.spark.connect import default_parallelism, partition_count
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 # Values (messages x decoded columns) per decode partition: few tasks, as each pays a fixed hand-off to a
 # Python worker, yet cached blocks small enough that one evicted to disk can be read back whole
 # (docs/BENCHMARKS.md, "The settings the job ships").
 DECODE_VALUES_PER_PARTITION = 8_000_000
 
 
-def decode_changes(spark, read_messages, fresh, plan: BatchPlan, messages: int = 0,
+def decode_changes(spark: SparkSession, read_messages, fresh, plan: BatchPlan, messages: int = 0,
                    loads: tuple[SnapshotLoad, ...] = (), scanned: ControlScan | None = None, local=None):
     """The batch's decoded change rows (None: it has none) and, when decoded on the driver (``local``: the
     batch's rows there, Arrow), their counts (None: :func:`count_changes` counts them); rows decoded in
@@ -51,7 +55,7 @@ def decode_changes(spark, read_messages, fresh, plan: BatchPlan, messages: int =
             reread = cond if reread is None else reread | cond
     skip = scanned.skip_ranges(loads) if scanned is not None else {}
     changes = without_loads(changes, loads, skip)
-    held = scanned.held_rows(skip) if skip else []
+    held = scanned.held_rows(skip) if scanned is not None and skip else []
     if held:   # the rows of the loads' ranges the general decode keeps, from the driver
         changes = changes.unionByName(spark.createDataFrame(held, HELD_SCHEMA))
     if reread is not None:

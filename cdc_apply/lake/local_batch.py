@@ -16,6 +16,8 @@ path, over a DataFrame of the same copy.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,6 +28,9 @@ from cdc_apply.lake.sources.micro_batch import Bounds
 from cdc_apply.lake.sources.payload_columns import payload_is_control
 from cdc_apply.planning.decode_plan import DecodePlan, output_ddl, output_schema
 from cdc_apply.planning.table_plan import SlotCount
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Files of at most this many bytes (compressed: ~2-3 times as many bytes of payloads; ~30,000 messages
 # of a narrow table) make a local batch: past it the decode's two Python workers beat the driver's one.
@@ -105,6 +110,6 @@ def count_decoded(decoded: pa.Table, per_txn: bool) -> list[SlotCount]:
     return out
 
 
-def decoded_frame(spark, decoded: pa.Table, plan: DecodePlan):
+def decoded_frame(spark: SparkSession, decoded: pa.Table, plan: DecodePlan):
     """The decoded rows as a DataFrame of the decode stage's types, for the tables."""
     return spark.createDataFrame(decoded, output_ddl(plan))

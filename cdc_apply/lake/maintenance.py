@@ -18,12 +18,16 @@ whole of bronze each time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cdc_apply.planning.tables import identity_of
 from cdc_apply.config import Config
-from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.refs import bronze_ref, history_ref, silver_ref
+from cdc_apply.lake.books.bookkeeping import Bookkeeping
+from cdc_apply.planning.tables import identity_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class Optimized:
     files_added: int
 
 
-def optimize_silver(spark, config: Config, tables: list[str] | None = None) -> list[Optimized]:
+def optimize_silver(spark: SparkSession, config: Config, tables: list[str] | None = None) -> list[Optimized]:
     """OPTIMIZE every silver table of the pipeline (or those named ``ns.name``), Z-ordered by key, and
     the history table of each that has one (named ``ns.name (history)``), Z-ordered by the same key."""
     histories = Bookkeeping(config).load_history(spark)
@@ -55,15 +59,17 @@ def optimize_silver(spark, config: Config, tables: list[str] | None = None) -> l
     return done
 
 
-def _optimize(spark, ref, label: str, key: tuple[str, ...]) -> Optimized:
+def _optimize(spark: SparkSession, ref, label: str, key: tuple[str, ...]) -> Optimized:
     text = f"OPTIMIZE {ref.sql}"
     if key:
         text += " ZORDER BY (" + ", ".join(quote_ident(k) for k in key) + ")"
-    metrics = spark.sql(text).first().metrics
+    result = spark.sql(text).first()
+    assert result is not None  # OPTIMIZE answers one row of metrics
+    metrics = result.metrics
     return Optimized(label, key, int(metrics.numFilesRemoved), int(metrics.numFilesAdded))
 
 
-def optimize_bronze(spark, config: Config) -> Optimized | None:
+def optimize_bronze(spark: SparkSession, config: Config) -> Optimized | None:
     """Compact bronze's files (bin-packing, no Z-order); None when the pipeline has no bronze table yet."""
     ref = bronze_ref(config)
     if not ref.exists(spark):

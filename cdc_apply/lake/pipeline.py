@@ -23,41 +23,46 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable
 
+from cdc_apply.config import Config
+from cdc_apply.config.choices import OnError
+from cdc_apply.delta.refs import bronze_ref
+from cdc_apply.delta.spark_errors import first_decode_error, unwrap_error
+from cdc_apply.errors import ApplyError
+from cdc_apply.lake.batch_context import BatchContext, Landed
+from cdc_apply.lake.batch_loop import run_batches
+from cdc_apply.lake.books.batch_logs import BatchLogs
+from cdc_apply.lake.books.batch_logs import now as _now
+from cdc_apply.lake.books.bookkeeping import Bookkeeping, failed_source
+from cdc_apply.lake.control_scan import ControlScan, scan_controls, scan_rows
+from cdc_apply.lake.decode_stage import count_changes, decode_changes
+from cdc_apply.lake.local_batch import bounds_of, collect_micro_batch, count_local
+from cdc_apply.lake.progress_rows import progress_rows
+from cdc_apply.lake.report import BatchReport
+from cdc_apply.lake.silver.merge import BATCH_SETTINGS
+from cdc_apply.lake.silver.snapshot_loads import load_counts
+from cdc_apply.lake.silver_tables import SilverTables
+from cdc_apply.lake.sources.bronze import check_bronze
+from cdc_apply.lake.sources.bronze_contract import applied_rows, check_late_rows, count_rows
+from cdc_apply.lake.sources.bronze_files import local_unapplied_ages
+from cdc_apply.lake.sources.bronze_tail import BronzeTail, unapplied_ages
+from cdc_apply.lake.sources.formats import SourceFormats
+from cdc_apply.lake.sources.micro_batch import micro_batch_bounds
+from cdc_apply.lake.sources.payload_columns import first_change_seqs
+from cdc_apply.log import TextOut
+from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.planning.decode_plan import SKIP
 from cdc_apply.planning.plan import BatchPlan, plan_batch
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads
 from cdc_apply.planning.state import SourceState
 from cdc_apply.planning.table_plan import SlotCount
-from cdc_apply.config import Config
-from cdc_apply.config.choices import OnError
-from cdc_apply.lake.batch_context import BatchContext, Landed
-from cdc_apply.lake.books.batch_logs import BatchLogs, now as _now
-from cdc_apply.lake.books.bookkeeping import Bookkeeping, failed_source
-from cdc_apply.lake.sources.bronze import check_bronze
-from cdc_apply.lake.sources.bronze_contract import applied_rows, check_late_rows, count_rows
-from cdc_apply.lake.sources.bronze_files import local_unapplied_ages
-from cdc_apply.lake.sources.bronze_tail import BronzeTail, unapplied_ages
-from cdc_apply.lake.sources.micro_batch import micro_batch_bounds
-from cdc_apply.lake.progress_rows import progress_rows
-from cdc_apply.lake.sources.payload_columns import first_change_seqs
-from cdc_apply.lake.control_scan import ControlScan, scan_controls, scan_rows
-from cdc_apply.lake.decode_stage import count_changes, decode_changes
-from cdc_apply.lake.local_batch import bounds_of, collect_micro_batch, count_local
-from cdc_apply.delta.spark_errors import first_decode_error, unwrap_error
-from cdc_apply.lake.silver.merge import BATCH_SETTINGS
-from cdc_apply.lake.report import BatchReport
-from cdc_apply.lake.silver_tables import SilverTables
-from cdc_apply.lake.silver.snapshot_loads import load_counts
-from cdc_apply.lake.sources.formats import SourceFormats
-from cdc_apply.delta.refs import bronze_ref
-from cdc_apply.errors import ApplyError
-from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
-from cdc_apply.lake.batch_loop import run_batches
 from cdc_apply.spark.connect import is_connect_session, planned_bytes
 from cdc_apply.spark.session import session_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # A batch whose bronze payloads come to at most this many bytes is small: it is read from bronze once and
 # kept in memory for the batch (each read otherwise pays a Delta file-skipping job and a scan; for a large
@@ -80,7 +85,7 @@ def fits_fresh_cache(size: int | None) -> bool:
 class ApplyPipeline:
     """Holds the carried state between micro-batches of one apply job."""
 
-    def __init__(self, spark, config: Config, out: TextIO = sys.stdout,
+    def __init__(self, spark: SparkSession, config: Config, out: TextOut = sys.stdout,
                  fault_hook: Callable[[str], None] | None = None) -> None:
         self.spark = spark
         self.config = config
@@ -166,8 +171,10 @@ class ApplyPipeline:
         else:
             # A batch too large to keep takes its bounds from its files' statistics where they say them:
             # a query of the micro-batch reads every payload (micro_batch.py).
-            stats = None if measured else micro_batch_bounds(self.spark, df, self.bronze, wanted or None)
-            if stats is None:
+            from_files = None if measured else micro_batch_bounds(self.spark, df, self.bronze, wanted or None)
+            if from_files is not None:
+                stats = from_files
+            else:
                 bounds = [F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n")]
                 if measured:
                     bounds.append(F.sum(F.length("payload")).alias("bytes"))
@@ -398,7 +405,7 @@ class ApplyPipeline:
             reader = reader.option("maxFilesPerTrigger", self.config.bronze.max_files_per_trigger)
         if self.config.bronze.max_bytes_per_trigger:
             reader = reader.option("maxBytesPerTrigger", self.config.bronze.max_bytes_per_trigger)
-        stream = reader.load(self.bronze.path) if self.bronze.path else reader.table(self.bronze.name)
+        stream = self.bronze.load(reader)
         writer = (stream.writeStream.foreachBatch(lambda df, batch_id: self.process(df, batch_id))
                   .option("checkpointLocation", self.config.checkpoint_location)
                   .queryName(f"cdc_apply_{self.config.pipeline}"))

@@ -11,43 +11,66 @@ PostgreSQL.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from cdc_apply.config import Config
+from cdc_apply.delta.ddl import USER_METADATA, create_table, set_properties, silver_properties, table_properties
+from cdc_apply.delta.log import delta_version, file_column_names, files_bytes
+from cdc_apply.delta.refs import TableRef, silver_ref
+from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
+from cdc_apply.delta.sql_table import is_connect
+from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
+from cdc_apply.lake.batch_context import BatchContext
+from cdc_apply.lake.books.ledger import (
+    MAX_SEGMENTS,
+    SilverLedger,
+    batch_tag,
+    merge_step,
+    new_keys_step,
+    snapshot_step,
+    truncate_step,
+)
+from cdc_apply.lake.books.state_match import check_tables
+from cdc_apply.lake.history.tables import HistoryTables, history_app_id
+from cdc_apply.lake.silver.appends import append_new_keys, append_rows
+from cdc_apply.lake.silver.collapse import collapse, key_events
+from cdc_apply.lake.silver.merge import (
+    BATCH_SETTINGS,
+    NEW_KEYS_APPEND_MIN,
+    PERSISTENT_DVS,
+    MergeResult,
+    collapse_partitions,
+    key_range,
+    merge_keyed,
+    merge_keyless,
+    project,
+    writes_deletion_vectors,
+)
+from cdc_apply.lake.silver.merge_moves import resolve_moves
+from cdc_apply.lake.silver.replace_rows import ALLOW_EXISTS
+from cdc_apply.lake.silver.schema_changes import apply_schema_ops
+from cdc_apply.lake.silver.snapshot_loads import (
+    MIN_SPLITS,
+    clear_ranges,
+    drop_cleared,
+    load_settings,
+    load_snapshots,
+    load_width,
+)
+from cdc_apply.lake.silver.soft_deletes import deleted_column, ensure_deleted_column, mark_deleted
+from cdc_apply.pgoutput.types import TypeOptions
+from cdc_apply.planning import columns as cc
 from cdc_apply.planning.decode_plan import pool_columns
 from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.table_plan import TablePlan, TableRules, TableWork, plan_table, touch_relations
 from cdc_apply.planning.tables import SilverColumn, evolve
-from cdc_apply.config import Config
-from cdc_apply.lake.silver.appends import append_new_keys, append_rows
-from cdc_apply.lake.batch_context import BatchContext
-from cdc_apply.lake.history.tables import HistoryTables, history_app_id
-from cdc_apply.lake.silver.merge import (
-    BATCH_SETTINGS, NEW_KEYS_APPEND_MIN, PERSISTENT_DVS, MergeResult, key_range,
-    collapse_partitions, merge_keyed, merge_keyless, project, writes_deletion_vectors,
-)
-from cdc_apply.lake.silver.collapse import collapse, key_events
-from cdc_apply.lake.books.ledger import (
-    MAX_SEGMENTS, SilverLedger, batch_tag, merge_step, new_keys_step, snapshot_step, truncate_step,
-)
-from cdc_apply.lake.books.state_match import check_tables
-from cdc_apply.lake.silver.snapshot_loads import (
-    MIN_SPLITS, clear_ranges, drop_cleared, load_settings, load_snapshots, load_width,
-)
-from cdc_apply.lake.silver.replace_rows import ALLOW_EXISTS
-from cdc_apply.lake.silver.merge_moves import resolve_moves
-from cdc_apply.lake.silver.soft_deletes import deleted_column, ensure_deleted_column, mark_deleted
-from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
-from cdc_apply.delta.ddl import USER_METADATA, create_table, set_properties, silver_properties, table_properties
-from cdc_apply.delta.log import delta_version, file_column_names, files_bytes
 from cdc_apply.spark.connect import child_session, default_parallelism
-from cdc_apply.delta.sql_table import is_connect
-from cdc_apply.delta.refs import TableRef, silver_ref
-from cdc_apply.lake.silver.schema_changes import apply_schema_ops
-from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
-from cdc_apply.pgoutput.types import TypeOptions
 from cdc_apply.spark.executors import CLUSTER_KEYS
 from cdc_apply.spark.session import session_settings
-from cdc_apply.planning import columns as cc
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
@@ -78,7 +101,7 @@ class SilverTables:
     (in threads). Keeps only what this process knows of the tables across batches; the batch itself
     comes in a :class:`~cdc_apply.lake.batch_context.BatchContext`."""
 
-    def __init__(self, spark, config: Config) -> None:
+    def __init__(self, spark: SparkSession, config: Config) -> None:
         self.spark = spark
         self.config = config
         self.type_options = TypeOptions(numeric=config.apply.numeric)
@@ -349,7 +372,7 @@ class SilverTables:
             return
         self._create_or_evolve(session, planned)
         names = file_column_names(session, ref) if work.key is not None and len(work.key_index) == 1 else None
-        self._key_files[str(ref)] = names.get(work.key[0]) if names else None
+        self._key_files[str(ref)] = names.get(work.key[0]) if names and work.key is not None else None
         self._known[str(ref)] = shape
 
     def _create_or_evolve(self, session, planned: TablePlan) -> None:
@@ -384,10 +407,10 @@ class SilverTables:
         start = 0
         if reflected is not None:
             start = next((i for i, v in enumerate(chain) if v.seq == int(reflected)), 0)
-        columns, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype,
+        evolved, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype,
                               start=start, rules=planned.rules)
         # Rows silver holds existed before a column added since: they read its missing value.
-        fills = [(columns[c], value) for c, added, value in work.defaults if added > chain[start].seq]
+        fills = [(evolved[c], value) for c, added, value in work.defaults if added > chain[start].seq]
         if ops or fills:
             # Named by where the chain starts and ends: the table's commits say which steps are done.
             apply_schema_ops(session, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills)

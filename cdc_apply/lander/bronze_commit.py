@@ -29,10 +29,10 @@ from typing import Iterable, NamedTuple
 import pyarrow as pa
 
 from cdc_apply.delta.bronze_schema import ARROW_SCHEMA
-from cdc_apply.errors import LandError
-from cdc_apply.delta.spark_errors import error_text
 from cdc_apply.delta.commit import add_files
 from cdc_apply.delta.log import plain_columns
+from cdc_apply.delta.spark_errors import error_text
+from cdc_apply.errors import LandError
 from cdc_apply.lander.state import ResumeState
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -70,7 +70,8 @@ def write_file(folder: str, batches: Iterable[pa.RecordBatch]) -> BronzeFile:
 
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     path = os.path.join(folder, name)
-    rows, bounds = 0, {"seq": [], "lsn": []}
+    rows = 0
+    bounds: dict[str, list[tuple[int, int]]] = {"seq": [], "lsn": []}   # column -> each batch's (min, max)
     sources: set[str] = set()
     with pq.ParquetWriter(path, ARROW_SCHEMA, compression="snappy") as out:
         for batch in batches:
@@ -80,8 +81,8 @@ def write_file(folder: str, batches: Iterable[pa.RecordBatch]) -> BronzeFile:
                 low_high = pc.min_max(batch.column(column))
                 bounds[column].append((low_high["min"].as_py(), low_high["max"].as_py()))
             sources.update(pc.unique(batch.column("source")).to_pylist())
-    low = {c: min(b[0] for b in v) for c, v in bounds.items() if v}
-    high = {c: max(b[1] for b in v) for c, v in bounds.items() if v}
+    low: dict[str, int | str] = {c: min(b[0] for b in v) for c, v in bounds.items() if v}
+    high: dict[str, int | str] = {c: max(b[1] for b in v) for c, v in bounds.items() if v}
     if len(sources) == 1 and len(next(iter(sources))) <= STRING_STATS_CHARS:
         low["source"] = high["source"] = next(iter(sources))
     stats = json.dumps({"numRecords": rows, "minValues": low, "maxValues": high,

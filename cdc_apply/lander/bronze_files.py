@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 import numpy as np
 import pyarrow as pa
 
-from cdc_apply.errors import LandError
 from cdc_apply.delta.bronze_schema import ARROW_SCHEMA
+from cdc_apply.errors import LandError
 from cdc_apply.lander.bronze_commit import BronzeFile, repeated_string, repeated_timestamp, write_file
 from cdc_apply.lander.state import ResumeState
 
@@ -47,7 +47,7 @@ class ArrowAppender:
         """``direct=False``: always through Spark (the fallback, also for tests)."""
         self.writer = writer
         self.spark = writer.spark
-        self._folder = writer.folder if direct else None
+        self._folder: str | None = writer.folder if direct else None
         self._held: list[pa.Array] = []
         self._held_bytes = 0
         self._files: list[BronzeFile] = []
@@ -70,7 +70,7 @@ class ArrowAppender:
         self._held_bytes += payloads.nbytes
         self.staged_bytes += payloads.nbytes
         if self._folder is not None and self._held_bytes >= FILE_BYTES:
-            self._write_file()
+            self._write_file(self._folder)
 
     def commit(self, state: ResumeState) -> None:
         """One Delta commit with every row added since the last one, and ``state`` (its last_seq: the last row's)."""
@@ -78,7 +78,7 @@ class ArrowAppender:
             raise LandError(f"a snapshot commit through seq {state.last_seq} does not match the rows added "
                             f"(through {None if self._next_seq is None else self._next_seq - 1})")
         if self._folder is not None:
-            self._write_file()
+            self._write_file(self._folder)
             self.writer.commit_files(self._files, state)
         else:
             self.writer.append_table(pa.Table.from_batches(self._held_batches(), schema=ARROW_SCHEMA), state,
@@ -87,14 +87,15 @@ class ArrowAppender:
         self._held, self._held_bytes, self._files = [], 0, []
         self._first_seq, self._next_seq, self.staged_bytes = None, None, 0
 
-    def _write_file(self) -> None:
+    def _write_file(self, folder: str) -> None:
         if not self._held:
             return
-        self._files.append(write_file(self._folder, self._held_batches()))
+        self._files.append(write_file(folder, self._held_batches()))
         self._held, self._held_bytes = [], 0
 
     def _held_batches(self) -> list[pa.RecordBatch]:
         """The rows held, numbered on to the last one added, landed now."""
+        assert self._next_seq is not None  # add() numbers every row it holds
         seq = self._next_seq - sum(len(a) for a in self._held)
         landed_at = datetime.now(timezone.utc)
         batches = []

@@ -77,7 +77,10 @@ class RsBronzeWriter:
         self.app_id = f"cdc_apply-land:{source}"
         self.run_id = uuid.uuid4().hex
         self.rebuilt_from_rows = False
-        self.folder: str | None = os.path.abspath(delta_files.local_path(ref))
+        folder = delta_files.local_path(ref)
+        if folder is None:   # open_writer takes this writer for local paths only
+            raise LandError("delta-rs lands only into a bronze table at a local path", table=str(ref))
+        self.folder: str = os.path.abspath(folder)
         self._table = None
 
     # -- start -------------------------------------------------------------------

@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from cdc_apply.delta.bronze_schema import BRONZE_DDL, check_bronze_schema, create_bronze_table
-from cdc_apply.delta.table_create import ensure_table
 from cdc_apply.delta.log import app_version, log_at, newest_snapshot
 from cdc_apply.delta.refs import TableRef
+from cdc_apply.delta.table_create import ensure_table
 from cdc_apply.errors import ConfigError, LandError
 from cdc_apply.lander.bronze_commit import check_not_written, commit_files, direct_folder, stream_batch, write_file
 from cdc_apply.lander.sequencer import Batch
@@ -92,8 +92,12 @@ class BronzeWriter:
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
-        table = DeltaTable.forPath(self.spark, self.ref.path) if self.ref.path else \
-            DeltaTable.forName(self.spark, self.ref.name)
+        if self.ref.path:
+            table = DeltaTable.forPath(self.spark, self.ref.path)
+        elif self.ref.name is not None:
+            table = DeltaTable.forName(self.spark, self.ref.name)
+        else:
+            raise ConfigError("bronze has neither a path nor a table name", key="bronze.path")
         needle = '"app":' + json.dumps(self.app_id)
         for limit in HISTORY_PROBES:
             history = table.history(limit) if limit else table.history()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from cdc_apply.config import SourceConfig
 from cdc_apply.errors import ConfigError, LandError
@@ -81,8 +82,24 @@ def scrubbed_line(exc: BaseException, dsn: str) -> str:
     return message.splitlines()[0] if message else type(exc).__name__
 
 
-def connection_error(exc: BaseException, dsn: str, replication: bool = False) -> LandError:
-    """A :class:`LandError` that says what is wrong with connecting and what to do about it."""
+class SourceLandError(LandError):
+    """A :class:`LandError` in reaching or checking the source, knowing whether it may heal by itself.
+
+    ``transient``: the server is restarting, the network failed, ...; the lander then reconnects and
+    checks again instead of stopping.
+    """
+
+    transient: bool = False   # also what copies made by ``with_context`` say
+
+    def __init__(self, detail: str = "", transient: bool = False, **context: Any) -> None:
+        self.transient = transient
+        super().__init__(detail, **context)
+
+
+def connection_error(exc: BaseException, dsn: str, replication: bool = False,
+                     transient: bool = False) -> SourceLandError:
+    """A :class:`LandError` that says what is wrong with connecting and what to do about it
+    (``transient``: whether the failure may heal by itself, see :func:`is_transient`)."""
     target = Target.of(dsn)
     message, first = scrub(str(exc), dsn), scrubbed_line(exc, dsn)
     low = message.lower()
@@ -110,7 +127,7 @@ def connection_error(exc: BaseException, dsn: str, replication: bool = False) ->
                   "that host and port in source.dsn are right")
     else:
         detail = f"cannot connect to PostgreSQL at {where}: {first}"
-    return LandError(detail, dsn=target.shown)
+    return SourceLandError(detail, transient=transient, dsn=target.shown)
 
 
 def is_transient(exc: BaseException) -> bool:

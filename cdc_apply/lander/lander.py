@@ -22,7 +22,15 @@ from cdc_apply.config import Config
 from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import LandError
 from cdc_apply.lander.bronze_rs import open_writer
-from cdc_apply.lander.dsn import Target, connection_error, is_transient, resolve_dsn, scrub, scrubbed_line
+from cdc_apply.lander.dsn import (
+    SourceLandError,
+    Target,
+    connection_error,
+    is_transient,
+    resolve_dsn,
+    scrub,
+    scrubbed_line,
+)
 from cdc_apply.lander.options import SESSION_SETTINGS, replication_options
 from cdc_apply.lander.reader import ReplicationReader, StreamInterrupted
 from cdc_apply.lander.sequencer import Batch, Sequencer, StreamDiverged
@@ -101,7 +109,9 @@ class Lander:
                  f"{' (state rebuilt from rows)' if self.writer.rebuilt_from_rows else ''}"
                  + ("; the slot's position is not checked against bronze: no lander commit records how far "
                     "it was confirmed" if unchecked else ""))
-        attempt, supersede, diverged = 0, set(), {}
+        attempt = 0
+        supersede: set[int] = set()          # xids of transactions to land again whole
+        diverged: dict[int, int] = {}        # xid -> how many times its re-read differed
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bronze-append")
         try:
             while not self.stop.is_set():
@@ -190,7 +200,7 @@ class Lander:
                 self.server.ensure_slot(self.state)
                 break
             except LandError as err:
-                if not getattr(err, "transient", False):
+                if not (isinstance(err, SourceLandError) and err.transient):
                     raise
                 attempt += 1
                 self._backoff(attempt, err.detail)
@@ -345,6 +355,7 @@ class Lander:
         if batch is None:
             return
         batch = replace(batch, state=replace(batch.state, confirmed_lsn=self.state.confirmed_lsn))
+        assert self._pool is not None  # run() starts the pool before it reads anything to land
         self._inflight = (self._pool.submit(self.writer.append, batch), batch, time.monotonic())
         if wait:
             self._finish(reader, confirm)

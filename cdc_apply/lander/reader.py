@@ -20,9 +20,13 @@ import ctypes
 import select
 import struct
 import time
+from typing import TYPE_CHECKING
 
 from cdc_apply.errors import LandError
 from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS
+
+if TYPE_CHECKING:
+    from psycopg2.extras import LogicalReplicationConnection
 
 _XLOG_START = struct.Struct("!Q")   # XLogData: 'w', data start, wal end, send time, payload
 
@@ -30,7 +34,7 @@ class StreamInterrupted(Exception):
     """The replication connection ended or failed while streaming (may heal: reconnect)."""
 
 
-def _libpq(module_file: str):
+def _libpq(module_file: str) -> ctypes.CDLL:
     # dlsym through psycopg2's extension module finds the libpq it is linked with (the same
     # PGconn layout), also when that is a private copy inside the binary wheel.
     lib = ctypes.CDLL(module_file)
@@ -81,9 +85,9 @@ class ReplicationReader:
         # The walsender asked for a reply since the last confirmation: a server shutting down waits until
         # the flush LSN reaches its wal_end (the caller decides whether it may).
         self.reply_requested = False
-        self._conn = None
-        self._ptr = None
-        self._lib = None
+        self._conn: LogicalReplicationConnection | None = None
+        self._ptr: ctypes.c_void_p | None = None    # the PGconn of the started session
+        self._lib: ctypes.CDLL | None = None        # the libpq psycopg2 is linked with (loaded by connect)
         self._last_status = 0.0
         # One out-parameter for PQgetCopyData, made once: a ctypes object per message costs more than the call.
         self._buf = ctypes.c_void_p()
@@ -113,9 +117,11 @@ class ReplicationReader:
         """
         if self._conn is None:
             self.connect()
-        cursor = self._conn.cursor()
+        conn = self._conn
+        assert conn is not None  # connect() opened it or raised
+        cursor = conn.cursor()
         cursor.start_replication(slot_name=self.slot, decode=False, start_lsn=start_lsn, options=self.options)
-        self._ptr = ctypes.c_void_p(self._conn.pgconn_ptr)
+        self._ptr = ctypes.c_void_p(conn.pgconn_ptr)
         self.flush_lsn = max(self.flush_lsn, start_lsn)
         self._last_status = time.monotonic()
 
@@ -151,12 +157,16 @@ class ReplicationReader:
         if self._failed is not None:
             failed, self._failed = self._failed, None
             raise failed
-        if self._ptr is None:
+        session = self._session()
+        if session is None:
             raise StreamInterrupted("not connected")
+        lib, ptr = session
+        conn = self._conn
+        assert conn is not None  # start() took the PGconn from it; close() drops both
         out: list[tuple[int, bytes]] = []
         nbytes, limit = 0, max_bytes if max_bytes is not None else 1 << 62
-        get, free, string_at = self._lib.PQgetCopyData, self._lib.PQfreemem, ctypes.string_at
-        ptr, buf, ref, unpack = self._ptr, self._buf, self._buf_ref, _XLOG_START.unpack_from
+        get, free, string_at = lib.PQgetCopyData, lib.PQfreemem, ctypes.string_at
+        buf, ref, unpack = self._buf, self._buf_ref, _XLOG_START.unpack_from
         deadline = None
         while True:
             n = get(ptr, ref, 1)
@@ -174,7 +184,7 @@ class ReplicationReader:
                     self._handle(data)
                 continue
             if n < 0:
-                failed = StreamInterrupted((self._final_error() or "the server ended the replication stream")
+                failed = StreamInterrupted((self._final_error(lib, ptr) or "the server ended the replication stream")
                                            if n == -1 else self._error())
                 if not out:
                     raise failed
@@ -190,13 +200,20 @@ class ReplicationReader:
             if left <= 0:
                 break
             try:
-                ready, _, _ = select.select([self._conn], [], [], min(left, self.status_seconds))
+                ready, _, _ = select.select([conn], [], [], min(left, self.status_seconds))
             except (OSError, ValueError) as exc:
                 raise StreamInterrupted(f"the replication socket failed: {exc}") from None
-            if ready and self._lib.PQconsumeInput(ptr) == 0:
+            if ready and lib.PQconsumeInput(ptr) == 0:
                 raise StreamInterrupted(self._error())
         self.received += len(out)
         return out
+
+    def _session(self) -> tuple[ctypes.CDLL, ctypes.c_void_p] | None:
+        """libpq and the PGconn of the started session; ``None`` before :meth:`start` and after :meth:`close`."""
+        if self._ptr is None:
+            return None
+        assert self._lib is not None  # start() sets the PGconn only after connect() loaded libpq
+        return self._lib, self._ptr
 
     def _handle(self, data: bytes) -> None:
         """A message other than XLogData: a keepalive (anything else is refused)."""
@@ -212,19 +229,20 @@ class ReplicationReader:
         raise LandError(f"the server sent an unknown replication message {kind!r} ({len(data)} bytes)")
 
     def _error(self) -> str:
-        text = self._lib.PQerrorMessage(self._ptr) if self._ptr is not None else None
+        session = self._session()
+        text = session[0].PQerrorMessage(session[1]) if session is not None else None
         return (text or b"").decode("utf-8", "replace").strip() or "the replication connection failed"
 
-    def _final_error(self) -> str:
+    def _final_error(self, lib: ctypes.CDLL, ptr: ctypes.c_void_p) -> str:
         messages = []
         while True:
-            result = self._lib.PQgetResult(self._ptr)
+            result = lib.PQgetResult(ptr)
             if not result:
                 break
-            text = self._lib.PQresultErrorMessage(result)
+            text = lib.PQresultErrorMessage(result)
             if text:
                 messages.append(text.decode("utf-8", "replace").strip())
-            self._lib.PQclear(result)
+            lib.PQclear(result)
         return "; ".join(m for m in messages if m)
 
     # -- feedback --------------------------------------------------------------------
@@ -240,12 +258,14 @@ class ReplicationReader:
 
     def send_status(self, reply: bool = False) -> None:
         """A Standby Status Update: write = flush = apply = the confirmed flush LSN."""
-        if self._ptr is None:
+        session = self._session()
+        if session is None:
             return
+        lib, ptr = session
         now = time.time_ns() // 1000 - PG_EPOCH_UNIX_MICROS
         lsn = self.flush_lsn
         message = b"r" + struct.pack("!QQQqB", lsn, lsn, lsn, now, 1 if reply else 0)
-        if self._lib.PQputCopyData(self._ptr, message, len(message)) != 1 or self._lib.PQflush(self._ptr) != 0:
+        if lib.PQputCopyData(ptr, message, len(message)) != 1 or lib.PQflush(ptr) != 0:
             raise StreamInterrupted(self._error())
         self._last_status = time.monotonic()
 

@@ -89,6 +89,12 @@ class _Incoming:
     start: tuple[int, bytes] | None = None   # a dropped Stream Start (lsn, payload)
     opened: bool = False                     # a block: its Stream Start is landed
 
+    @property
+    def matching(self) -> _Match:
+        """The progress of matching it against bronze: one in MATCH mode has it."""
+        assert self.match is not None  # MATCH mode is only ever set together with a _Match
+        return self.match
+
 
 @dataclass
 class Sequencer:
@@ -220,12 +226,12 @@ class Sequencer:
             self.replayed += 1
         elif txn.mode == MATCH:
             if closing:
-                raise LandError(f"bronze holds {txn.match.target_count} messages of the transaction at "
-                                f"{format_lsn(txn.key)}, the server re-sent only {txn.match.count}",
+                raise LandError(f"bronze holds {txn.matching.target_count} messages of the transaction at "
+                                f"{format_lsn(txn.key)}, the server re-sent only {txn.matching.count}",
                                 lsn=format_lsn(lsn))
             self.replayed += 1
             if kind not in f.SCHEMA_KINDS:
-                txn.match.add(payload)
+                txn.matching.add(payload)
                 self._check_txn_match(txn, lsn)
         else:
             self._emit(lsn, payload, in_txn=True)
@@ -234,9 +240,9 @@ class Sequencer:
             self._flush_deferred()
 
     def _check_txn_match(self, txn: _Incoming, lsn: int) -> None:
-        if not txn.match.done:
+        if not txn.matching.done:
             return
-        if not txn.match.equal:
+        if not txn.matching.equal:
             raise LandError(f"the transaction at {format_lsn(txn.key)} was re-sent with other messages than "
                             "bronze holds of it; bronze was changed by something else than this lander",
                             lsn=format_lsn(lsn))
@@ -265,13 +271,14 @@ class Sequencer:
         self._block = block
         if state.mode == MATCH:
             self.replayed += 1
-            if state.match.done:       # bronze holds nothing of it beyond its first block's start
+            if state.matching.done:       # bronze holds nothing of it beyond its first block's start
                 self._match_done(state, lsn)
                 block.mode = LAND
         if block.mode == LAND:
             self._open_block(block, rewrite=first and state.match is not None)
 
     def _open_block(self, block: _Incoming, rewrite: bool) -> None:
+        assert block.start is not None  # a block keeps its Stream Start (_start_block)
         lsn, payload = block.start
         self._emit(lsn, f.continued_stream_start(block.xid) if rewrite else payload)
         block.opened = True
@@ -296,13 +303,13 @@ class Sequencer:
         self._emit(lsn, payload)
 
     def _match(self, state: _Incoming, lsn: int, payload: bytes) -> None:
-        state.match.add(payload)
-        if state.match.done:
+        state.matching.add(payload)
+        if state.matching.done:
             self._match_done(state, lsn)
 
     def _match_done(self, state: _Incoming, lsn: int) -> None:
-        if not state.match.equal:
-            raise StreamDiverged(state.xid, f"the first {state.match.count} messages re-sent differ from bronze's")
+        if not state.matching.equal:
+            raise StreamDiverged(state.xid, f"the first {state.matching.count} messages re-sent differ from bronze's")
         state.mode = LAND
 
     # -- output ------------------------------------------------------------------

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cdc_apply.config import SourceConfig
 from cdc_apply.errors import LandError
-from cdc_apply.lander.dsn import Target, connection_error, is_transient, scrubbed_line
+from cdc_apply.lander.dsn import SourceLandError, Target, connection_error, is_transient, scrubbed_line
 from cdc_apply.lander.options import publication_names, quote_ident
 from cdc_apply.lander.state import ResumeState
 from cdc_apply.pgoutput.messages import format_lsn
+
+if TYPE_CHECKING:
+    from psycopg2.extensions import connection
 
 
 # A server that vanishes without closing the socket is noticed within about 25 s, not TCP's 15 min.
@@ -58,7 +62,7 @@ class SourceServer:
         self.target = Target.of(dsn)
         self.created: list[str] = []     # what preflight created, for the log
         self.source_file: str | None = None  # the configuration file, named in what to run
-        self._conn = None
+        self._conn: connection | None = None
         self._locked = False             # this session holds the slot's lander lock (taken again on reconnect)
 
     def connect(self) -> None:
@@ -67,14 +71,12 @@ class SourceServer:
         if self._conn is not None and not self._conn.closed:
             return
         try:
-            self._conn = psycopg2.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)),
-                                          application_name=f"cdc_apply-land-{self.source.name}"[:63],
-                                          options="-c statement_timeout=30000", **TCP_KEEPALIVES)
+            self._conn = conn = psycopg2.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)),
+                                                 application_name=f"cdc_apply-land-{self.source.name}"[:63],
+                                                 options="-c statement_timeout=30000", **TCP_KEEPALIVES)
         except psycopg2.Error as exc:
-            err = connection_error(exc, self.dsn)
-            err.transient = is_transient(exc)
-            raise err from None
-        self._conn.autocommit = True
+            raise connection_error(exc, self.dsn, transient=is_transient(exc)) from None
+        conn.autocommit = True
         if self._locked:
             self._take_lock()
 
@@ -93,7 +95,7 @@ class SourceServer:
         # A lander killed a moment ago may still hold it until its backend has seen the socket close.
         deadline = time.monotonic() + LOCK_WAIT_SECONDS
         while True:
-            with self._conn.cursor() as cur:
+            with self._connection().cursor() as cur:
                 cur.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (LOCK_PREFIX + self.source.slot,))
                 held = cur.fetchone()[0]
             if held or time.monotonic() >= deadline:
@@ -112,14 +114,18 @@ class SourceServer:
             finally:
                 self._conn = None
 
+    def _connection(self) -> connection:
+        """The session's connection, connecting first."""
+        self.connect()
+        assert self._conn is not None  # connect() leaves an open connection or raises
+        return self._conn
+
     def cursor(self):
         """A cursor of the session (connecting first): for catalog questions asked a statement at a time."""
-        self.connect()
-        return self._conn.cursor()
+        return self._connection().cursor()
 
     def query(self, sql: str, params: tuple = ()) -> list[tuple]:
-        self.connect()
-        with self._conn.cursor() as cur:
+        with self._connection().cursor() as cur:
             cur.execute(sql, params)
             return cur.fetchall() if cur.description else []
 
@@ -149,10 +155,9 @@ class SourceServer:
             return check()
         except psycopg2.Error as exc:
             self.close()
-            err = LandError(f"checking the source failed: {scrubbed_line(exc, self.dsn)}",
-                            dsn=self.target.shown)
-            err.transient = is_transient(exc) or isinstance(exc, psycopg2.OperationalError)
-            raise err from None
+            raise SourceLandError(f"checking the source failed: {scrubbed_line(exc, self.dsn)}",
+                                  transient=is_transient(exc) or isinstance(exc, psycopg2.OperationalError),
+                                  dsn=self.target.shown) from None
 
     def _preflight(self) -> SlotInfo | None:
         where = f"{self.target.host}:{self.target.port}"
@@ -256,7 +261,10 @@ class SourceServer:
             self.query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
                        (source.slot, source.two_phase))
             self.created.append(f"replication slot {source.slot!r}" + (" (two-phase)" if source.two_phase else ""))
-            return self.slot()
+            created = self.slot()
+            if created is None:
+                raise LandError(f"replication slot {source.slot!r} was created but is not there", **where)
+            return created
         if landed.landed and landed.confirmed_lsn is not None:
             reach = max(landed.resume_lsn, landed.confirmed_lsn)
             if slot.confirmed_flush_lsn > reach:

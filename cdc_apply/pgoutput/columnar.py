@@ -95,7 +95,7 @@ class _Row:
 
 def _reference_row(payload: bytes | None, in_stream: bool) -> _Row:
     """One DML message by the reference decoder; raises the DecodeError explaining a bad one."""
-    msg = decode_message(payload, in_stream)  # type: ignore[arg-type]  (None: "empty message")
+    msg = decode_message(payload or b"", in_stream)  # None is an empty message too
     if not isinstance(msg, (m.Insert, m.Update, m.Delete)):
         raise DecodeError("expected Insert, Update or Delete", message_type=type(msg).__name__)
     new = getattr(msg, "new", None)
@@ -191,7 +191,9 @@ def _counts(n: int, tuples: Tuples, ok: np.ndarray) -> np.ndarray:
 def _build(buf: Payloads, tuples: Tuples, ok: np.ndarray, width: int):
     """Per column: the value array, the binary flags and what finds its text rows (to check UTF-8)."""
     n = buf.n
-    values, binary, found = [], [], []
+    values: list[pa.Array] = []
+    binary: list[np.ndarray] = []
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = []
     ok_rows = ok[tuples.rows]
     for k, kind, start, length in tuples.columns[:width]:
         rows = tuples.rows[:k]
@@ -233,7 +235,7 @@ def _bad_utf8(values: list, found: list) -> list[np.ndarray]:
 def _toast(n: int, tuples: Tuples, ok: np.ndarray) -> list:
     toast: list = [None] * n
     found_rows, found_cols = [], []
-    for c, (k, kind, _, _) in enumerate(tuples.columns):
+    for column, (k, kind, _, _) in enumerate(tuples.columns):
         is_toast = kind == KIND_TOAST
         if not is_toast.any():
             continue
@@ -241,7 +243,7 @@ def _toast(n: int, tuples: Tuples, ok: np.ndarray) -> list:
         hit = rows[is_toast & ok[rows]]
         if len(hit):
             found_rows.append(hit)
-            found_cols.append(np.full(len(hit), c, dtype=np.int64))
+            found_cols.append(np.full(len(hit), column, dtype=np.int64))
     if found_rows:
         r, c = np.concatenate(found_rows), np.concatenate(found_cols)
         order = np.lexsort((c, r))

@@ -12,6 +12,8 @@ itself: it depends on being inside a Stream Start ... Stream Stop block.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from cdc_apply.errors import DecodeError
 from cdc_apply.pgoutput.messages import (
     MESSAGE_NAMES,
@@ -235,7 +237,7 @@ def decode_stream_prepare(r: Reader, in_stream: bool) -> StreamPrepare:
     return StreamPrepare(r.u8(), r.u64(), r.u64(), r.i64(), r.u32(), r.cstring())
 
 
-_DECODERS = {
+_DECODERS: dict[str, Callable[[Reader, bool], PgOutputMessage]] = {
     "B": decode_begin, "M": decode_logical_message, "C": decode_commit, "O": decode_origin,
     "R": decode_relation, "Y": decode_type, "I": decode_insert, "U": decode_update,
     "D": decode_delete, "T": decode_truncate, "S": decode_stream_start, "E": decode_stream_stop,

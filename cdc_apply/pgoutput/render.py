@@ -45,7 +45,7 @@ def render_value(value: Any) -> Any:
 def render_message(message: PgOutputMessage) -> dict[str, Any]:
     """One message as a JSON-ready dict, starting with ``type``."""
     out: dict[str, Any] = {"type": type(message).__name__}
-    for f in fields(message):  # type: ignore[arg-type]
+    for f in fields(message):
         value = getattr(message, f.name)
         if f.name == "xid" and value is None:
             continue

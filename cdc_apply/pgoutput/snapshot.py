@@ -67,7 +67,7 @@ class SnapshotDirective:
 
     def content(self) -> bytes:
         """The message's content: JSON, keys sorted (the LSN also as PostgreSQL prints it)."""
-        body = {"relation_id": self.relation_id, "namespace": self.namespace, "name": self.name,
+        body: dict[str, object] = {"relation_id": self.relation_id, "namespace": self.namespace, "name": self.name,
                 "lsn": self.lsn, "lsn_text": m.format_lsn(self.lsn)}
         if self.chunks is not None:
             body["chunks"] = self.chunks

@@ -45,6 +45,12 @@ class ColumnType:
     scale: int = 0
     delimiter: str = ","
 
+    @property
+    def element_type(self) -> "ColumnType":
+        """An array's element type (every ``"array"`` column type is built with one)."""
+        assert self.element is not None, f"{self.pg_name} is not an array type"
+        return self.element
+
 
 @dataclass(frozen=True, slots=True)
 class TypeOptions:

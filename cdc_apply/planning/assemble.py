@@ -26,9 +26,13 @@ from typing import Iterable, Mapping
 from cdc_apply.errors import CdcApplyError, DecodeError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import StreamDecoder
-from cdc_apply.planning.state import OpenTxn, PreparedTxn, SeqRange, SourceState, StreamedTxn
+from cdc_apply.planning.state import OpenTxn, PreparedTxn, SeqRange, SourceState, StreamedTxn, TxnKind
 from cdc_apply.planning.transactions import (  # noqa: F401  (re-exported: the assembly's results)
-    Assembly, BadControl, DecidedTxn, QuarantinedTxn, SchemaEvent,
+    Assembly,
+    BadControl,
+    DecidedTxn,
+    QuarantinedTxn,
+    SchemaEvent,
 )
 
 CHANGE_TYPES, CONTROL_TYPES = m.CHANGE_TYPES, m.CONTROL_TYPES
@@ -81,8 +85,8 @@ class _Assembler:
             raise err from None
         self.bad.append(BadControl(seq, lsn, payload, str(err)))
         reason = f"its transaction holds a bad control message at seq {seq}: {err}"
-        closes = {m.Commit.TYPE.encode(): "plain", m.Prepare.TYPE.encode(): "prepared"}
-        begins = {m.Begin.TYPE.encode(): "plain", m.BeginPrepare.TYPE.encode(): "prepared"}
+        closes: dict[bytes, TxnKind] = {m.Commit.TYPE.encode(): "plain", m.Prepare.TYPE.encode(): "prepared"}
+        begins: dict[bytes, TxnKind] = {m.Begin.TYPE.encode(): "plain", m.BeginPrepare.TYPE.encode(): "prepared"}
         if self.open is not None:
             if closes.get(kind) == self.open.kind:
                 self._quarantine_open(seq, reason)
@@ -104,6 +108,7 @@ class _Assembler:
 
     def _quarantine_open(self, end_seq: int, reason: str) -> None:
         txn, self.open = self.open, None
+        assert txn is not None  # every caller has checked that a transaction is open
         self.quarantined.append(QuarantinedTxn(txn.begin_seq, end_seq, ((txn.begin_seq, end_seq),),
                                                txn.quarantined or reason))
 
@@ -132,21 +137,20 @@ class _Assembler:
             raise self.fail("Origin outside a transaction", seq, lsn)
 
     def on_Commit(self, msg: m.Commit, seq: int, lsn: int) -> None:
-        self._check_close("plain", seq, lsn)
-        if self.open.quarantined:
-            self._quarantine_open(seq, self.open.quarantined)
+        open_txn = self._check_close("plain", seq, lsn)
+        if open_txn.quarantined:
+            self._quarantine_open(seq, open_txn.quarantined)
             return
-        if msg.commit_lsn != self.open.begin_lsn:
+        if msg.commit_lsn != open_txn.begin_lsn:
             raise self.fail(f"Commit LSN {m.format_lsn(msg.commit_lsn)} differs from the Begin's final LSN "
-                            f"{m.format_lsn(self.open.begin_lsn)}", seq, lsn, xid=self.open.xid)
+                            f"{m.format_lsn(open_txn.begin_lsn)}", seq, lsn, xid=open_txn.xid)
         txn = self._close("plain", seq, lsn)
         self.committed.append(DecidedTxn("plain", txn.xid, txn.begin_seq, seq, ((txn.begin_seq, seq),), False,
                                          msg.commit_lsn, msg.end_lsn, msg.commit_ts,
                                          origin=txn.origin, origin_lsn=txn.origin_lsn, directives=txn.directives))
 
     def on_Prepare(self, msg: m.Prepare, seq: int, lsn: int) -> None:
-        self._check_close("prepared", seq, lsn)
-        txn = self.open
+        txn = self._check_close("prepared", seq, lsn)
         if not txn.quarantined and (msg.gid != txn.gid or msg.xid != txn.xid):
             raise self.fail(f"Prepare of gid {msg.gid!r} closes Begin Prepare of gid {txn.gid!r}", seq, lsn)
         if msg.gid in self.prepared:
@@ -156,16 +160,18 @@ class _Assembler:
                                msg.prepare_lsn, msg.end_lsn, msg.prepare_ts, txn.origin, txn.origin_lsn,
                                quarantined=txn.quarantined, directives=txn.directives), seq, lsn)
 
-    def _check_close(self, kind: str, seq: int, lsn: int) -> None:
+    def _check_close(self, kind: TxnKind, seq: int, lsn: int) -> OpenTxn:
+        """The open transaction, when it is one of ``kind``; else the framing error."""
         txn = self.open
         if txn is None or txn.kind != kind:
             what = "Commit" if kind == "plain" else "Prepare"
             raise self.fail(f"{what} without a matching Begin" + ("" if txn is None else f" (open: {txn.kind})"),
                             seq, lsn)
+        return txn
 
-    def _close(self, kind: str, seq: int, lsn: int) -> OpenTxn:
-        self._check_close(kind, seq, lsn)
-        txn, self.open = self.open, None
+    def _close(self, kind: TxnKind, seq: int, lsn: int) -> OpenTxn:
+        txn = self._check_close(kind, seq, lsn)
+        self.open = None
         return txn
 
     def _park(self, prepared: PreparedTxn, seq: int, lsn: int) -> None:
@@ -207,7 +213,8 @@ class _Assembler:
         self.block_start, self.block_xid = seq, msg.xid
 
     def on_StreamStop(self, msg: m.StreamStop, seq: int, lsn: int) -> None:
-        # The decoder has already checked that a block was open.
+        # The decoder has already checked that a block was open, so its Stream Start set both.
+        assert self.block_xid is not None and self.block_start is not None
         stream = self.streams[self.block_xid]
         self.streams[self.block_xid] = replace(stream, blocks=stream.blocks + ((self.block_start, seq),))
         self.block_start = self.block_xid = None
@@ -273,7 +280,8 @@ class _Assembler:
             return lsn
         if self.open is not None:
             return self.open.begin_lsn
-        stream = self.streams.get(self.block_xid) if self.decoder.in_stream else None
+        xid = self.block_xid
+        stream = self.streams.get(xid) if self.decoder.in_stream and xid is not None else None
         return stream.first_lsn or 0 if stream is not None else 0
 
     def finish(self, last_seq: int) -> Assembly:

@@ -23,6 +23,11 @@ After the collapse, one row per key (the MERGE's source):
 
 from __future__ import annotations
 
+from typing import Literal
+
+# The decode's ``op`` of a change row: a DML message's type letter, or M for a logical decoding message.
+ChangeOp = Literal["I", "U", "D", "M"]
+
 SEQ = "_seq"                 # the change's bronze seq: commit order within the batch
 KIND = "_kind"               # the per-key event: I (insert), U (update), D (delete), M (move-in)
 OP = "_op"                   # the change's pgoutput kind (I/U/D), as the history tables record it

@@ -64,6 +64,7 @@ def _java_double(value: float) -> str:
     if value == 0:
         return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
     sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)  # a finite value's ("n", "N", "F" are NaN's and infinity's, returned above)
     text = "".join(map(str, digits))
     point = len(text) + exponent          # digits before the decimal point
     minus = "-" if sign else ""

@@ -13,13 +13,14 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
+from cdc_apply.config.choices import Origin
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, parse_snapshot_directive
+from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.planning.assemble import Assembly, DecidedTxn, assemble_transactions, excluded_ranges, merge_ranges
 from cdc_apply.planning.decode_plan import QUARANTINE, SKIP, DecodePlan, Slot, SourcePlan
 from cdc_apply.planning.schema import RelationVersion, SchemaHistory
 from cdc_apply.planning.state import SeqRange, SourceState
-from cdc_apply.pgoutput import messages as m
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, parse_snapshot_directive
-from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 
 # (source, ranges, subxids) -> {subxid: seq of its first change within the ranges}
 FirstChangeLookup = Callable[[str, Sequence[SeqRange], Sequence[int]], Mapping[int, int]]
@@ -120,7 +121,7 @@ def snapshot_skips(committed: Sequence[DecidedTxn], resets: tuple[tuple[int, int
     skips: dict[int, set[int]] = {}
     for index, txn in enumerate(committed):
         for relation_id, lsn in list(active.items()):
-            if txn.commit_lsn < lsn:
+            if txn.committed_lsn < lsn:
                 skips.setdefault(relation_id, set()).add(index)
             else:
                 del active[relation_id]
@@ -136,7 +137,7 @@ def snapshot_skips(committed: Sequence[DecidedTxn], resets: tuple[tuple[int, int
 
 def plan_source(source: str, state: SourceState, history: SchemaHistory,
                 controls: Iterable[tuple[int, int, bytes]], last_seq: int,
-                first_change_seq: FirstChangeLookup, origin_filter: str = "any",
+                first_change_seq: FirstChangeLookup, origin_filter: Origin = "any",
                 quarantine_controls: bool = False) -> tuple[SourceBatch, SourcePlan]:
     """Assemble one source's transactions and lay out its seq ranges for the decode."""
     assembly = assemble_transactions(state, controls, last_seq, source, quarantine_controls)
@@ -152,7 +153,8 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
             new_types.append((event.seq, event.lsn, recorded))
     assembly = replace(assembly, state=replace(assembly.state, column_defaults=defaults.remaining()))
 
-    committed, filtered = [], []
+    committed: list[DecidedTxn] = []
+    filtered: list[DecidedTxn] = []
     for txn in assembly.committed:
         (filtered if origin_filter == "none" and txn.origin is not None else committed).append(txn)
     skips, resets = snapshot_skips(committed, state.snapshot_resets)
@@ -175,11 +177,11 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
         entries.extend((a, b, SKIP, txn.in_stream) for a, b in txn.ranges)
     for a, b in assembly.state.pending_ranges():
         entries.append((a, b, SKIP, False))
-    reasons = {}
-    for txn in assembly.quarantined:
-        for a, b in txn.ranges:
+    reasons: dict[int, str] = {}
+    for quarantined in assembly.quarantined:
+        for a, b in quarantined.ranges:
             entries.append((a, b, QUARANTINE, False))
-            reasons[a] = txn.reason
+            reasons[a] = quarantined.reason
     entries.sort()
 
     decided = list(committed) + list(assembly.quarantined)
@@ -191,9 +193,9 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
         range_ends=tuple(e[1] for e in entries),
         range_txn=tuple(e[2] for e in entries),
         range_in_stream=tuple(e[3] for e in entries),
-        txn_commit_lsn=tuple(t.commit_lsn for t in committed),
+        txn_commit_lsn=tuple(t.committed_lsn for t in committed),
         txn_xid=tuple(t.xid for t in committed),
-        txn_commit_ts=tuple(t.commit_ts + m.PG_EPOCH_UNIX_MICROS for t in committed),
+        txn_commit_ts=tuple(t.committed_ts + m.PG_EPOCH_UNIX_MICROS for t in committed),
         txn_origin=tuple(t.origin for t in committed),
         quarantine_reasons=reasons,
         skip_relations=skips,
@@ -205,7 +207,7 @@ def plan_source(source: str, state: SourceState, history: SchemaHistory,
 
 def plan_batch(sources: Mapping[str, tuple[SourceState, SchemaHistory, list, int]],
                first_change_seq: FirstChangeLookup, type_options: TypeOptions = TypeOptions(),
-               origin_filter: str = "any", quarantine: bool = False,
+               origin_filter: Origin = "any", quarantine: bool = False,
                present_relations: Mapping[str, set[int]] | None = None,
                table_selected: Callable[[str], bool] = lambda name: True,
                txn_users: Mapping[str, Mapping[int, str]] | None = None,
@@ -246,7 +248,8 @@ def plan_batch(sources: Mapping[str, tuple[SourceState, SchemaHistory, list, int
                     slot_versions.append(version)
                 versions[relation_id] = (tuple(seqs), tuple(indexes))
         users = (txn_users or {}).get(source)
-        user_of = tuple(users.get(t.commit_lsn) for t in batch.committed) if users else ()
+        user_of = tuple(None if t.commit_lsn is None else users.get(t.commit_lsn)
+                        for t in batch.committed) if users else ()
         splans[source] = replace(splan, versions=versions, ignored=ignored, txn_user=user_of)
         batches[source] = batch
     return BatchPlan(batches, DecodePlan(splans, tuple(slots), quarantine), tuple(slot_versions))

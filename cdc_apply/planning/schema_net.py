@@ -32,7 +32,7 @@ def net_schema_ops(ops: Sequence[SchemaOp]) -> list[SchemaOp]:
             if o.column in names:
                 return list(ops)
             names[o.column] = len(start) + len(added)
-            added[names[o.column]] = o.spark_ddl
+            added[names[o.column]] = o.ddl
             continue
         if o.column not in names:   # a column the table had before the ops
             token = len(start) + len(added)
@@ -40,9 +40,9 @@ def net_schema_ops(ops: Sequence[SchemaOp]) -> list[SchemaOp]:
             start[token] = o.column
         token = names.pop(o.column)
         if o.kind == "rename":
-            if o.new_name in names:
+            if o.target in names:
                 return list(ops)
-            names[o.new_name] = token
+            names[o.target] = token
     final = {token: name for name, token in names.items()}
     drops = [SchemaOp("drop", name) for token, name in start.items() if token not in final]
     pending = {name: final[token] for token, name in start.items() if token in final and final[token] != name}

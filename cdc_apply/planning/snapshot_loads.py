@@ -17,15 +17,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Collection, Iterable
 
+from cdc_apply.pgoutput.snapshot import (
+    SNAPSHOT_PREFIX,
+    SNAPSHOT_XID,
+    KeyRange,
+    SnapshotDirective,
+    parse_snapshot_directive,
+)
 from cdc_apply.planning.assemble import merge_ranges
 from cdc_apply.planning.decode_plan import DecodePlan, SourcePlan
 from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.state import SeqRange
-from cdc_apply.pgoutput.snapshot import (
-    SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange, SnapshotDirective, parse_snapshot_directive,
-)
-
 
 
 def in_ranges(seq: int, ranges) -> bool:
@@ -97,7 +100,7 @@ def find_snapshot_loads(plan: BatchPlan, histories: dict[str, SchemaHistory],
             if entry is None or seqs[-1] not in entry[0]:
                 continue
             slot = entry[1][entry[0].index(seqs[-1])]
-            loads.append(SnapshotLoad(source, index, relation_id, slot, txn.ranges, txn.commit_lsn,
+            loads.append(SnapshotLoad(source, index, relation_id, slot, txn.ranges, txn.committed_lsn,
                                       _narrowed(plan.decode, source, splan, index, txn.ranges, relation_id,
                                                 seqs[-1], slot), snapshot.key_range))
     return tuple(loads)

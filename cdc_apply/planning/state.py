@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 SeqRange = tuple[int, int]  # inclusive bounds
+# How a transaction arrives: Begin ... Commit, Stream Start ... Stop blocks, or Begin Prepare ... Prepare.
+TxnKind = Literal["plain", "streamed", "prepared"]
 
 
 @dataclass(frozen=True, slots=True)
 class OpenTxn:
     """A transaction being received: Begin ... Commit, or Begin Prepare ... Prepare."""
 
-    kind: str  # "plain" or "prepared"
+    kind: TxnKind  # "plain" or "prepared" (a streamed one is a StreamedTxn)
     xid: int
     begin_seq: int
     begin_lsn: int  # Begin's final LSN, or Begin Prepare's prepare LSN

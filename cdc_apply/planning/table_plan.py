@@ -10,21 +10,28 @@ The lake layer (:mod:`cdc_apply.lake.silver_tables`) carries the plans out; noth
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from cdc_apply.config import HistorySpec
-from cdc_apply.config.columns import REDACT, ColumnPolicy
 from cdc_apply.config.choices import DropColumns, Retype
+from cdc_apply.config.columns import REDACT, ColumnPolicy
 from cdc_apply.errors import ConfigError, SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange, parse_snapshot_directive
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+from cdc_apply.planning.columns import ChangeOp
 from cdc_apply.planning.decode_plan import Pool
+from cdc_apply.planning.masks import mask_value
 from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.planning.schema import RelationHistory, RelationVersion, SchemaHistory
-from cdc_apply.planning.masks import mask_value
 from cdc_apply.planning.tables import (
-    NO_RULES, ColumnRules, SilverColumn, evolve, identity_of, resolve_rules, slot_mapping,
+    NO_RULES,
+    ColumnRules,
+    SilverColumn,
+    evolve,
+    identity_of,
+    resolve_rules,
+    slot_mapping,
 )
 
 TypeOf = Callable[[int, int], str]   # (type OID, type modifier) -> Spark type
@@ -84,13 +91,13 @@ class SlotCount(NamedTuple):
     source: str
     txn: int | None
     slot: int | None
-    op: str | None
+    op: ChangeOp | None
     n: int
     toasted: int = 0          # ... with unchanged TOAST values
     moved_toasted: int = 0    # ... of them updates with an old/key tuple
     errors: int = 0
     last_commit_lsn: int | None = None
-    truncates: tuple = ()     # the Truncate rows among them
+    truncates: Sequence = ()  # the Truncate rows among them
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +123,7 @@ class TableTouch:
     toasted: int = 0           # ... with unchanged TOAST values
     moved_toasted: int = 0     # ... of them updates with an old/key tuple (possible key moves)
     inserts: int = 0
-    ops: set[str] = field(default_factory=set)
+    ops: set[ChangeOp] = field(default_factory=set)
     last_commit_lsn: int = 0   # of the last change or truncate
     version_seq: int = -1      # the newest relation version a committed change used
     truncate: tuple[int, int, int] | None = None   # the last truncate: (commit LSN, seq, options)
@@ -159,9 +166,9 @@ def touch_relations(plan: BatchPlan, counts: Iterable, truncates: Iterable) -> d
                 snapshot = parse_snapshot_directive(content) if prefix == SNAPSHOT_PREFIX else None
                 if snapshot is not None and snapshot.key_range is not None:
                     touch = touched.setdefault((source, snapshot.relation_id), TableTouch())
-                    touch.ranges.append((txn.commit_lsn, txn.ranges[0][0], snapshot.key_range,
+                    touch.ranges.append((txn.committed_lsn, txn.ranges[0][0], snapshot.key_range,
                                          m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None))
-                    touch.last_commit_lsn = max(touch.last_commit_lsn, txn.commit_lsn)
+                    touch.last_commit_lsn = max(touch.last_commit_lsn, txn.committed_lsn)
     for t in truncates:
         committed = plan.sources[t.source].committed
         ts = committed[t.txn].commit_ts if 0 <= t.txn < len(committed) else None
@@ -202,7 +209,7 @@ class TablePlan:
     type_of: TypeOf
     rows: int    # this batch's committed changes of the table
     last_commit_lsn: int
-    ops: frozenset[str]  # change kinds of this table in the batch (I, U, D)
+    ops: frozenset[ChangeOp]  # change kinds of this table in the batch (I, U, D)
     inserts: int
     history: HistorySpec | None = None  # the table keeps a history table
     # every truncate and key-range chunk: (commit LSN, seq, commit ts, cause, range) — range None for a

@@ -11,11 +11,11 @@ silver columns.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, Literal, Sequence
 
 from cdc_apply.config.choices import DropColumns, Retype
-from cdc_apply.planning.schema import RelationVersion
 from cdc_apply.errors import ConfigError, SchemaError
+from cdc_apply.planning.schema import RelationVersion
 
 # Spark type changes Delta can make in place (type widening); anything else is rewritten.
 _WIDENING = {
@@ -35,16 +35,32 @@ class SilverColumn:
     dropped: bool = False  # kept after PostgreSQL dropped it (drop policy "keep")
 
 
+# "fill": a column just added set to its missing value in every row (cdc_apply.lake.silver.schema_changes).
+SchemaOpKind = Literal["add", "rename", "drop", "retype", "fill"]
+
+
 @dataclass(frozen=True, slots=True)
 class SchemaOp:
     """One change to a silver table's schema (relation columns only)."""
 
-    kind: str  # "add", "rename", "drop", "retype"
+    kind: SchemaOpKind
     column: str
-    new_name: str | None = None
-    spark_ddl: str | None = None
+    new_name: str | None = None    # set on every "rename"
+    spark_ddl: str | None = None   # set on every "add", "retype" and "fill"
     old_ddl: str | None = None
     in_place: bool = False  # retype: Delta type widening, no rewrite
+
+    @property
+    def target(self) -> str:
+        """A rename's new name (every rename is built with one)."""
+        assert self.new_name is not None, f"{self.kind} of {self.column!r} has no new name"
+        return self.new_name
+
+    @property
+    def ddl(self) -> str:
+        """The Spark type an add, a retype or a fill gives the column (each is built with one)."""
+        assert self.spark_ddl is not None, f"{self.kind} of {self.column!r} has no type"
+        return self.spark_ddl
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cdc_apply.pgoutput import messages as m
-from cdc_apply.planning.state import SeqRange, SourceState
+from cdc_apply.planning.state import SeqRange, SourceState, TxnKind
 
 
 @dataclass(frozen=True, slots=True)
 class DecidedTxn:
     """A transaction whose fate is known: committed (in commit order) or aborted."""
 
-    kind: str  # "plain", "streamed" or "prepared"
+    kind: TxnKind
     xid: int
     begin_seq: int
     decide_seq: int
@@ -27,6 +27,19 @@ class DecidedTxn:
     origin_lsn: int | None = None
     sub_aborts: tuple[tuple[int, int], ...] = ()
     directives: tuple[tuple[str, str], ...] = ()  # cdc_apply's own messages in it: (prefix, content)
+
+    @property
+    def committed_lsn(self) -> int:
+        """``commit_lsn`` of a committed transaction: every commit message carries one, only aborted
+        transactions have none."""
+        assert self.commit_lsn is not None, f"transaction xid {self.xid} was not committed"
+        return self.commit_lsn
+
+    @property
+    def committed_ts(self) -> int:
+        """``commit_ts`` of a committed transaction (see :attr:`committed_lsn`)."""
+        assert self.commit_ts is not None, f"transaction xid {self.xid} was not committed"
+        return self.commit_ts
 
 
 @dataclass(frozen=True, slots=True)

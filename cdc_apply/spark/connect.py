@@ -173,6 +173,8 @@ def connect_session(app_name: str, conf: Mapping[str, Any], requested: str):
         settings = local_connect_settings(remote, **settings)
     if remote:
         builder = builder.remote(remote)
-    session = builder.config(map=settings).getOrCreate() if settings else builder.getOrCreate()
+    # Builder.config's map is typed with every value type a setting may have (dict is invariant).
+    config_map: dict[str, bool | float | int | str | None] = dict(settings)
+    session = builder.config(map=config_map).getOrCreate() if settings else builder.getOrCreate()
     log.info("Spark Connect session (%s=%s), Spark %s", requested, remote or "connect", session.version)
     return session

@@ -29,9 +29,12 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdc_apply.errors import SetupError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("cdc_apply.spark")
 
@@ -165,7 +168,7 @@ def package_zip(cache_dir: Path | None = None) -> Path:
     return target
 
 
-def _probe_executors(spark) -> dict[str, Any]:
+def _probe_executors(spark: SparkSession) -> dict[str, Any]:
     """The probe task's answer, run on one executor."""
     probe = _compiled("probe", NEEDS=EXECUTOR_NEEDS, SUFFIXES=_SHIPPED_SUFFIXES)
     try:
@@ -199,7 +202,7 @@ def _require_needs(found: dict[str, Any]) -> None:
                          executor_python=found.get("executable"), host=found.get("host"))
 
 
-def prepare_executors(spark) -> ExecutorSetup:
+def prepare_executors(spark: SparkSession) -> ExecutorSetup:
     """Make sure the executors of ``spark`` import the cdc_apply the driver runs (see the module's
     docstring); a :class:`SetupError` before any work when they cannot."""
     sc = spark.sparkContext
@@ -208,6 +211,7 @@ def prepare_executors(spark) -> ExecutorSetup:
     mode = mode.strip().lower()
     if mode not in EXECUTOR_CODE_MODES:
         raise SetupError(f"{EXECUTOR_CODE_KEY} must be one of {', '.join(EXECUTOR_CODE_MODES)}", value=mode)
+    assert sc.master is not None  # a running SparkContext has its master
     if is_local_master(sc.master):
         return ExecutorSetup(mode, "local master")
     if mode == "installed":
@@ -232,13 +236,14 @@ def prepare_executors(spark) -> ExecutorSetup:
     return ExecutorSetup(mode, "shipped", python, str(archive))
 
 
-def cluster_settings(spark) -> dict[str, str]:
+def cluster_settings(spark: SparkSession) -> dict[str, str]:
     """Session settings the job applies on a cluster, each only where the user left Spark's (or Delta's)
     default: shuffle partitions = the cluster's task slots (``defaultParallelism``) instead of 200, and
     Delta's state-reconstruction partitions the same instead of 50 — a batch of a few hundred messages
     otherwise runs each shuffle and each log replay as dozens of tiny tasks (minutes on a small
     cluster). Nothing for a local master (:func:`cdc_apply.spark.session.spark_session` sizes those)."""
     sc = spark.sparkContext
+    assert sc.master is not None  # a running SparkContext has its master
     if is_local_master(sc.master):
         return {}
     static = sc.getConf()

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from cdc_apply.errors import SetupError
 from cdc_apply.spark.jars import DELTA_ARTIFACT, find_delta_jars
@@ -38,6 +38,9 @@ from cdc_apply.spark.user_conf import (  # noqa: F401  (spark_defaults_conf, sub
     submit_args_conf,
     user_log4j_file,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("cdc_apply.spark")
 
@@ -101,13 +104,14 @@ QUERY_FAILURE_LOGGERS = (
     "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
     "org.apache.spark.sql.execution.streaming.runtime.StreamExecution",
 )
+
 # Settings by which a user chooses Spark's own logging (the level, Spark's JSON layout): with either
 # set, the JVM's logging is left as Spark makes it.
 USER_LOGGING_SETTINGS = ("spark.log.level", "spark.log.structuredLogging.enabled")
 
 
 @contextmanager
-def session_settings(spark, settings: dict[str, str]) -> Iterator[None]:
+def session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
     """``settings`` on the session for the block's duration; each key's previous value (or its absence)
     comes back after, so a session shared with other work is left as it was."""
     previous = {key: spark.conf.get(key, None) for key in settings}
@@ -116,11 +120,11 @@ def session_settings(spark, settings: dict[str, str]) -> Iterator[None]:
     try:
         yield
     finally:
-        for key, value in previous.items():
-            if value is None:
+        for key, old in previous.items():
+            if old is None:
                 spark.conf.unset(key)
             else:
-                spark.conf.set(key, value)
+                spark.conf.set(key, old)
 
 
 def local_cores(master: str) -> int | None:
@@ -391,7 +395,7 @@ def _existing_session():
     return None
 
 
-def _has_delta(spark) -> bool:
+def _has_delta(spark: SparkSession) -> bool:
     if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
         return True  # Databricks ships Delta in its runtime, without the open-source extension setting
     conf = spark.conf
@@ -404,7 +408,7 @@ def _setting_text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def ignored_settings(spark, conf: Mapping[str, Any]) -> dict[str, str]:
+def ignored_settings(spark: SparkSession, conf: Mapping[str, Any]) -> dict[str, str]:
     """Of ``conf``, the keys whose values differ from those of the running ``spark``: each key's value in
     the session (``"unset"`` for none). A key the session already has at the same value is not ignored."""
     static = spark.sparkContext.getConf()
@@ -418,7 +422,7 @@ def ignored_settings(spark, conf: Mapping[str, Any]) -> dict[str, str]:
     return ignored
 
 
-def describe_session(spark) -> str:
+def describe_session(spark: SparkSession) -> str:
     """One line: Spark version, master, task slots, shuffle partitions, driver memory."""
     sc = spark.sparkContext
     memory = sc.getConf().get("spark.driver.memory", "1g (Spark's default)")
@@ -504,7 +508,7 @@ def spark_session(app_name: str = "cdc_apply", **conf: Any):
             delta_from = search.origin
     if not attached:
         launch = SparkConf(loadDefaults=False)
-        launch.setAll(settings.items())
+        launch.setAll(list(settings.items()))
         SparkContext._ensure_initialized(conf=launch)
     jvm = SparkContext._jvm
     if not _delta_loadable(jvm):

@@ -150,7 +150,9 @@ def _wait_for(ready, timeout: float, cluster: StandaloneCluster, what: str) -> N
             raise TimeoutError(f"waited {timeout:.0f}s for {what}\n{logs}")
         for proc in cluster.processes:
             if proc.poll() is not None:
-                raise RuntimeError(f"a cluster process exited ({proc.args[1]}: {proc.returncode}); see "
+                args = proc.args
+                assert isinstance(args, list)  # _spawn starts each process from a list of str: spark-class, its class
+                raise RuntimeError(f"a cluster process exited ({str(args[1])}: {proc.returncode}); see "
                                    f"{cluster.workdir}")
         time.sleep(0.25)
 

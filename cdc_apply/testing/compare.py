@@ -253,8 +253,8 @@ def compare_silver(name: str, want: pa.Table, df, names: list[str], part_bytes: 
 
     parts = -(-want.nbytes // part_bytes)
     first = want.column(0).combine_chunks() if want.num_columns else None
-    present = pc.drop_null(first) if first is not None else None
-    if parts <= 1 or first is None or not pa.types.is_integer(first.type) or len(present) == 0:
+    present = pc.drop_null(first) if first is not None and pa.types.is_integer(first.type) else None
+    if parts <= 1 or present is None or len(present) == 0:
         return compare_tables(name, want, silver_table(df, names))
     cuts = pc.quantile(present, q=[k / parts for k in range(1, parts)], interpolation="lower").to_pylist()
     edges = [None, *sorted(set(int(c) for c in cuts)), None]
@@ -310,8 +310,8 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
     described must be empty in PostgreSQL. ``snapshot`` (from :func:`snapshot_postgres`) lets several
     sources of one database be compared against one read of it.
     """
-    from cdc_apply.lake.books.bookkeeping import Bookkeeping
     from cdc_apply.delta.refs import silver_ref
+    from cdc_apply.lake.books.bookkeeping import Bookkeeping
     from cdc_apply.lake.silver.soft_deletes import live_rows
 
     history = Bookkeeping(config).load_history(spark).get(source)

@@ -129,7 +129,9 @@ def _serve(master: str, folder: Path) -> None:
     partial.write_text(json.dumps({"port": int(service.localPort())}))
     partial.rename(folder / _PORT_FILE)
     sys.stdin.read()  # until the parent closes it, or dies
-    SparkContext._active_spark_context.stop()
+    context = SparkContext._active_spark_context
+    assert context is not None  # the server started above runs in it
+    context.stop()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from cdc_apply.config import parse_config
 from cdc_apply.testing.workload import SCHEMA, Workload
@@ -58,7 +58,7 @@ def replay_command(seed: int, transactions: int, checkpoints: int, configs, hist
 
 
 def _lake(root: Path, extra: dict | None = None, history: bool = False, soft_deletes: bool = False) -> dict:
-    raw = {"pipeline": "differential",
+    raw: dict[str, Any] = {"pipeline": "differential",
            "bronze": {"path": str(root / "bronze")},
            "silver": {"path": str(root / "silver"), "source_in_path": True},
            "state": {"path": str(root / "state")},
@@ -94,11 +94,11 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     starting one: the run gets a database and slots of its own there; its slots and prepared
     transactions go at its end (:func:`_release_database`).
     """
-    from cdc_apply.testing.history_check import SourceRecord
     from cdc_apply.delta.bronze_schema import create_bronze_table
     from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.lander.lander import Lander
     from cdc_apply.testing.compare import compare_with_postgres, snapshot_postgres
+    from cdc_apply.testing.history_check import SourceRecord
     from cdc_apply.testing.postgres import start_postgres
 
     started = time.monotonic()
@@ -129,6 +129,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
             pg.execute(f"SELECT pg_create_logical_replication_slot('{db}_{name}', 'pgoutput', false, "
                        f"{two_phase})", dbname=db)
         lake = parse_config(_lake(root, rules, history=history, soft_deletes=soft_deletes))
+        assert lake.bronze.path is not None  # _lake names the bronze path
         create_bronze_table(spark, lake.bronze.path)
         landers = {name: parse_config(_lake(root, {
             "source": {"name": name, "dsn": pg.dsn(db), "slot": f"{db}_{name}", "publication": "diff_pub",

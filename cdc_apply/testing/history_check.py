@@ -13,14 +13,23 @@ since is not compared; silver's own comparison covers those), typed values exact
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 
+from cdc_apply.errors import StateError
 from cdc_apply.pgoutput.messages import parse_lsn
 from cdc_apply.testing.compare import (
-    SourceTable, apply_column_rules, compare_tables, silver_table, snapshot_postgres, typed_source_table,
+    SourceTable,
+    apply_column_rules,
+    compare_tables,
+    silver_table,
+    snapshot_postgres,
+    typed_source_table,
 )
+
+if TYPE_CHECKING:
+    from cdc_apply.lake.history.as_of import AsOfMethod
 
 
 @dataclass
@@ -86,8 +95,8 @@ def _history_state(table: pa.Table, lsn: int, prefix: str) -> pa.Table:
 def check_history(spark, config, source: str, states: list[tuple[int, list[SourceTable]]]) -> list[str]:
     """Every state in ``states`` (from a :class:`SourceRecord`) of every source table against its
     history table; the differences found."""
-    from cdc_apply.lake.books.bookkeeping import Bookkeeping
     from cdc_apply.delta.refs import history_ref
+    from cdc_apply.lake.books.bookkeeping import Bookkeeping
 
     history = Bookkeeping(config).load_history(spark).get(source)
     prefix = config.silver.metadata_prefix
@@ -96,8 +105,7 @@ def check_history(spark, config, source: str, states: list[tuple[int, list[Sourc
     compared: dict[int, tuple] = {}   # the last state compared per table: identical ones are skipped
     for lsn, snapshot in states:
         for table in snapshot:
-            relation = history.relations.get(table.oid) if history else None
-            if relation is None:
+            if history is None or (relation := history.relations.get(table.oid)) is None:
                 if table.rows:
                     failures.append(f"{source}: {table.qualified_name} as of {lsn:X}: rows, but no relation applied")
                 continue
@@ -126,12 +134,15 @@ def check_history(spark, config, source: str, states: list[tuple[int, list[Sourc
     return failures
 
 
-def check_as_of(spark, config, source: str, lsn: int, snapshot: list[SourceTable], method: str = "auto") -> list[str]:
+def check_as_of(spark, config, source: str, lsn: int, snapshot: list[SourceTable],
+                method: AsOfMethod = "auto") -> list[str]:
     """``read_as_of`` at ``lsn`` against the source's tables as recorded then; the differences found."""
-    from cdc_apply.lake.history.as_of import read_as_of
     from cdc_apply.lake.books.bookkeeping import Bookkeeping
+    from cdc_apply.lake.history.as_of import read_as_of
 
     history = Bookkeeping(config).load_history(spark).get(source)
+    if history is None:
+        raise StateError("no schema history recorded for the source", source=source)
     names = {t.oid: history.relations[t.oid].latest.qualified_name for t in snapshot if t.oid in history.relations}
     result = read_as_of(spark, config, lsn, tables=sorted(set(names.values())), source=source, method=method)
     failures = []

@@ -27,9 +27,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from cdc_apply.lake.books.status_rules import StatusEntry
 
 
 # A session built for tests interprets expressions instead of compiling them: a test's queries run
@@ -168,7 +171,7 @@ class Lake:
         kwargs.setdefault("progress_seconds", None)
         return apply(self.spark, self.config, once=True, **kwargs)
 
-    def status(self, **kwargs: Any) -> list[dict[str, Any]]:
+    def status(self, **kwargs: Any) -> list[StatusEntry]:
         """``cdc_apply.status(spark, lake.config)``: one dict per source."""
         from cdc_apply.api import status
 

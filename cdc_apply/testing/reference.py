@@ -25,19 +25,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cdc_apply.planning.schema import SchemaHistory
-from cdc_apply.planning.tables import identity_of
 from cdc_apply.errors import ApplyError
-from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, KeyRange, parse_snapshot_directive
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import StreamDecoder
+from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, KeyRange, parse_snapshot_directive
+from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.tables import identity_of
 
 
 @dataclass
 class _Table:
     relation_id: int
     name: str
-    lineage_names: dict[int, Any] = field(default_factory=dict)  # lineage -> (type oid, typmod) last seen
+    lineage_names: dict[int, tuple[int, int]] = field(default_factory=dict)  # lineage -> (type oid, typmod) last seen
     keyed: dict[tuple, dict[int, Any]] = field(default_factory=dict)   # identity -> {lineage: value}
     bag: list[dict[int, Any]] = field(default_factory=list)            # keyless rows (duplicates kept)
     key_lineage: tuple[int, ...] | None = None                         # None: matched on all values
@@ -55,9 +55,13 @@ class _Table:
                 self.keyed[tuple(row.get(l) for l in key_lineage)] = row
 
 
+# What a transaction buffers: its changes and its transactional logical messages.
+_Change = m.Insert | m.Update | m.Delete | m.Truncate | m.Message
+
+
 @dataclass
 class _Pending:
-    changes: list = field(default_factory=list)  # (seq, xid, message)
+    changes: list[tuple[int, int | None, _Change]] = field(default_factory=list)  # (seq, xid, message)
     origin: str | None = None
 
 
@@ -94,44 +98,44 @@ class ReferenceApplier:
     # -- feeding ---------------------------------------------------------------
     def feed(self, seq: int, payload: bytes) -> None:
         msg = self.decoder.decode(payload)
-        kind = type(msg).__name__
         if isinstance(msg, (m.Relation, m.Type)):
             self.history.record(seq, 0, msg)
             return
-        if kind in ("Insert", "Update", "Delete", "Truncate") or (kind == "Message" and msg.transactional):
+        if isinstance(msg, (m.Insert, m.Update, m.Delete, m.Truncate)) or (
+                isinstance(msg, m.Message) and msg.transactional):
             self._buffer().changes.append((seq, msg.xid, msg))
-        elif kind == "Message":
+        elif isinstance(msg, m.Message):
             self.messages.append(msg)
-        elif kind == "Begin":
+        elif isinstance(msg, m.Begin):
             self.open, self.open_kind = _Pending(), "plain"
-        elif kind == "BeginPrepare":
+        elif isinstance(msg, m.BeginPrepare):
             self.open, self.open_kind, self.open_gid = _Pending(), "prepare", msg.gid
-        elif kind == "Origin":
+        elif isinstance(msg, m.Origin):
             self._buffer().origin = msg.name
-        elif kind == "Commit":
-            self._commit(self.open, msg.commit_lsn, "plain")
+        elif isinstance(msg, m.Commit):
+            self._commit(self._open_transaction("Commit", seq), msg.commit_lsn, "plain")
             self.open = None
-        elif kind == "Prepare":
-            self.prepared[msg.gid] = self.open
+        elif isinstance(msg, m.Prepare):
+            self.prepared[msg.gid] = self._open_transaction("Prepare", seq)
             self.open = None
-        elif kind == "CommitPrepared":
+        elif isinstance(msg, m.CommitPrepared):
             pending = self.prepared.pop(msg.gid, None)
             if pending is None:
                 raise ApplyError("Commit Prepared of an unknown gid", gid=msg.gid, seq=seq)
             self._commit(pending, msg.commit_lsn, "prepared")
-        elif kind == "RollbackPrepared":
+        elif isinstance(msg, m.RollbackPrepared):
             self.prepared.pop(msg.gid, None)
-        elif kind == "StreamStart":
+        elif isinstance(msg, m.StreamStart):
             if msg.first_segment or msg.xid not in self.streams:
                 self.streams[msg.xid] = _Pending()
             self.stream_xid = msg.xid
-        elif kind == "StreamStop":
+        elif isinstance(msg, m.StreamStop):
             self.stream_xid = None
-        elif kind == "StreamCommit":
+        elif isinstance(msg, m.StreamCommit):
             self._commit(self.streams.pop(msg.xid), msg.commit_lsn, "streamed")
-        elif kind == "StreamPrepare":
+        elif isinstance(msg, m.StreamPrepare):
             self.prepared[msg.gid] = self.streams.pop(msg.xid)
-        elif kind == "StreamAbort":
+        elif isinstance(msg, m.StreamAbort):
             pending = self.streams.get(msg.xid)
             if pending is None:
                 return
@@ -141,6 +145,12 @@ class ReferenceApplier:
                 first = next((i for i, (_, xid, _) in enumerate(pending.changes) if xid == msg.subxid), None)
                 if first is not None:
                     del pending.changes[first:]
+
+    def _open_transaction(self, kind: str, seq: int) -> _Pending:
+        """The transaction a Commit or Prepare ends: one a Begin or Begin Prepare opened."""
+        if self.open is None:
+            raise ApplyError(f"{kind} outside a transaction", seq=seq)
+        return self.open
 
     def _buffer(self) -> _Pending:
         if self.stream_xid is not None:
@@ -195,10 +205,6 @@ class ReferenceApplier:
             return {lin: v if v is None or v is m.UNCHANGED_TOAST else self.convert(col, self.history.types, v)
                     for lin, col, v in zip(lineage, version.columns, values)}
 
-        def ident(values) -> tuple:
-            row = as_row(values)
-            return tuple(row[lineage[i]] for i in idx)
-
         new = getattr(msg, "new", None)
         old = msg.key if getattr(msg, "key", None) is not None else getattr(msg, "old", None)
         if idx is None:
@@ -220,6 +226,10 @@ class ReferenceApplier:
             elif new is not None:
                 table.bag.append(as_row(new))
             return
+        def ident(values) -> tuple:  # keyed from here on: a row is identified by its key columns
+            row = as_row(values)
+            return tuple(row[lineage[i]] for i in idx)
+
         if isinstance(msg, m.Delete):
             table.keyed.pop(ident(old), None)
             return
@@ -232,7 +242,7 @@ class ReferenceApplier:
                     continue  # not known: an update of a row we never saw
                 continue
             row[l] = v
-        if isinstance(msg, m.Update) and prior is None and any(v is m.UNCHANGED_TOAST for v in new):
+        if isinstance(msg, m.Update) and prior is None and any(v is m.UNCHANGED_TOAST for v in msg.new):
             return  # like the apply worker: an update of a missing row is skipped
         for l in lineage:
             row.setdefault(l, None)
@@ -257,7 +267,7 @@ class ReferenceApplier:
         types = {lin: (c.type_oid, c.type_modifier) for lin, c in zip(version.lineage, version.columns)}
         changed = [lin for lin, t in types.items() if table.lineage_names.get(lin, t) != t]
         for lin, t in types.items():
-            table.lineage_names[lin] = t  # type: ignore[assignment]
+            table.lineage_names[lin] = t
         if not changed or self.recast is None:
             return
         for row in list(table.keyed.values()) + table.bag:

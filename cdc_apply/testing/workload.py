@@ -41,7 +41,7 @@ class Workload:
     """Runs seeded transactions through ``execute(sql)`` (autocommit connection semantics)."""
 
     seed: int
-    execute: Callable[[str], list]
+    execute: Callable[[str], object]   # what it returns is not used
     large_rows: int = 400
     rng: random.Random = field(init=False)
     next_id: int = 1
@@ -151,7 +151,7 @@ class Workload:
         return ["BEGIN", *body, "COMMIT"]
 
     def _inserts(self) -> list[str]:
-        out = []
+        out: list[str] = []
         while len(out) < 2:
             statement = self.statement()
             if statement.startswith("INSERT"):

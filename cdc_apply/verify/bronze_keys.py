@@ -10,12 +10,16 @@ TRUNCATE past the point changed every key; the table cannot be compared at that 
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from functools import reduce
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from cdc_apply.errors import DecodeError, VerifyError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import StreamDecoder
 from cdc_apply.planning.schema import RelationHistory
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def key_positions(history: RelationHistory, key: Sequence[str]) -> tuple[int, ...]:
@@ -86,7 +90,8 @@ def _key(values, version, lineages: Sequence[int], table: str, seq: int) -> tupl
     return tuple(out)
 
 
-def transactions_past(spark, config, source: str, names: Sequence[str], lsn: int) -> list[tuple[int | None, int, int]]:
+def transactions_past(spark: SparkSession, config, source: str, names: Sequence[str],
+                      lsn: int) -> list[tuple[int | None, int, int]]:
     """``(xid of a streamed transaction or None, first seq, commit seq)`` of each logged transaction of
     ``source`` committed at or past ``lsn`` that changed (or truncated) a table of one of ``names``."""
     from pyspark.sql import functions as F
@@ -103,7 +108,7 @@ def transactions_past(spark, config, source: str, names: Sequence[str], lsn: int
             for r in rows if r.begin_seq is not None and r.commit_seq is not None]
 
 
-def bronze_units(spark, config, source: str, spans: list[tuple[int | None, int, int]]):
+def bronze_units(spark: SparkSession, config, source: str, spans: list[tuple[int | None, int, int]]):
     """``(xid, [(seq, payload), ...])`` per span, read from bronze in one query."""
     from pyspark.sql import functions as F
 
@@ -111,10 +116,7 @@ def bronze_units(spark, config, source: str, spans: list[tuple[int | None, int, 
 
     if not spans:
         return []
-    within = None
-    for _, first, last in spans:
-        cond = F.col("seq").between(first, last)
-        within = cond if within is None else within | cond
+    within = reduce(lambda a, b: a | b, [F.col("seq").between(first, last) for _, first, last in spans])
     rows = (bronze_ref(config).read(spark).where((F.col("source") == source) & within)
             .select("seq", "payload").orderBy("seq").collect())
     seqs = [(int(r.seq), r.payload) for r in rows]

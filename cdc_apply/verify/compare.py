@@ -11,17 +11,24 @@ from __future__ import annotations
 import bisect
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
+from typing import Final, Literal
 
 from cdc_apply.verify.encoding import sort_key
 
-EQUAL, DIFFERS, ERROR = "equal", "differs", "error"
-EXIT_CODES = {EQUAL: 0, DIFFERS: 1, ERROR: 2}   # as `cdc-apply status`: 0 fine, 1 a finding, 2 an error
+VerifyStatus = Literal["equal", "differs", "error"]   # a table's verification
+KeyDifferenceKind = Literal["missing", "unexpected", "changed", "duplicated"]
+
+EQUAL: Final = "equal"
+DIFFERS: Final = "differs"
+ERROR: Final = "error"
+# As `cdc-apply status`: 0 fine, 1 a finding, 2 an error.
+EXIT_CODES: dict[VerifyStatus, int] = {EQUAL: 0, DIFFERS: 1, ERROR: 2}
 
 
 @dataclass(frozen=True)
 class KeyDifference:
     key: tuple
-    what: str           # missing | unexpected | changed | duplicated
+    what: KeyDifferenceKind
     source_copies: int
     silver_copies: int
 
@@ -51,7 +58,7 @@ class TableResult:
     """One table's verification."""
 
     table: str
-    status: str = EQUAL
+    status: VerifyStatus = EQUAL
     ranges: int = 0
     source_rows: int = 0
     silver_rows: int = 0
@@ -118,15 +125,15 @@ def range_index(kind: str | None, bounds: list, value) -> int:
 def key_differences(source_rows: list[tuple], silver_rows: list[tuple], keyed: bool) -> list[KeyDifference]:
     """What differs between the rows of the same ranges on both sides (``(key..., hash)`` each)."""
     if not keyed:
-        src = Counter(r[0] for r in source_rows)
-        dst = Counter(r[0] for r in silver_rows)
-        out = []
-        for row in sorted(set(src) | set(dst)):
-            if src[row] != dst[row]:
-                what = "missing" if dst[row] < src[row] and dst[row] == 0 else (
-                    "unexpected" if src[row] == 0 else "duplicated" if dst[row] > src[row] else "missing")
-                out.append(KeyDifference((row,), what, src[row], dst[row]))
-        return out
+        src_n = Counter(r[0] for r in source_rows)
+        dst_n = Counter(r[0] for r in silver_rows)
+        found: list[KeyDifference] = []
+        for row in sorted(set(src_n) | set(dst_n)):
+            if src_n[row] != dst_n[row]:
+                what: KeyDifferenceKind = "missing" if dst_n[row] < src_n[row] and dst_n[row] == 0 else (
+                    "unexpected" if src_n[row] == 0 else "duplicated" if dst_n[row] > src_n[row] else "missing")
+                found.append(KeyDifference((row,), what, src_n[row], dst_n[row]))
+        return found
     src: dict[tuple, list[int]] = defaultdict(list)
     dst: dict[tuple, list[int]] = defaultdict(list)
     for r in source_rows:

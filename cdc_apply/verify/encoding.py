@@ -142,7 +142,7 @@ def range_kind(column_type: ColumnType) -> str | None:
     return RANGE_KINDS.get(column_type.kind) if column_type.kind != "text" else None
 
 
-def pg_range_predicate(column: str, kind: str, low, high) -> tuple[str, list]:
+def pg_range_predicate(column: str, kind: str | None, low, high) -> tuple[str, list]:
     """PostgreSQL SQL for ``low <= column < high`` (``None``: open) in the order Spark uses, and its parameters.
     Text compares under COLLATE "C" (bytes of UTF-8, as Spark compares strings); a uuid as a uuid (the
     same order as its lower-case text)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config
 from cdc_apply.delta.refs import bronze_ref
@@ -19,6 +20,9 @@ from cdc_apply.errors import VerifyError
 from cdc_apply.lander.snapshots.state import range_entry
 from cdc_apply.verify import compare as cmp
 from cdc_apply.verify import silver as sv
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _STREAM_COMMIT_OF_SNAPSHOTS = "6300000002"   # hex of 'c' and the lander's snapshot xid (2): its Stream Commit
 
@@ -44,7 +48,8 @@ def repair_targets(plans) -> tuple[list[str], list[tuple], list[str]]:
     return tables, ranges, entries
 
 
-def wait_repaired(spark, config: Config, entries: list[str], lsn: int, timeout: float, poll: float = 1.0) -> None:
+def wait_repaired(spark: SparkSession, config: Config, entries: list[str], lsn: int, timeout: float,
+                  poll: float = 1.0) -> None:
     """Wait until bronze holds, past ``lsn``, the snapshots serving every entry and the apply job has applied
     the last one's Stream Commit; a :class:`VerifyError` after ``timeout`` seconds (is the lander running?)."""
     from pyspark.sql import functions as F

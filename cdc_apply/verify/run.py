@@ -17,7 +17,6 @@ Each run appends one row per table to the ``verifications`` state table.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import sys
@@ -26,7 +25,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from cdc_apply.config import Config
 from cdc_apply.delta.refs import history_ref, silver_ref, state_ref
@@ -34,16 +33,30 @@ from cdc_apply.errors import CdcApplyError, VerifyError
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lake.silver.soft_deletes import live_rows
 from cdc_apply.lander.dsn import resolve_dsn
-from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
-from cdc_apply.pgoutput.types import TypeOptions
 from cdc_apply.lander.options import publication_names
 from cdc_apply.lander.snapshots.requests import emit_request
+from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
+from cdc_apply.pgoutput.types import TypeOptions
 from cdc_apply.verify import bronze_keys
 from cdc_apply.verify import compare as cmp
 from cdc_apply.verify import silver as sv
+from cdc_apply.verify.encoding import (
+    cut_bounds,
+    encode_column,
+    pg_row_hash,
+    range_bounds,
+    range_kind,
+    spark_range_index,
+)
 from cdc_apply.verify.repair import repair_targets, wait_repaired
-from cdc_apply.verify.encoding import cut_bounds, encode_column, pg_row_hash, range_bounds, range_kind, spark_range_index
 from cdc_apply.verify.source import SourceSnapshot, SourceTable, excluded_predicate, key_predicate
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cdc_apply.delta.refs import TableRef
+    from cdc_apply.log import TextOut
+    from cdc_apply.planning.schema import RelationHistory
 
 DRILL_RANGES = 20         # differing ranges read row by row, at most, per table
 VERIFICATIONS = "verifications"
@@ -82,8 +95,8 @@ class Verification:
             out += ["after repair: " + line for line in self.repaired.lines()]
         return out
 
-    def as_dict(self) -> dict:
-        out = {"run_id": self.run_id, "source": self.source, "lsn": format_lsn(self.lsn),
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"run_id": self.run_id, "source": self.source, "lsn": format_lsn(self.lsn),
                "applied_lsn": format_lsn(self.applied_lsn) if self.applied_lsn is not None else None,
                "seconds": round(self.seconds, 3), "exit_code": self.exit_code,
                "tables": [t.as_dict() for t in self.tables]}
@@ -97,21 +110,28 @@ class _Plan:
     """One table's source side: shape, encodings, ranges and the source's sums per range."""
 
     result: cmp.TableResult
-    shape: SourceTable | None = None
-    silver: object = None
+    shape: SourceTable | None = None   # set, with ``silver``, once the table is found on both sides
+    silver: TableRef | None = None
     columns: list = field(default_factory=list)
     kind: str | None = None
     bounds: list = field(default_factory=list)
     buckets: int | None = None
     sums: dict = field(default_factory=dict)
-    relation: object = None      # its RelationHistory: first names (where silver lives), key columns' lineage
+    relation: RelationHistory | None = None   # first names (where silver lives), key columns' lineage
 
     def where(self, index: int) -> tuple[str, list]:
         if self.buckets:
             h = pg_row_hash(self.columns)
             return f"mod(mod({h}, {self.buckets}) + {self.buckets}, {self.buckets}) = %s", [index]
         low, high = range_bounds(self.bounds, index)
-        return key_predicate(self.shape, self.shape.key[0] if self.kind else None, self.kind, low, high)
+        shape = self.found()[0]
+        return key_predicate(shape, shape.key[0] if self.kind else None, self.kind, low, high)
+
+    def found(self) -> tuple[SourceTable, TableRef, RelationHistory]:
+        """The shape, silver table and relation of a table found on both sides (every plan compared is:
+        :func:`_plan_source` ends in an error otherwise)."""
+        assert self.shape is not None and self.silver is not None and self.relation is not None, self.result.table
+        return self.shape, self.silver, self.relation
 
     def index_of(self, row: tuple) -> int:
         if self.buckets:
@@ -119,7 +139,7 @@ class _Plan:
         return cmp.range_index(self.kind, self.bounds, row[0])
 
 
-def verify(spark, config: Config, tables: Sequence[str] | None = None, range_rows: int | None = None,
+def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = None, range_rows: int | None = None,
            max_source_rows_per_second: float | None = None, wait_seconds: float | None = None, samples: int = 5,
            record: bool = True, dsn: str | None = None, repair: bool = False) -> Verification:
     """Compare each silver table of ``config``'s source (or ``tables``, qualified names) with the live
@@ -167,7 +187,8 @@ def verify(spark, config: Config, tables: Sequence[str] | None = None, range_row
     return run
 
 
-def _relations(spark, config: Config, source: str, tables: Sequence[str] | None) -> list[tuple[str, object, object]]:
+def _relations(spark: SparkSession, config: Config, source: str, tables: Sequence[str] | None
+               ) -> list[tuple[str, TableRef, RelationHistory]]:
     """``(current qualified name, silver ref, relation history)`` of the tables to verify (default: every applied, selected one)."""
     history = Bookkeeping(config).load_history(spark).get(source)
     known = {} if history is None else {r.latest.qualified_name: r for r in history.relations.values()}
@@ -187,7 +208,8 @@ def _relations(spark, config: Config, source: str, tables: Sequence[str] | None)
     return out
 
 
-def _plan_source(spark, config: Config, snap: SourceSnapshot, name: str, ref, relation, options: TypeOptions,
+def _plan_source(spark: SparkSession, config: Config, snap: SourceSnapshot, name: str, ref, relation,
+                 options: TypeOptions,
                  range_rows: int) -> _Plan:
     plan = _Plan(cmp.TableResult(name), relation=relation)
     started = time.monotonic()
@@ -249,15 +271,16 @@ def _masked_names(config: Config, name: str, relation) -> set[str]:
     return {c.name for lin, c in zip(latest.lineage, latest.columns) if lin in masked}
 
 
-def _compare(spark, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int, samples: int,
+def _compare(spark: SparkSession, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int, samples: int,
              wait_seconds: float) -> None:
     started = time.monotonic()
-    result, shape = plan.result, plan.shape
+    result = plan.result
+    shape, silver, relation = plan.found()
     key = list(shape.key)
     try:
-        result.silver_version, frame = sv.pin(spark, plan.silver)
+        result.silver_version, frame = sv.pin(spark, silver)
         frame = live_rows(frame, config.silver.metadata_prefix)   # soft-deleted rows are rows the source lacks
-        first = plan.relation.versions[0]
+        first = relation.versions[0]
         history = history_ref(config, first.namespace, first.name, config.source.name)
         if config.history_for(result.table) is not None and history.exists(spark):
             excluded = sv.changed_keys(spark, history, config.silver.metadata_prefix, lsn, plan.columns, key)
@@ -294,7 +317,8 @@ def _compare(spark, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int,
     result.seconds += time.monotonic() - started
 
 
-def _changed_from_bronze(spark, config: Config, plan: _Plan, lsn: int, key: list[str], wait_seconds: float) -> list:
+def _changed_from_bronze(spark: SparkSession, config: Config, plan: _Plan, lsn: int, key: list[str],
+                         wait_seconds: float) -> list:
     """Without a history table: the keys the logged transactions committed at or past ``lsn`` changed, decoded
     from their bronze rows (:mod:`cdc_apply.verify.bronze_keys`), once the batch that wrote the pinned silver
     version has logged them. A keyless table compares as a multiset of whole rows and needs its history."""
@@ -303,8 +327,11 @@ def _changed_from_bronze(spark, config: Config, plan: _Plan, lsn: int, key: list
         raise VerifyError("a table without a key is compared as a multiset of rows, which needs a history table to "
                           "tell the rows changed past the point; keep one ([tables.\"<name>\"] history = true)",
                           table=table)
-    source, relation = config.source.name, plan.relation
-    sv.wait_logged(spark, config, plan.silver, plan.result.silver_version, wait_seconds)
+    source = config.source.name
+    _, silver, relation = plan.found()
+    version = plan.result.silver_version
+    assert version is not None  # _compare pinned silver before asking
+    sv.wait_logged(spark, config, silver, version, wait_seconds)
     names = sorted({v.qualified_name for v in relation.versions})
     spans = bronze_keys.transactions_past(spark, config, source, names, lsn)
     units = bronze_keys.bronze_units(spark, config, source, spans)
@@ -318,7 +345,7 @@ _COLUMNS = [("run_id", "STRING"), ("verified_at", "TIMESTAMP"), ("source", "STRI
             ("unhashed_columns", "STRING"), ("error", "STRING"), ("seconds", "DOUBLE")]
 
 
-def record_run(spark, config: Config, run: Verification) -> None:
+def record_run(spark: SparkSession, config: Config, run: Verification) -> None:
     """Append one row per table to the ``verifications`` state table (made by the first run)."""
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     rows = [(run.run_id, now, run.source, t.table, run.lsn, run.applied_lsn, t.silver_version, t.status, t.ranges,
@@ -329,7 +356,7 @@ def record_run(spark, config: Config, run: Verification) -> None:
     state_ref(config, VERIFICATIONS).append(spark.createDataFrame(rows, schema), None, 0)
 
 
-def print_run(run: Verification, as_json: bool = False, out: io.TextIOBase | None = None) -> None:
+def print_run(run: Verification, as_json: bool = False, out: TextOut | None = None) -> None:
     out = out or sys.stdout
     if as_json:
         print(json.dumps(run.as_dict(), indent=2, default=str), file=out)

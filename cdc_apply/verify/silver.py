@@ -5,6 +5,7 @@ with the same encoding PostgreSQL used (:mod:`cdc_apply.verify.encoding`)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config
 from cdc_apply.delta.refs import TableRef, bronze_ref
@@ -14,12 +15,15 @@ from cdc_apply.lake.history.versions import HistoryColumns
 from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.verify.encoding import ColumnEncoding, spark_key_text, spark_row_hash, spark_row_text
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 KEY = "_verify_k"      # key texts: _verify_k0, _verify_k1, ...
 HASH = "_verify_h"
 RANGE = "_verify_r"
 
 
-def applied_position(spark, config: Config, source: str) -> tuple[int | None, int | None]:
+def applied_position(spark: SparkSession, config: Config, source: str) -> tuple[int | None, int | None]:
     """``(applied seq, applied commit LSN)`` of the source's newest progress row (None, None before any)."""
     from pyspark.sql import functions as F
 
@@ -33,7 +37,7 @@ def applied_position(spark, config: Config, source: str) -> tuple[int | None, in
     return row[0], row[1]
 
 
-def passed(spark, config: Config, source: str, lsn: int) -> tuple[bool, int | None]:
+def passed(spark: SparkSession, config: Config, source: str, lsn: int) -> tuple[bool, int | None]:
     """Whether every commit below ``lsn`` is applied, and the applied commit LSN. True when a commit at or past
     ``lsn`` is applied, or when the applied seq covers a bronze row the server sent from a WAL position at or
     past ``lsn``: the walsender decodes WAL in order, so every commit below ``lsn`` was sent — and landed —
@@ -50,7 +54,8 @@ def passed(spark, config: Config, source: str, lsn: int) -> tuple[bool, int | No
     return first is not None and int(first) <= int(seq), applied
 
 
-def wait_applied(spark, config: Config, source: str, lsn: int, timeout: float, poll: float = 1.0) -> int | None:
+def wait_applied(spark: SparkSession, config: Config, source: str, lsn: int, timeout: float,
+                 poll: float = 1.0) -> int | None:
     """Wait until every commit below ``lsn`` is applied (:func:`passed`); returns the applied commit LSN then,
     a :class:`VerifyError` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -65,7 +70,8 @@ def wait_applied(spark, config: Config, source: str, lsn: int, timeout: float, p
         time.sleep(poll)
 
 
-def wait_logged(spark, config: Config, ref: TableRef, version: int, timeout: float, poll: float = 1.0) -> None:
+def wait_logged(spark: SparkSession, config: Config, ref: TableRef, version: int, timeout: float,
+                poll: float = 1.0) -> None:
     """Wait until the batch that wrote silver version ``version`` (the newest tagged commit at or below it) has
     its progress row: its transactions log rows, written before that row, are then all there."""
     from pyspark.sql import functions as F
@@ -89,11 +95,13 @@ def wait_logged(spark, config: Config, ref: TableRef, version: int, timeout: flo
         time.sleep(poll)
 
 
-def pin(spark, ref: TableRef):
+def pin(spark: SparkSession, ref: TableRef):
     """``(version, DataFrame)``: the table's newest Delta version, read at that version whatever comes later."""
-    version = int(spark.sql(f"DESCRIBE HISTORY {ref.sql} LIMIT 1").first()["version"])
+    newest = spark.sql(f"DESCRIBE HISTORY {ref.sql} LIMIT 1").first()
+    assert newest is not None  # a Delta table's history holds at least the commit that made it
+    version = int(newest["version"])
     reader = spark.read.format("delta").option("versionAsOf", version)
-    return version, (reader.load(ref.path) if ref.path else reader.table(ref.name))
+    return version, (ref.load(reader))
 
 
 def prepared(frame, columns: list[ColumnEncoding], key: list[str], range_sql: str | None, buckets: int | None):
@@ -110,7 +118,7 @@ def prepared(frame, columns: list[ColumnEncoding], key: list[str], range_sql: st
     return out.withColumn(RANGE, index.cast("int"))
 
 
-def without(spark, rows, key: list[str], excluded: list[tuple]):
+def without(spark: SparkSession, rows, key: list[str], excluded: list[tuple]):
     """``rows`` less the excluded keys (keyless: row hashes): a broadcast anti-join."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -142,7 +150,7 @@ def range_rows(rows, ranges: list[int], key_count: int) -> list[tuple]:
     return [tuple(r) for r in rows.where(F.col(RANGE).isin(ranges)).select(*cols).collect()]
 
 
-def changed_keys(spark, history: TableRef, prefix: str, lsn: int, columns: list[ColumnEncoding],
+def changed_keys(spark: SparkSession, history: TableRef, prefix: str, lsn: int, columns: list[ColumnEncoding],
                  key: list[str]) -> list[tuple]:
     """Keys (keyless: row hashes) of the history table's versions made or ended by a commit at or after ``lsn``:
     every key a transaction committed at or past the point changed, deletes included. Read after silver is

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cdc_apply.errors import VerifyError
 from cdc_apply.lander.dsn import connection_error, scrubbed_line
@@ -21,6 +22,9 @@ from cdc_apply.lander.snapshots.copy_sessions import ConsistentPoint, ExportSlot
 from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_column_type
 from cdc_apply.verify.encoding import ColumnEncoding, pg_ident, pg_key_text, pg_range_predicate, pg_row_hash
+
+if TYPE_CHECKING:
+    from psycopg2.extensions import connection as PgConnection
 
 SAMPLE_ROWS = 20000   # range cut points come from about this many sampled keys
 
@@ -106,7 +110,7 @@ class SourceSnapshot:
         self.limit = RateLimit(rows_per_second)
         self.connect_timeout = connect_timeout
         self.point: ConsistentPoint | None = None
-        self.conn = None
+        self.conn: PgConnection | None = None
 
     def open(self) -> ConsistentPoint:
         """Create a temporary slot with an exported snapshot, import it in a read-only transaction, drop the slot."""
@@ -120,13 +124,13 @@ class SourceSnapshot:
             except Exception as exc:  # LandError: the slot could not be made (rights, max_replication_slots)
                 raise VerifyError(f"no consistent point: {exc}") from None
             try:
-                self.conn = psycopg2.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)),
-                                             application_name="cdc_apply-verify",
-                                             options=options_string(SESSION_SETTINGS))
+                self.conn = conn = psycopg2.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)),
+                                                    application_name="cdc_apply-verify",
+                                                    options=options_string(SESSION_SETTINGS))
             except psycopg2.Error as exc:
                 raise connection_error(exc, self.dsn) from None
-            self.conn.autocommit = True
-            with self.conn.cursor() as cur:
+            conn.autocommit = True
+            with conn.cursor() as cur:
                 cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cur.execute("SET TRANSACTION SNAPSHOT %s", (self.point.snapshot,))
         finally:
@@ -147,11 +151,22 @@ class SourceSnapshot:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _connection(self) -> PgConnection:
+        if self.conn is None:
+            raise VerifyError("the source snapshot is not open (SourceSnapshot.open)")
+        return self.conn
+
+    def _point(self) -> ConsistentPoint:
+        if self.point is None:
+            raise VerifyError("the source snapshot has no consistent point (SourceSnapshot.open)")
+        return self.point
+
     def _query(self, sql: str, params: list | tuple = ()) -> list[tuple]:
         import psycopg2
 
+        conn = self._connection()
         try:
-            with self.conn.cursor() as cur:
+            with conn.cursor() as cur:
                 cur.execute(sql, tuple(params))   # always formatted: a row filter's % is written %%
                 return cur.fetchall()
         except psycopg2.Error as exc:
@@ -218,6 +233,7 @@ class SourceSnapshot:
         past it for the apply job to reach (best effort: a source without ``messages`` ignores it)."""
         import psycopg2
 
+        point = self._point()
         try:
             conn = psycopg2.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)))
         except psycopg2.Error:
@@ -226,7 +242,7 @@ class SourceSnapshot:
             conn.autocommit = True
             with conn.cursor() as cur:
                 cur.execute("SELECT pg_logical_emit_message(true, 'cdc_apply.verify', %s)",
-                            (format_lsn(self.point.lsn),))
+                            (format_lsn(point.lsn),))
         except psycopg2.Error:
             pass
         finally:

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 
-from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.config import Config
 from cdc_apply.lake.books.bookkeeping import SCHEMAS, Bookkeeping, arrow_rows, arrow_table, local_frame, relation_row
 from cdc_apply.lake.books.transaction_rows import count_groups, entry_lists
 from cdc_apply.pgoutput import messages as m
+from cdc_apply.planning.plan import BatchPlan
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 DML_OPS = frozenset(chr(t) for t in m.DML_TYPES)  # the decode's ``op`` column holds the type as a letter
@@ -114,7 +117,7 @@ class TableCounts:
 class BatchLogs:
     """Writes one pipeline's per-batch logs (``type_name(source)`` names a source's column types)."""
 
-    def __init__(self, spark, config: Config, books: Bookkeeping, names_of: Callable,
+    def __init__(self, spark: SparkSession, config: Config, books: Bookkeeping, names_of: Callable,
                  type_name: Callable[[str], Callable]) -> None:
         self.spark = spark
         self.config = config
@@ -273,8 +276,8 @@ class BatchLogs:
                 messages.add((r.source, r.txn))
         rows: dict[tuple[str, int], list[tuple]] = {
             key: [c.row(slot_names[slot]) for slot, c in per_slot.items()] for key, per_slot in entries.items()}
-        for (source, txn, name), c in self._loaded_and_truncated(loaded, truncates, slot_names).items():
-            rows.setdefault((source, txn), []).append(c.row(name))
+        for (source, txn_index, name), c in self._loaded_and_truncated(loaded, truncates, slot_names).items():
+            rows.setdefault((source, txn_index), []).append(c.row(name))
         at, log = now(), []
         skip_empty = self.config.apply.skip_empty_transactions
         for source, batch in plan.sources.items():

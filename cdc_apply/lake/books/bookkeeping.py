@@ -27,20 +27,24 @@ import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from cdc_apply.planning.schema import SchemaHistory
-from cdc_apply.planning.state import SourceState
 from cdc_apply.config import Config
-from cdc_apply.errors import CdcApplyError
 from cdc_apply.delta.commit import append_arrow
 from cdc_apply.delta.ddl import column_list, create_table
 from cdc_apply.delta.log import newest_added_max
 from cdc_apply.delta.refs import TableRef, state_ref
+from cdc_apply.errors import CdcApplyError
 from cdc_apply.lake.books.state_files import local_columns, local_rows, newest_rows_per_source
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
 from cdc_apply.pgoutput.encoder import encode
+from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.state import SourceState
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession  # pyarrow is imported where it is used
 
 COLUMN_STRUCT = "STRUCT<name: STRING, type_oid: BIGINT, type_name: STRING, type_modifier: INT, key: BOOLEAN>"
 
@@ -107,7 +111,7 @@ class Bookkeeping:
     def ref(self, table: str) -> TableRef:
         return state_ref(self.config, table)
 
-    def create_all(self, spark) -> frozenset[str]:
+    def create_all(self, spark: SparkSession) -> frozenset[str]:
         """Create the tables that are missing; add the columns a newer cdc_apply writes to older ones.
         Returns the tables this call created (empty: nothing to read from them yet)."""
         # A new pipeline's seven creates are seven Delta commits of driver work each (~0.2 s warm): run
@@ -116,11 +120,11 @@ class Bookkeeping:
             made = list(pool.map(lambda table: self._create(spark, table), SCHEMAS))
         return frozenset(table for table, created in zip(SCHEMAS, made) if created)
 
-    def _create(self, spark, table: str) -> bool:
+    def _create(self, spark: SparkSession, table: str) -> bool:
         ref, columns = self.ref(table), SCHEMAS[table]
         have = local_columns(ref)   # a local table's, without two Spark snapshot loads (~0.3 s a run)
         if have is None and ref.exists(spark):
-            have = {f.name for f in ref.read(spark).schema.fields}
+            have = frozenset(f.name for f in ref.read(spark).schema.fields)
         if have is not None:
             missing = [(n, t) for n, t in columns if n not in have]
             if missing:
@@ -129,34 +133,34 @@ class Bookkeeping:
         return create_table(spark, ref, columns, {"delta.appendOnly": "true"},
                             comment=f"cdc_apply {table} of pipeline {self.config.pipeline}")
 
-    def quarantined_sources(self, spark) -> set[str]:
+    def quarantined_sources(self, spark: SparkSession) -> set[str]:
         """The sources with a row in the quarantine table (read by delta-rs when the table is local)."""
         rows = local_rows(self.ref("quarantine"), ("source",))
         if rows is None:
             rows = self.ref("quarantine").read(spark).select("source").distinct().collect()
         return {r.source for r in rows}
 
-    def append(self, spark, table: str, rows: list[tuple], version: int) -> None:
+    def append(self, spark: SparkSession, table: str, rows: list[tuple], version: int) -> None:
         """Append rows (tuples in the table's column order); idempotent per apply version."""
         if rows and self._not_written(spark, table, version):
             self._append_rows(spark, table, rows, version)
             self._written[table] = version
 
-    def append_table(self, spark, table: str, rows, version: int) -> None:
+    def append_table(self, spark: SparkSession, table: str, rows, version: int) -> None:
         """Append an Arrow table of rows (the table's columns, in its order); idempotent per apply version."""
         if rows.num_rows and self._not_written(spark, table, version):
             if not append_arrow(spark, self.ref(table), rows):
                 self.ref(table).append(spark.createDataFrame(rows), None, version)
             self._written[table] = version
 
-    def _append_rows(self, spark, table: str, rows: list[tuple], version: int) -> None:
+    def _append_rows(self, spark: SparkSession, table: str, rows: list[tuple], version: int) -> None:
         """One commit of ``rows``: a Parquet file pyarrow wrote where the table takes one (no Spark job:
         ``delta.commit.append_arrow``), else Spark's writer."""
         arrow = arrow_rows(spark, SCHEMAS[table], rows)
         if arrow is None or not append_arrow(spark, self.ref(table), arrow):
             self.ref(table).append(local_frame(spark, SCHEMAS[table], rows, arrow), None, version)
 
-    def _not_written(self, spark, table: str, version: int) -> bool:
+    def _not_written(self, spark: SparkSession, table: str, version: int) -> bool:
         if table not in self._written:
             from pyspark.sql import functions as F
 
@@ -169,7 +173,7 @@ class Bookkeeping:
             self._written[table] = newest
         return version > self._written[table]
 
-    def record_failure(self, spark, sources, version: int, error: str) -> None:
+    def record_failure(self, spark: SparkSession, sources, version: int, error: str) -> None:
         """A failed batch attempt, for ``cdc-apply status`` (an attempt may fail many times: no txn guard);
         ``sources``: those its error names (``[None]``: none)."""
         from datetime import datetime, timezone
@@ -183,7 +187,7 @@ class Bookkeeping:
             self._written[table] = version
 
     # -- loading ---------------------------------------------------------------
-    def load_progress(self, spark) -> tuple[int, dict[str, SourceState]]:
+    def load_progress(self, spark: SparkSession) -> tuple[int, dict[str, SourceState]]:
         """The latest apply version and every source's carried state at it (and, kept for
         :meth:`load_written`, the table versions its row records)."""
         from pyspark.sql import functions as F
@@ -225,7 +229,7 @@ class Bookkeeping:
                         out[(source, int(rid), kind)] = int(found)
         return out
 
-    def _query_written(self, spark) -> dict[tuple[str, int, str], int]:
+    def _query_written(self, spark: SparkSession) -> dict[tuple[str, int, str], int]:
         from pyspark.sql import functions as F
 
         rows = (self.ref("progress").read(spark).select("source", F.explode("tables").alias("t"))
@@ -239,7 +243,7 @@ class Bookkeeping:
                     out[(r.source, int(r.relation_id), kind)] = int(found)
         return out
 
-    def load_history(self, spark, sources: Iterable[str] | None = None,
+    def load_history(self, spark: SparkSession, sources: Iterable[str] | None = None,
                      through_version: int | None = None) -> dict[str, SchemaHistory]:
         """Every source's relation versions and types; with ``through_version``, only those recorded by apply
         versions up to it: a batch killed after its schema history append and before its progress left rows
@@ -306,10 +310,10 @@ def relation_row(source: str, version, type_name, apply_version: int, now) -> tu
             version.replica_identity, columns, encode(message), apply_version, now, missing)
 
 
-_ARROW_SCHEMAS: dict[str, object] = {}
+_ARROW_SCHEMAS: dict[str, "pa.Schema"] = {}
 
 
-def local_frame(spark, columns: list[tuple[str, str]], rows: list[tuple], arrow=False):
+def local_frame(spark: SparkSession, columns: list[tuple[str, str]], rows: list[tuple], arrow=False):
     """Rows (tuples in ``columns``' order, ``(name, Spark DDL)``) as a DataFrame, through Arrow: a batch of
     100,000 transactions gives the transactions log as many rows, which Spark's per-row conversion and
     type checks took ~15 s to take in. ``arrow``: the rows' :func:`arrow_rows` when already made."""
@@ -319,7 +323,7 @@ def local_frame(spark, columns: list[tuple[str, str]], rows: list[tuple], arrow=
     return spark.createDataFrame(table)
 
 
-def arrow_rows(spark, columns: list[tuple[str, str]], rows: list[tuple]):
+def arrow_rows(spark: SparkSession, columns: list[tuple[str, str]], rows: list[tuple]):
     """Rows (tuples in ``columns``' order) as an Arrow table of the Spark schema; None when Arrow will not
     take a value as it is (Spark's own conversion may)."""
     import pyarrow as pa
@@ -330,7 +334,7 @@ def arrow_rows(spark, columns: list[tuple[str, str]], rows: list[tuple]):
         return None
 
 
-def arrow_table(spark, columns: list[tuple[str, str]], values: list):
+def arrow_table(spark: SparkSession, columns: list[tuple[str, str]], values: list):
     """Columns (Arrow arrays or sequences of Python values, in ``columns``' order) as an Arrow table of
     the Spark schema ``columns`` describe."""
     import pyarrow as pa

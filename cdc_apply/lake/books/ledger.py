@@ -21,14 +21,17 @@ ends, so it is a :class:`~cdc_apply.errors.StateError` instead.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
-from cdc_apply.errors import StateError
 from cdc_apply.delta.ddl import USER_METADATA
 from cdc_apply.delta.log import recorded_txn_version
 from cdc_apply.delta.refs import TableRef
+from cdc_apply.errors import StateError
 from cdc_apply.lake.books.commit_tag import app_marker, decode_tag, encode_tag
 from cdc_apply.pgoutput.messages import format_lsn
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 STEPS_PER_VERSION = 64
 HISTORY_PROBES = (32, 512, None)  # commits read back when looking for the newest step (None: all)
@@ -80,7 +83,7 @@ class SilverLedger:
         with self._lock:
             self._expected[app_id] = (version, (int(seqs[0]), int(seqs[1])))
 
-    def newest(self, spark, ref: TableRef, app_id: str) -> int:
+    def newest(self, spark: SparkSession, ref: TableRef, app_id: str) -> int:
         """The newest step the table records for ``app_id`` (-1: none)."""
         key = f"{ref}|{app_id}"
         with self._lock:
@@ -92,7 +95,7 @@ class SilverLedger:
                     self._steps[key], self._seqs[key] = known, seqs
         return known
 
-    def check_batch(self, spark, ref: TableRef, app_id: str, what: str, **context) -> None:
+    def check_batch(self, spark: SparkSession, ref: TableRef, app_id: str, what: str, **context) -> None:
         """Raise :class:`StateError` when the table holds a write of the expected batch's apply version made
         from other bronze seqs: a state that does not match the table (see the module's docstring)."""
         newest = self.newest(spark, ref, app_id)
@@ -124,7 +127,7 @@ class SilverLedger:
         self.wrote(ref, app_id, step)
         return result
 
-    def _claim(self, spark, ref: TableRef, app_id: str, step: int, tag: Mapping[str, Any]) -> str | None:
+    def _claim(self, spark: SparkSession, ref: TableRef, app_id: str, step: int, tag: Mapping[str, Any]) -> str | None:
         """The ``userMetadata`` for a write of ``step`` (``tag`` plus the app id, step and batch seqs), or
         ``None`` when the table already has it: skip the write."""
         if step <= self.newest(spark, ref, app_id):
@@ -145,7 +148,7 @@ class SilverLedger:
                 self._seqs[key] = expected[1] if expected and expected[0] == step // STEPS_PER_VERSION else None
 
 
-def _read_newest(spark, ref: TableRef, app_id: str) -> tuple[int, tuple[int, int] | None]:
+def _read_newest(spark: SparkSession, ref: TableRef, app_id: str) -> tuple[int, tuple[int, int] | None]:
     """The newest step the table's commits record for ``app_id`` and that commit's batch seqs."""
     from pyspark.sql import functions as F
 
@@ -154,8 +157,7 @@ def _read_newest(spark, ref: TableRef, app_id: str) -> tuple[int, tuple[int, int
     for limit in HISTORY_PROBES:
         history = table.history(limit) if limit else table.history()
         rows = history.where(F.col("userMetadata").contains(needle)).select("userMetadata").collect()
-        tags = [_tag(r.userMetadata, app_id) for r in rows]
-        tags = [t for t in tags if t is not None]
+        tags = [t for t in (_tag(r.userMetadata, app_id) for r in rows) if t is not None]
         if tags:
             return max(tags, key=lambda t: t[0])
         if limit is not None and history.count() < limit:

@@ -11,7 +11,7 @@ a table feature it lacks — gives None, and the caller runs Spark's query.
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from cdc_apply.delta.files import local_path, open_table, read_rows
 from cdc_apply.delta.refs import TableRef
@@ -35,7 +35,9 @@ def local_rows(ref: TableRef, columns: Sequence[str], predicate: str | None = No
     got = _answered(ref, lambda table: read_rows(table, list(columns), predicate))
     if got is None:
         return None
-    row = namedtuple("Row", columns)
+    # Field names known only at run time: namedtuple as a plain callable (mypy's special form wants literals).
+    make_row_type: Callable[..., type] = namedtuple
+    row = make_row_type("Row", columns)
     return [row(*values) for values in zip(*(got.column(c).to_pylist() for c in columns))]
 
 

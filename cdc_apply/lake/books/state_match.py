@@ -16,19 +16,23 @@ raised for every table of the batch before the first write, so nothing is half-a
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
-from cdc_apply.errors import StateError
-from cdc_apply.lake.books.ledger import STEPS_PER_VERSION, SilverLedger
 from cdc_apply.delta.log import newest_version
 from cdc_apply.delta.refs import TableRef
+from cdc_apply.errors import StateError
+from cdc_apply.lake.books.ledger import STEPS_PER_VERSION, SilverLedger
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 REMEDY = ("Restore the state folder that goes with the tables, or remove the silver (and history) tables "
           "together with the state to rebuild them from bronze")
 
 
-def check_tables(spark, ledger: SilverLedger, targets, version: int, bounds: Mapping[str, tuple[int, int]],
-                 written: Callable[[], Mapping[tuple[str, int, str], int]], state_at: str,
+def check_tables(spark: SparkSession, ledger: SilverLedger, targets, version: int,
+                 bounds: Mapping[str, tuple[int, int]],
+                 written: Callable[[], Mapping[tuple[str, int, str], int]], state_at: str | None,
                  parallelism: int = 4) -> None:
     """Check every ``(kind, ref, app_id, work)`` of ``targets`` (kind: "silver table" or "history table")
     against the state (the ledger was told each app id's batch: :meth:`SilverLedger.expect`); ``written()`` gives the Delta version the progress rows last recorded per
@@ -62,7 +66,7 @@ def check_tables(spark, ledger: SilverLedger, targets, version: int, bounds: Map
             pass
 
 
-def _check_present(spark, kind: str, ref: TableRef, recorded: int | None, context: dict) -> None:
+def _check_present(spark: SparkSession, kind: str, ref: TableRef, recorded: int | None, context: dict) -> None:
     if recorded is None:
         return
     current = newest_version(spark, ref)

@@ -17,7 +17,7 @@ tables it reads — progress, failures, quarantine and bronze — are local path
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config
 from cdc_apply.delta.files import local_path
@@ -25,11 +25,15 @@ from cdc_apply.delta.refs import TableRef, bronze_ref, state_ref
 from cdc_apply.errors import ConfigError
 from cdc_apply.lake.books import status_rules as rules
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
-from cdc_apply.lake.books.status_rules import EXIT_CODES, KEYS, SEVERITY, worst_exit_code
+from cdc_apply.lake.books.status_rules import EXIT_CODES, KEYS, SEVERITY, StatusEntry, worst_exit_code
 from cdc_apply.lake.sources.bronze_tail import newest_seqs, unapplied_ages
 from cdc_apply.lake.sources.formats import SourceFormats
 
-__all__ = ["EXIT_CODES", "KEYS", "SEVERITY", "needs_spark", "read_status", "read_status_spark", "worst_exit_code"]
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["EXIT_CODES", "KEYS", "SEVERITY", "StatusEntry", "needs_spark", "read_status", "read_status_spark",
+           "worst_exit_code"]
 
 # The bookkeeping tables status reads (and bronze).
 STATUS_TABLES = ("progress", "failures", "quarantine")
@@ -45,8 +49,8 @@ def needs_spark(config: Config) -> bool:
     return any(local_path(ref) is None for ref in status_refs(config))
 
 
-def read_status(spark, config: Config, quarantine_window: timedelta = timedelta(hours=24),
-                max_lag_seconds: float | None = None) -> list[dict[str, Any]]:
+def read_status(spark: SparkSession | None, config: Config, quarantine_window: timedelta = timedelta(hours=24),
+                max_lag_seconds: float | None = None) -> list[StatusEntry]:
     """One dict per source (``KEYS``): applied seq and commit LSN, pending transactions, lag against bronze
     now, quarantined messages (all, and within ``quarantine_window``), the last failure, and ``health``:
     ``failing`` (the newest apply attempt failed on this source's message), ``quarantining`` (messages
@@ -71,8 +75,8 @@ def read_status(spark, config: Config, quarantine_window: timedelta = timedelta(
     return read_status_spark(spark, config, quarantine_window, max_lag_seconds)
 
 
-def read_status_spark(spark, config: Config, quarantine_window: timedelta = timedelta(hours=24),
-                      max_lag_seconds: float | None = None) -> list[dict[str, Any]]:
+def read_status_spark(spark: SparkSession, config: Config, quarantine_window: timedelta = timedelta(hours=24),
+                      max_lag_seconds: float | None = None) -> list[StatusEntry]:
     """:func:`read_status` read with Spark, whatever the tables are."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
@@ -101,7 +105,7 @@ def read_status_spark(spark, config: Config, quarantine_window: timedelta = time
                          max_lag_seconds)
 
 
-def _quarantined(spark, books: Bookkeeping, since: datetime) -> dict[str, tuple[int, int]]:
+def _quarantined(spark: SparkSession, books: Bookkeeping, since: datetime) -> dict[str, tuple[int, int]]:
     from pyspark.sql import functions as F
 
     ref = books.ref("quarantine")
@@ -113,7 +117,7 @@ def _quarantined(spark, books: Bookkeeping, since: datetime) -> dict[str, tuple[
     return {r.source: (int(r.total), int(r.recent)) for r in rows}
 
 
-def _newest_failure(spark, books: Bookkeeping) -> dict | None:
+def _newest_failure(spark: SparkSession, books: Bookkeeping) -> dict | None:
     """The newest failed attempt: the rows of the latest ``failed_at``, chosen among by the shared rule."""
     from pyspark.sql import functions as F
 

@@ -7,7 +7,6 @@ a second instead of a JVM's start.
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 import pyarrow as pa
 
@@ -15,12 +14,13 @@ from cdc_apply.config import Config
 from cdc_apply.delta.files import open_table, read_rows
 from cdc_apply.delta.refs import bronze_ref, state_ref
 from cdc_apply.lake.books import status_rules as rules
+from cdc_apply.lake.books.status_rules import StatusEntry
 from cdc_apply.lake.sources import bronze_files
 from cdc_apply.lake.sources.formats import SourceFormats
 
 
 def read_status_files(config: Config, quarantine_window: timedelta = timedelta(hours=24),
-                      max_lag_seconds: float | None = None) -> list[dict[str, Any]]:
+                      max_lag_seconds: float | None = None) -> list[StatusEntry]:
     """:func:`cdc_apply.lake.books.status.read_status`'s entries, read without Spark (state and bronze at
     local paths)."""
     progress = open_table(state_ref(config, "progress"))

@@ -7,19 +7,45 @@ and the read without a JVM (:mod:`~cdc_apply.lake.books.status_files`) share eve
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Iterable, Literal, TypedDict
 
-from cdc_apply.planning.state import SourceState
 from cdc_apply.pgoutput.messages import format_lsn
+from cdc_apply.planning.state import SourceState
+
+Health = Literal["failing", "quarantining", "lagging", "ok"]
 
 # Exit codes of ``cdc-apply status``, worst first (the command exits with the worst source's code).
-EXIT_CODES = {"failing": 4, "quarantining": 3, "lagging": 5, "ok": 0}
-SEVERITY = ("failing", "quarantining", "lagging", "ok")
+EXIT_CODES: dict[Health, int] = {"failing": 4, "quarantining": 3, "lagging": 5, "ok": 0}
+SEVERITY: tuple[Health, ...] = ("failing", "quarantining", "lagging", "ok")
 
-KEYS = ("source", "health", "apply_version", "applied_seq", "applied_commit_lsn", "applied_commit_ts",
-        "pending_open", "pending_streamed", "pending_prepared", "prepared_gids", "oldest_needed_seq",
-        "bronze_max_seq", "lag_seq", "lag_seconds", "applied_commit_age_seconds", "quarantined",
-        "quarantined_recently", "last_error", "updated_at")
+
+class StatusEntry(TypedDict):
+    """One entry of ``cdc-apply status`` (:func:`cdc_apply.status`), its keys in ``KEYS`` order, as ``--json``
+    prints it. A failure whose error names no source is an entry of its own: ``source`` None, ``health``
+    "failing", ``last_error`` set and every other value None."""
+
+    source: str | None
+    health: Health
+    apply_version: int | None
+    applied_seq: int | None
+    applied_commit_lsn: str | None         # PostgreSQL's X/Y
+    applied_commit_ts: datetime | None     # as the progress row holds it
+    pending_open: int | None
+    pending_streamed: int | None
+    pending_prepared: int | None
+    prepared_gids: list[str] | None
+    oldest_needed_seq: int | None
+    bronze_max_seq: int | None
+    lag_seq: int | None
+    lag_seconds: float | None
+    applied_commit_age_seconds: float | None
+    quarantined: int | None
+    quarantined_recently: int | None
+    last_error: str | None
+    updated_at: datetime | None
+
+
+KEYS: tuple[str, ...] = tuple(StatusEntry.__annotations__)   # an entry's keys, in order
 
 # The progress, failures and quarantine columns the rules read.
 PROGRESS_COLUMNS = ("source", "apply_version", "applied_seq", "applied_commit_lsn", "applied_commit_ts", "state",
@@ -27,7 +53,7 @@ PROGRESS_COLUMNS = ("source", "apply_version", "applied_seq", "applied_commit_ls
 FAILURE_COLUMNS = ("source", "apply_version", "error", "failed_at")
 
 
-def worst_exit_code(entries: list[dict[str, Any]]) -> int:
+def worst_exit_code(entries: list[StatusEntry]) -> int:
     """The exit code of the least healthy source (0 when there is none)."""
     states = {e["health"] for e in entries}
     return next((EXIT_CODES[h] for h in SEVERITY if h in states), 0)
@@ -71,7 +97,7 @@ def source_states(latest: dict[str, dict], sources: list[str]) -> dict[str, Sour
     return {s: SourceState.from_json(latest[s]["state"]) if s in latest else SourceState() for s in sources}
 
 
-def health(failing: bool, quarantined_recently: int, lag_seconds: float, max_lag_seconds: float | None) -> str:
+def health(failing: bool, quarantined_recently: int, lag_seconds: float, max_lag_seconds: float | None) -> Health:
     """``failing`` (the newest attempt failed on this source's message), ``quarantining`` (messages
     quarantined within the window), ``lagging`` (``max_lag_seconds`` given and ``lag_seconds`` above it) or
     ``ok``."""
@@ -92,11 +118,11 @@ def lag_seq(bronze_max: int | None, applied: int) -> int:
 def entries(latest: dict[str, dict], failure: dict | None, sources: list[str], states: dict[str, SourceState],
             applied: dict[str, int], bronze_max: dict[str, int], ages: dict[str, float],
             quarantined: dict[str, tuple[int, int]], now: datetime,
-            max_lag_seconds: float | None) -> list[dict[str, Any]]:
+            max_lag_seconds: float | None) -> list[StatusEntry]:
     """One dict per source (``KEYS``); a failing attempt whose error names no source is an entry of its
     own with ``source`` None, rather than a failure of sources it did not name. Timestamps as the rows
     hold them (Spark's: naive, in this process's local time)."""
-    out = []
+    out: list[StatusEntry] = []
     for source in sources:
         row, state = latest.get(source), states[source]
         pending = state.describe_pending()
@@ -123,11 +149,17 @@ def entries(latest: dict[str, dict], failure: dict | None, sources: list[str], s
             if committed_at is not None else None,
             "quarantined": total,
             "quarantined_recently": recent,
-            "last_error": failure["error"] if failing else None,
+            "last_error": failure["error"] if failure is not None and failing else None,
             "updated_at": row["updated_at"] if row is not None else None,
         })
     if failure is not None and failure["source"] is None:
-        out.append({**dict.fromkeys(KEYS), "health": "failing", "last_error": failure["error"]})
+        out.append({
+            "source": None, "health": "failing", "apply_version": None, "applied_seq": None,
+            "applied_commit_lsn": None, "applied_commit_ts": None, "pending_open": None, "pending_streamed": None,
+            "pending_prepared": None, "prepared_gids": None, "oldest_needed_seq": None, "bronze_max_seq": None,
+            "lag_seq": None, "lag_seconds": None, "applied_commit_age_seconds": None, "quarantined": None,
+            "quarantined_recently": None, "last_error": failure["error"], "updated_at": None,
+        })
     return out
 
 

@@ -21,20 +21,24 @@ Command line (prints each table, or writes it with ``--out``)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 from cdc_apply.config import Config
 from cdc_apply.config.choices import Retype
-from cdc_apply.lake.books.bookkeeping import Bookkeeping
-from cdc_apply.lake.history.tables import PROP_COMPLETE_FROM
-from cdc_apply.lake.silver.soft_deletes import live_rows
-from cdc_apply.lake.history.versions import HISTORY_COLUMNS, HistoryColumns
-from cdc_apply.lake.history.lsn import lsn_text, lsn_value
 from cdc_apply.delta.ddl import table_properties
 from cdc_apply.delta.refs import TableRef, history_ref, silver_ref
 from cdc_apply.errors import AsOfError
+from cdc_apply.lake.books.bookkeeping import Bookkeeping
+from cdc_apply.lake.history.lsn import lsn_text, lsn_value
+from cdc_apply.lake.history.tables import PROP_COMPLETE_FROM
+from cdc_apply.lake.history.versions import HISTORY_COLUMNS, HistoryColumns
+from cdc_apply.lake.silver.soft_deletes import live_rows
 
-METHODS = ("auto", "history", "time travel")
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+AsOfMethod = Literal["auto", "history", "time travel"]   # asked for; a result shows "history" or "time travel"
+METHODS: tuple[AsOfMethod, ...] = ("auto", "history", "time travel")
 
 
 @dataclass
@@ -45,7 +49,7 @@ class AsOf:
     requested_lsn: int
     lsn: int | None        # the commit LSN the frames show (None: nothing was applied at or below the LSN asked)
     exact: bool            # True: the frames show the newest applied commit at or below requested_lsn
-    method: str            # "history" or "time travel"
+    method: AsOfMethod     # "history" or "time travel"
     frames: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)   # time travel: table -> Delta version read (None: empty then)
 
@@ -57,8 +61,8 @@ class AsOf:
         return lsn_text(self.lsn)
 
 
-def read_as_of(spark, config: Config, lsn: int | str, tables: Sequence[str] | None = None,
-               source: str | None = None, method: str = "auto") -> AsOf:
+def read_as_of(spark: SparkSession, config: Config, lsn: int | str, tables: Sequence[str] | None = None,
+               source: str | None = None, method: AsOfMethod = "auto") -> AsOf:
     """DataFrames of ``tables`` (qualified names, e.g. ``"public.orders"``; default every table of the
     source) as of the newest applied commit at or below ``lsn`` (a BIGINT or ``"X/Y"``).
 
@@ -114,8 +118,8 @@ def read_as_of(spark, config: Config, lsn: int | str, tables: Sequence[str] | No
     return result
 
 
-def as_of_views(spark, config: Config, lsn: int | str, tables: Sequence[str] | None = None,
-                source: str | None = None, method: str = "auto", prefix: str = "") -> AsOf:
+def as_of_views(spark: SparkSession, config: Config, lsn: int | str, tables: Sequence[str] | None = None,
+                source: str | None = None, method: AsOfMethod = "auto", prefix: str = "") -> AsOf:
     """:func:`read_as_of`, each frame registered as a temporary view for SQL: ``<prefix><relation name>``
     (``<prefix><namespace>__<name>`` when two tables share a relation name)."""
     result = read_as_of(spark, config, lsn, tables, source, method)
@@ -153,7 +157,7 @@ def _relations(history, tables, config: Config, source: str) -> dict:
     return out
 
 
-def _newest_commit(spark, books: Bookkeeping, source: str, cap: int | None) -> int | None:
+def _newest_commit(spark: SparkSession, books: Bookkeeping, source: str, cap: int | None) -> int | None:
     """The newest applied commit (of a transaction that changed something) at or below ``cap``."""
     from pyspark.sql import functions as F
 
@@ -163,7 +167,7 @@ def _newest_commit(spark, books: Bookkeeping, source: str, cap: int | None) -> i
     return log.where((F.col("source") == source) & (F.col("commit_lsn") <= cap)).agg(F.max("commit_lsn")).first()[0]
 
 
-def _history_of(spark, config: Config, source: str, rel) -> TableRef | None:
+def _history_of(spark: SparkSession, config: Config, source: str, rel) -> TableRef | None:
     """The relation's history table, when the configuration keeps one (a history no longer kept stops
     at the batch it was turned off: it cannot answer later LSNs)."""
     if config.history_for(rel.latest.qualified_name) is None:
@@ -173,7 +177,7 @@ def _history_of(spark, config: Config, source: str, rel) -> TableRef | None:
     return ref if ref.exists(spark) else None
 
 
-def _complete_from(spark, ref: TableRef) -> int:
+def _complete_from(spark: SparkSession, ref: TableRef) -> int:
     value = table_properties(spark, ref).get(PROP_COMPLETE_FROM)
     return int(value) if value is not None else 2 ** 63  # never written: not usable
 
@@ -225,7 +229,7 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _from_history(spark, ref: TableRef, config: Config, lsn: int | None, at: ColumnsAt):
+def _from_history(spark: SparkSession, ref: TableRef, config: Config, lsn: int | None, at: ColumnsAt):
     """The history table's versions valid at ``lsn``, one row per copy, with the silver columns that
     existed at ``lsn``. A column dropped with ``drop_columns = "drop"`` left the history table too."""
     from pyspark.sql import functions as F
@@ -250,7 +254,8 @@ def _batch_end(progress, lsn: int) -> tuple[int | None, int]:
     return (None, 0) if row is None else (int(row.applied_commit_lsn), int(row.apply_version))
 
 
-def _silver_version(spark, progress, relation_id: int, ref: TableRef, version: int, end: int | None) -> int | None:
+def _silver_version(spark: SparkSession, progress, relation_id: int, ref: TableRef, version: int,
+                    end: int | None) -> int | None:
     """The silver table's Delta version at the end of apply version ``version``: the newest the progress
     rows record for it up to then; for batches applied before progress recorded versions, the newest
     data commit whose ``userMetadata`` says it applied nothing past ``end``."""
@@ -273,12 +278,12 @@ def _silver_version(spark, progress, relation_id: int, ref: TableRef, version: i
     return best
 
 
-def _time_travel(spark, ref: TableRef, version: int | None, name: str):
+def _time_travel(spark: SparkSession, ref: TableRef, version: int | None, name: str):
     if version is None:  # no change of the table was applied by then
         return ref.read(spark).limit(0)
     try:
         reader = spark.read.format("delta").option("versionAsOf", version)
-        df = reader.load(ref.path) if ref.path else reader.table(ref.name)
+        df = ref.load(reader)
         df.schema  # noqa: B018 - resolves the version now, so a vacuumed one fails here
         return df
     except Exception as exc:  # noqa: BLE001 - Delta's own message says which files are gone

@@ -10,7 +10,12 @@ every LSN column of the bookkeeping tables are BIGINT (they sort and compare as 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # The same conversions as SQL expressions over a column or literal ``{x}`` (for views, or where no
 # function can be registered). hex() of a BIGINT is upper-case without leading zeros, as PostgreSQL prints.
@@ -38,7 +43,7 @@ def lsn_value(lsn: int | str) -> int:
     return parse_lsn(text)
 
 
-def register_lsn_functions(spark, schema: str | None = None) -> None:
+def register_lsn_functions(spark: SparkSession, schema: str | None = None) -> None:
     """SQL functions ``cdc_lsn_text(BIGINT) -> STRING`` and ``cdc_lsn(STRING) -> BIGINT``.
 
     Temporary (this session) by default; with ``schema`` (e.g. ``"main.cdc"``) permanent functions in it,

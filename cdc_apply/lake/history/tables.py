@@ -26,26 +26,31 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cdc_apply.config import Config, HistorySpec
-from cdc_apply.planning.tables import evolve
-from cdc_apply.lake.history.versions import (
-    HistoryColumns, Truncates, keyed_versions, keyless_versions, merge_versions, open_versions_of,
-)
-from cdc_apply.lake.books.ledger import STEPS_PER_VERSION, SilverLedger, batch_tag
-from cdc_apply.lake.silver.soft_deletes import live_rows
-from cdc_apply.lake.silver.appends import append_files
-from cdc_apply.lake.silver.collapse import key_events
-from cdc_apply.lake.silver.merge import project
-from cdc_apply.planning.table_plan import TableWork
-from cdc_apply.lake.silver.merge_moves import resolve_moves
 from cdc_apply.delta.ddl import column_list, property_list, set_properties, table_properties
 from cdc_apply.delta.log import delta_version
 from cdc_apply.delta.names import quote_ident, quote_literal
 from cdc_apply.delta.refs import TableRef, history_ref
 from cdc_apply.delta.sql_table import is_connect
-from cdc_apply.lake.silver.schema_changes import apply_schema_ops
-from cdc_apply.errors import ApplyError, ConfigError, SchemaError, StateError
 from cdc_apply.delta.table_create import ensure_table
+from cdc_apply.errors import ApplyError, ConfigError, SchemaError, StateError
+from cdc_apply.lake.books.ledger import STEPS_PER_VERSION, SilverLedger, batch_tag
+from cdc_apply.lake.history.versions import (
+    HistoryColumns,
+    Truncates,
+    keyed_versions,
+    keyless_versions,
+    merge_versions,
+    open_versions_of,
+)
+from cdc_apply.lake.silver.appends import append_files
+from cdc_apply.lake.silver.collapse import key_events
+from cdc_apply.lake.silver.merge import project
+from cdc_apply.lake.silver.merge_moves import resolve_moves
+from cdc_apply.lake.silver.schema_changes import apply_schema_ops
+from cdc_apply.lake.silver.soft_deletes import live_rows
 from cdc_apply.planning import columns as cc
+from cdc_apply.planning.table_plan import TableWork
+from cdc_apply.planning.tables import evolve
 
 PROP_HISTORY_OF = "cdc_apply.history_of"
 PROP_COMPLETE_FROM = "cdc_apply.history_complete_from_lsn"

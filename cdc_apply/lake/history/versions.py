@@ -25,16 +25,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
+from cdc_apply.delta.names import quote_ident, sql_literal
+from cdc_apply.delta.sql_table import is_connect
+from cdc_apply.errors import ApplyError
 from cdc_apply.lake.silver.merge import null_safe_equal
 from cdc_apply.lake.silver.merge_sql import truncate_closes_sql
-from cdc_apply.delta.sql_table import is_connect
-from cdc_apply.planning.table_plan import TableWork
-from cdc_apply.delta.names import quote_ident, sql_literal
-from cdc_apply.errors import ApplyError
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
 from cdc_apply.planning import columns as cc
+from cdc_apply.planning.table_plan import TableWork
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
 
 EVENT_META = cc.EVENT_META
 
@@ -326,7 +329,7 @@ def keyless_versions(projected, history, work: TableWork, h: HistoryColumns, tru
     return versions.select(*out).where(~F.col("_prior") | F.col(h.valid_to_lsn).isNotNull())
 
 
-def merge_versions(spark, target, versions, work: TableWork, h: HistoryColumns, truncates: Truncates,
+def merge_versions(spark: SparkSession, target, versions, work: TableWork, h: HistoryColumns, truncates: Truncates,
                    keyed: bool) -> None:
     """One MERGE into the history table ``target`` (a TableRef): the prior versions' updates, the new
     versions, and — when the batch truncates the table — the close of every other open version."""
@@ -349,12 +352,16 @@ def merge_versions(spark, target, versions, work: TableWork, h: HistoryColumns, 
                .whenNotMatchedInsert(condition="NOT s._prior",
                                      values={quote_ident(c): column_of(f"s.{quote_ident(c)}") for c in everything}))
     if truncates.points and is_connect(spark):
-        closes, assignments = truncate_closes_sql(truncates, work, h)
-        builder = builder.whenNotMatchedBySourceUpdate(condition=closes, set=assignments)
+        closes_sql, assignments = truncate_closes_sql(truncates, work, h)
+        builder = builder.whenNotMatchedBySourceUpdate(condition=closes_sql, set=assignments)
     elif truncates.points:
         frm = F.col(f"t.{quote_ident(h.valid_from_lsn)}")
         target_key = lambda i: F.col(f"t.{quote_ident(work.columns[i].name)}")  # noqa: E731
-        lsn, ts, cause, closes = None, None, None, F.lit(False)
+        # Each point wraps the ones after it: the innermost (first) otherwise is NULL.
+        lsn: Column | None = None
+        ts: Column | None = None
+        cause: Column | None = None
+        closes = F.lit(False)
         for point in reversed(truncates.points):
             point_lsn, _, point_ts, point_cause = point[:4]
             hit = (frm < point_lsn) & truncates._applies(point, target_key)

@@ -9,17 +9,22 @@ statistics bound key ranges tightly for the MERGEs that follow.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from cdc_apply.delta.names import quote_ident
 from cdc_apply.lake.books.commit_tag import decode_tag, encode_tag
 from cdc_apply.lake.silver.merge import MergeResult
-from cdc_apply.delta.names import quote_ident
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Values (rows x columns) per file of an append (append_rows): ~1M rows of an 8-column table.
 CELLS_PER_FILE = 8_000_000
 
 
-def append_new_keys(spark, collapsed, work: TableWork, metadata: str) -> int:
+def append_new_keys(spark: SparkSession, collapsed, work: TableWork, metadata: str) -> int:
     """Append the collapsed rows of keys new in this batch (``_new``, kept and complete): rows no silver
     row can match. Its ``userMetadata`` marks it as the batch's new-key part. Returns how many rows
     it wrote."""
@@ -31,7 +36,9 @@ def append_new_keys(spark, collapsed, work: TableWork, metadata: str) -> int:
     count = rows.count()
     if count:
         out = rows.select(*values, *meta).coalesce(append_files(count, len(work.columns)))
-        work.ref.append(_key_sorted(out, work), None, 0, encode_tag({**decode_tag(metadata), "part": "new keys"}))
+        tag = decode_tag(metadata)
+        assert tag is not None  # ``metadata`` is the batch step's own tag (the ledger's write)
+        work.ref.append(_key_sorted(out, work), None, 0, encode_tag({**tag, "part": "new keys"}))
     return count
 
 
@@ -57,7 +64,7 @@ def append_files(rows: int, columns: int) -> int:
     return max(1, -(-rows * (columns + 2) // CELLS_PER_FILE))
 
 
-def append_rows(spark, projected, work: TableWork, metadata: str, inserts: int | None) -> MergeResult:
+def append_rows(spark: SparkSession, projected, work: TableWork, metadata: str, inserts: int | None) -> MergeResult:
     """Inserts only, where a MERGE has nothing to match: append the new rows as they are.
 
     Used for keyless tables whose batch only inserts (each Insert adds one copy) and for keyed batches

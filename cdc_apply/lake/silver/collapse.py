@@ -9,6 +9,8 @@ Spark work itself is a few milliseconds. As text they take ~11 a column.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from cdc_apply.delta.names import quote_ident as _q
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
@@ -22,7 +24,7 @@ def _key_old(i: int) -> str:
     return f"CASE WHEN {_q(cc.OLD_KIND)} IS NOT NULL THEN {_q(cc.old(i))} ELSE {_q(cc.value(i))} END"
 
 
-def _event_sql(kind: str, sub: int, move: bool, out: bool, keys: list[str], sources: list[str | None],
+def _event_sql(kind: str, sub: int, move: bool, out: bool, keys: list[str], sources: Sequence[str | None],
                ddls: list[str]) -> str:
     fields = [f"'kind', {kind}", f"'sub', {int(sub)}", f"'move', {str(move).lower()}", f"'out', {str(out).lower()}"]
     fields += [f"'{cc.key(p)}', CAST({k} AS {t})" for p, (k, t) in enumerate(zip(keys, ddls))]

@@ -23,16 +23,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.sql_table import is_connect
+from cdc_apply.errors import ApplyError
 from cdc_apply.lake.silver.merge_sql import key_bounds_sql, keyed_assignments_sql
 from cdc_apply.lake.silver.soft_deletes import is_deleted_sql, keyed_soft_delete, keyless_soft_delete
-from cdc_apply.errors import ApplyError
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.masks import mask_sql
+from cdc_apply.planning.table_plan import TableWork
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
 
 # The collapse's output is materialised (localCheckpoint) as row blocks, one per partition; a block
 # evicted to disk is read back whole, so a wide table's batch needs more partitions than the default.
@@ -200,7 +203,7 @@ def key_range(collapsed, work: TableWork):
     return row[0], row[1], row[2]
 
 
-def merge_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None) -> MergeResult:
+def merge_keyed(spark: SparkSession, collapsed, work: TableWork, bounds: tuple | None = None) -> MergeResult:
     """MERGE the collapsed rows: delete; update the columns each row carries (the rest keep silver's
     values); insert rows with nothing left to fill from silver. ``bounds`` (lowest, highest key of a
     single-column key) go into the join condition, so Delta skips silver files outside them — a
@@ -210,16 +213,16 @@ def merge_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None) 
     if needs_replace(spark, work):
         return replace_keyed(spark, collapsed, work, bounds)
     key_names = [work.columns[i].name for i in work.key_index]
-    condition = " AND ".join(f"t.{quote_ident(k)} = s.`{cc.key(p)}`" for p, k in enumerate(key_names))
+    on = " AND ".join(f"t.{quote_ident(k)} = s.`{cc.key(p)}`" for p, k in enumerate(key_names))
+    condition: str | Column = on
     ddl = work.columns[work.key_index[0]].spark_ddl
     if bounds is not None and bounds[0] is not None:
-        bounded = key_bounds_sql(condition, f"t.{quote_ident(key_names[0])}", bounds, ddl)
-        if bounded == condition and not is_connect(spark):   # no SQL literal of the bounds: a Column has them
+        condition = key_bounds_sql(on, f"t.{quote_ident(key_names[0])}", bounds, ddl)
+        if condition == on and not is_connect(spark):   # no SQL literal of the bounds: a Column has them
             from pyspark.sql import functions as F
 
             column = F.col(f"t.{quote_ident(key_names[0])}")
-            bounded = F.expr(condition) & column.between(F.lit(bounds[0]).cast(ddl), F.lit(bounds[1]).cast(ddl))
-        condition = bounded
+            condition = F.expr(on) & column.between(F.lit(bounds[0]).cast(ddl), F.lit(bounds[1]).cast(ddl))
     # SQL text on both kinds of session (merge_sql.py): the Column API's form took ~200 Py4J round trips
     # a four-column table, every batch.
     assignments, values = keyed_assignments_sql(work)
@@ -234,7 +237,7 @@ def merge_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None) 
                        row.get("num_deleted_rows", 0) or 0)
 
 
-def merge_keyless(spark, projected, work: TableWork, target_empty: bool = False) -> MergeResult:
+def merge_keyless(spark: SparkSession, projected, work: TableWork, target_empty: bool = False) -> MergeResult:
     """Tables matched on all values: apply each distinct row's changes in commit order, duplicates exact.
 
     Each Insert adds one copy of its row, each Delete removes one copy of its

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from functools import reduce
 
-from cdc_apply.lake.silver.collapse import key_window
-from cdc_apply.lake.silver.merge import null_safe_equal
-from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.errors import ApplyError
+from cdc_apply.lake.silver.collapse import key_window
+from cdc_apply.lake.silver.merge import null_safe_equal
 from cdc_apply.planning import columns as cc
+from cdc_apply.planning.table_plan import TableWork
 
 # Up to this many move-ins, their keys and the pass's output are broadcast (a hash join each) instead
 # of shuffling every event of the batch, wide rows included.
@@ -128,8 +128,8 @@ def resolve_moves_by_rounds(events, work: TableWork, target, max_rounds: int = 1
     When that last event is itself an unfilled move-in, the move waits for the
     next round (chains of key changes).
     """
-    from pyspark.sql import functions as F
     from pyspark.sql import Window
+    from pyspark.sql import functions as F
 
     n, nk = len(work.columns), len(work.key_index)
     gaps = [F.col(cc.present(i)) & ~F.col(cc.carried(i)) for i in range(n)]

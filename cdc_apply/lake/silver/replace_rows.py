@@ -21,20 +21,25 @@ an updated row as a delete and an insert of one commit, where a MERGE shows its 
 from __future__ import annotations
 
 from functools import reduce
+from typing import TYPE_CHECKING
 
-from cdc_apply.errors import ApplyError
-from cdc_apply.lake.books.commit_tag import decode_tag, encode_tag
 from cdc_apply.delta.ddl import USER_METADATA, table_properties
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.refs import TableRef
+from cdc_apply.errors import ApplyError
+from cdc_apply.lake.books.commit_tag import decode_tag, encode_tag
+from cdc_apply.lake.silver.soft_deletes import marker_of
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 ALLOW_EXISTS = "spark.databricks.delta.delete.allowExistsSubquery"
 HISTORY_PROBE = 16   # commits read back for a first commit left by a crashed run (a step writes two)
 
 
-def needs_replace(spark, work: TableWork) -> bool:
+def needs_replace(spark: SparkSession, work: TableWork) -> bool:
     """Whether ``work``'s silver table must be written by :func:`replace_keyed` / :func:`replace_keyless`."""
     names = [c.name for c in work.columns] + [col for col, _ in work.meta]
     if not any("`" in name for name in names):
@@ -55,19 +60,20 @@ class Step:
     """The ledger step being written (from the ``userMetadata`` the session carries; none when the write
     is not one of a batch), and the first commit a crashed run of it left."""
 
-    def __init__(self, spark, ref: TableRef) -> None:
+    def __init__(self, spark: SparkSession, ref: TableRef) -> None:
         text = spark.conf.get(USER_METADATA, None)
         self.metadata = text
         self.tag = decode_tag(text)
         self.step = None if self.tag is None else self.tag.get("apply_step")
-        self.first_version = self._first_commit(spark, ref) if self.step is not None else None
+        self.first_version = (self._first_commit(spark, ref, self.tag.get("app"))
+                              if self.tag is not None and self.step is not None else None)
 
-    def _first_commit(self, spark, ref: TableRef) -> int | None:
+    def _first_commit(self, spark: SparkSession, ref: TableRef, app: object) -> int | None:
         for row in ref.delta_table(spark).history(HISTORY_PROBE).select("version", "userMetadata").collect():
             tag = decode_tag(row.userMetadata)
             if tag is None:
                 continue
-            if tag.get("app") == self.tag.get("app") and tag.get("replaces_for_step") == self.step:
+            if tag.get("app") == app and tag.get("replaces_for_step") == self.step:
                 return int(row.version)
         return None
 
@@ -80,15 +86,15 @@ class Step:
         return encode_tag(tag)
 
 
-def silver_before(spark, ref: TableRef, step: Step):
+def silver_before(spark: SparkSession, ref: TableRef, step: Step):
     """Silver as the step's writes found it: as of the version before a first commit already made."""
     if step.first_version is None:
         return ref.read(spark)
     reader = spark.read.format("delta").option("versionAsOf", step.first_version - 1)
-    return reader.load(ref.path) if ref.path else reader.table(ref.name)
+    return ref.load(reader)
 
 
-def replace_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None):
+def replace_keyed(spark: SparkSession, collapsed, work: TableWork, bounds: tuple | None = None):
     """:func:`cdc_apply.lake.silver.merge.merge_keyed`'s writes: the kept rows replaced, the deleted removed."""
     from pyspark.sql import functions as F
 
@@ -102,7 +108,7 @@ def replace_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None
         target = target.where(F.col(quote_ident(key.name)).between(F.lit(bounds[0]).cast(key.spark_ddl),
                                                                    F.lit(bounds[1]).cast(key.spark_ddl)))
     soft = work.deleted is not None   # a marked row counts as absent; deletes mark rows (soft_deletes.py)
-    marked = F.expr(f"coalesce({quote_ident(work.deleted)}, false)") if soft else F.lit(False)
+    marked = F.expr(f"coalesce({quote_ident(marker_of(work))}, false)") if soft else F.lit(False)
     target = target.select(*[F.col(quote_ident(c.name)).alias(f"_t_{i}") for i, c in enumerate(work.columns)],
                            F.lit(True).alias("_in_t"), marked.alias("_t_del"))
     match = [F.col(cc.key(p)) == F.col(f"_t_{i}") for p, i in enumerate(work.key_index)]
@@ -117,7 +123,7 @@ def replace_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None
     counts = joined.agg(*[F.count(F.when(c, 1)).alias(a) for a, c in (
         ("updated", upsert & live), ("inserted", upsert & ~live & F.col("_complete")),
         ("deleted", ~upsert & live))]).first()
-    flag = [F.lit(False).alias(work.deleted)] if soft else []
+    flag = [F.lit(False).alias(marker_of(work))] if soft else []
     kept = joined.where(upsert & (live | F.col("_complete"))).select(
         *[F.col(cc.final(i)).alias(c.name) for i, c in enumerate(work.columns)],
         *[F.col(src).alias(col) for col, src in work.meta], *flag)
@@ -125,7 +131,7 @@ def replace_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None
     if soft:   # the deleted rows stay, silver's values marked with the delete's commit
         kept = kept.unionByName(joined.where(~upsert & live).select(
             *[F.col(f"_t_{i}").alias(c.name) for i, c in enumerate(work.columns)],
-            *[F.col(src).alias(col) for col, src in work.meta], F.lit(True).alias(work.deleted)))
+            *[F.col(src).alias(col) for col, src in work.meta], F.lit(True).alias(marker_of(work))))
         gone = gone.limit(0)
     key_names = [work.columns[i].name for i in work.key_index]
     _write(spark, work.ref, step, kept, counts.updated + counts.inserted + counts.deleted * soft, key_names,
@@ -133,7 +139,7 @@ def replace_keyed(spark, collapsed, work: TableWork, bounds: tuple | None = None
     return MergeResult(counts.inserted, counts.updated, counts.deleted)
 
 
-def replace_keyless(spark, counted, work: TableWork, values: list[str], step: Step):
+def replace_keyless(spark: SparkSession, counted, work: TableWork, values: list[str], step: Step):
     """:func:`cdc_apply.lake.silver.merge.merge_keyless`'s writes from its per-value counts (``_c`` copies in
     silver, ``_new`` after the batch; read from :func:`silver_before`): each value whose count changes
     is replaced by its ``_new`` copies, or deleted when none is left. ``step``: the one ``counted`` read
@@ -163,7 +169,8 @@ def replace_keyless(spark, counted, work: TableWork, values: list[str], step: St
     return MergeResult(written, 0, replaced + (counts.deleted or 0))
 
 
-def _write(spark, ref: TableRef, step: Step, kept, kept_rows: int, names: list[str], gone, gone_columns: list[str],
+def _write(spark: SparkSession, ref: TableRef, step: Step, kept, kept_rows: int, names: list[str], gone,
+           gone_columns: list[str],
            gone_rows: int) -> None:
     """The step's two commits: ``kept`` replaces the silver rows whose ``names`` it holds (null-safe), then
     the rows whose ``names`` equal a ``gone`` row's ``gone_columns`` are deleted. Either is left out when
@@ -180,7 +187,7 @@ def _write(spark, ref: TableRef, step: Step, kept, kept_rows: int, names: list[s
         _delete_matching(spark, ref, gone, gone_columns, names)
 
 
-def _delete_matching(spark, ref: TableRef, rows, columns: list[str], names: list[str]) -> None:
+def _delete_matching(spark: SparkSession, ref: TableRef, rows, columns: list[str], names: list[str]) -> None:
     """DELETE the silver rows whose ``names`` equal (null-safe) those ``columns`` of a row of ``rows``: one
     commit, with the ``userMetadata`` the session carries (the step's)."""
     from pyspark.sql import functions as F

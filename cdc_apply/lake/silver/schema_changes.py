@@ -7,7 +7,7 @@ re-run after a crash skips the steps the table's history shows done (see :func:`
 from __future__ import annotations
 
 from itertools import groupby
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from cdc_apply.delta.ddl import USER_METADATA
 from cdc_apply.delta.names import quote_ident, sql_literal
@@ -17,8 +17,11 @@ from cdc_apply.lake.books.commit_tag import decode_tag, encode_tag
 from cdc_apply.planning.schema_net import net_schema_ops
 from cdc_apply.planning.tables import SchemaOp
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str | None = None,
+
+def apply_schema_ops(spark: SparkSession, ref: TableRef, ops: Sequence[SchemaOp], chain: str | None = None,
                      fills: Sequence[tuple] = (), fill_where: str | None = None) -> None:
     """Run schema operations against the table, each guarded by its current schema.
 
@@ -39,8 +42,8 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str |
     # One step per commit: the adds together, the drops together, each rename; a retype rebuilds its
     # column in several commits, each guarded by the temporary column's name, so it is re-run.
     steps: list[list[SchemaOp]] = []
-    for kind, run in groupby(net_schema_ops(ops), key=lambda o: o.kind):
-        steps += [list(run)] if kind in ("add", "drop") else [[o] for o in run]
+    for kind, group in groupby(net_schema_ops(ops), key=lambda o: o.kind):
+        steps += [list(group)] if kind in ("add", "drop") else [[o] for o in group]
     if fills:
         steps.append([SchemaOp("fill", c.name, spark_ddl=c.spark_ddl) for c, _ in fills])
     values = {c.name: v for c, v in fills}
@@ -60,10 +63,10 @@ def apply_schema_ops(spark, ref: TableRef, ops: Sequence[SchemaOp], chain: str |
                 spark.conf.unset(USER_METADATA)
 
 
-def _fill(spark, ref: TableRef, run: Sequence[SchemaOp], values: dict, where: str | None = None) -> None:
+def _fill(spark: SparkSession, ref: TableRef, run: Sequence[SchemaOp], values: dict, where: str | None = None) -> None:
     """Set columns just added to their missing values in every row (or those ``where`` holds for; one UPDATE)."""
     literal = _literal if is_connect(spark) else _column
-    ref.delta_table(spark).update(condition=where, set={quote_ident(o.column): literal(values[o.column], o.spark_ddl)
+    ref.delta_table(spark).update(condition=where, set={quote_ident(o.column): literal(values[o.column], o.ddl)
                                                         for o in run})
 
 
@@ -82,7 +85,7 @@ def _literal(value, ddl: str):
         return _column(value, ddl)
 
 
-def _steps_done(spark, ref: TableRef, chain: str, steps: int) -> int:
+def _steps_done(spark: SparkSession, ref: TableRef, chain: str, steps: int) -> int:
     """The last step of ``chain`` the table's recent history has a commit of (-1: none)."""
     done = -1
     # A step commits at most four times (a column rebuilt for a retype); a MERGE, a truncate and a
@@ -94,7 +97,7 @@ def _steps_done(spark, ref: TableRef, chain: str, steps: int) -> int:
     return done
 
 
-def _apply_step(spark, ref: TableRef, run: Sequence[SchemaOp]) -> None:
+def _apply_step(spark: SparkSession, ref: TableRef, run: Sequence[SchemaOp]) -> None:
     kind = run[0].kind
     if kind in ("add", "drop"):
         current = {f.name for f in ref.read(spark).schema.fields}
@@ -102,7 +105,7 @@ def _apply_step(spark, ref: TableRef, run: Sequence[SchemaOp]) -> None:
             adds: dict[str, str] = {}
             for o in run:
                 if o.column not in current:
-                    adds.setdefault(o.column, o.spark_ddl)
+                    adds.setdefault(o.column, o.ddl)
             if adds:
                 listed = ", ".join(f"{quote_ident(c)} {t}" for c, t in adds.items())
                 spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({listed})")
@@ -115,15 +118,15 @@ def _apply_step(spark, ref: TableRef, run: Sequence[SchemaOp]) -> None:
         _apply_one(spark, ref, op)
 
 
-def _apply_one(spark, ref: TableRef, op: SchemaOp) -> None:
+def _apply_one(spark: SparkSession, ref: TableRef, op: SchemaOp) -> None:
     """A rename or a retype, guarded by the table's current schema."""
     current = {f.name: f.dataType for f in ref.read(spark).schema.fields}
     if op.kind == "rename":
-        if op.column in current and op.new_name not in current:
-            spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {quote_ident(op.column)} TO {quote_ident(op.new_name)}")
+        if op.column in current and op.target not in current:
+            spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {quote_ident(op.column)} TO {quote_ident(op.target)}")
     elif op.kind == "retype":
         resumed = f"{op.column}__retype" in current
-        if resumed or (op.column in current and current[op.column].simpleString().upper() != _simple(op.spark_ddl)):
+        if resumed or (op.column in current and current[op.column].simpleString().upper() != _simple(op.ddl)):
             if op.in_place and not resumed:
                 spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {quote_ident(op.column)} TYPE {op.spark_ddl}")
             else:
@@ -136,7 +139,7 @@ def _simple(ddl: str) -> str:
     return ddl.replace(" ", "").upper()
 
 
-def _rewrite_column(spark, ref: TableRef, op: SchemaOp) -> None:
+def _rewrite_column(spark: SparkSession, ref: TableRef, op: SchemaOp) -> None:
     """An incompatible type change: a new column holding the cast values takes the old one's place.
 
     Delta refuses to overwrite a table with Change Data Feed once columns were renamed or dropped,

@@ -13,17 +13,16 @@ from dataclasses import replace
 from functools import partial, reduce
 
 from cdc_apply.decode.snapshot_rows import decode_snapshot_rows, insert_columns
-from cdc_apply.planning.decode_plan import output_ddl, output_ddls
-from cdc_apply.lake.silver.appends import append_rows
-from cdc_apply.lake.silver.merge import project
-from cdc_apply.lake.sources.payload_columns import in_seq_ranges, is_control, is_insert
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.sql_table import is_connect
+from cdc_apply.lake.silver.appends import append_rows
+from cdc_apply.lake.silver.merge import project
 from cdc_apply.lake.silver.merge_sql import key_ranges_sql
 from cdc_apply.lake.silver.soft_deletes import mark_deleted, revive_copied
+from cdc_apply.lake.sources.payload_columns import in_seq_ranges, is_control, is_insert
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.assemble import merge_ranges
-from cdc_apply.planning.decode_plan import pool_columns
+from cdc_apply.planning.decode_plan import output_ddl, output_ddls, pool_columns
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, merge_loads
 from cdc_apply.planning.table_plan import Clear, SlotCount, SlotMap, TableWork
 
@@ -55,7 +54,8 @@ def snapshot_inserts(messages, loads: list[SnapshotLoad]):
     held = sorted({seq for load in loads for seq in load.held})
     if held:
         taken = taken & ~F.col("seq").isin(held)
-    earlier = [(a, min(b, load.held_from - 1)) for load in loads for a, b in load.ranges if a < load.held_from]
+    earlier = [(a, min(b, load.held_from - 1)) for load in loads if load.held_from is not None  # all are here
+               for a, b in load.ranges if a < load.held_from]
     if not earlier:
         return messages.where(taken)
     return messages.where(taken | (in_seq_ranges(source, merge_ranges(earlier)) & is_insert()))
@@ -172,6 +172,7 @@ def load_snapshots(session, messages, loads: list[SnapshotLoad], clears: tuple[C
             projected = projected.where(~gone)
         frames.append(projected)
     union = reduce(lambda a, b: a.unionByName(b), frames)
+    assert work is not None  # ``loads`` holds at least one load, so the loop found its work
     if revive and work.key is not None:
         copied = union.where(F.col(cc.OP) == "I").select(
             *[F.col(cc.value(i)).alias(c.name) for i, c in enumerate(work.columns)],

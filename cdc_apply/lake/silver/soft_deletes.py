@@ -26,6 +26,12 @@ def deleted_column(prefix: str) -> str:
     return prefix + DELETED
 
 
+def marker_of(work: TableWork) -> str:
+    """The marker column of a soft-deleting table (``work.deleted``): the soft paths run only for one."""
+    assert work.deleted is not None, f"{work.qualified_name} keeps no soft deletes"
+    return work.deleted
+
+
 def is_deleted_sql(column: str, alias: str | None = None) -> str:
     """SQL text true on a row marked deleted (NULL, from before the column existed, is live)."""
     name = quote_ident(column) if alias is None else f"{alias}.{quote_ident(column)}"
@@ -44,7 +50,7 @@ def live_rows(frame, prefix: str):
 def tombstone_set(work: TableWork, lsn_sql: str, ts_sql: str | None, others: str | None = None) -> dict[str, str]:
     """Assignments marking a row deleted at ``lsn_sql``/``ts_sql`` (SQL text). ``others``: the alias of a
     MERGE source whose metadata columns (xid, origin, user) the row takes too; without it they stay."""
-    out = {quote_ident(work.deleted): "true"}
+    out = {quote_ident(marker_of(work)): "true"}
     for column, source in work.meta:
         if source == cc.COMMIT_LSN:
             out[quote_ident(column)] = lsn_sql
@@ -61,10 +67,10 @@ def keyed_soft_delete(merge, work: TableWork, assignments: dict, values: dict):
     the row stays, marked with the delete's commit. Sets the marker false in ``assignments`` and ``values``
     (upserts revive) and returns ``(merge, condition of the upsert clause)``: a marked row is a row
     PostgreSQL lacks, so only a complete row revives it, as one would be inserted."""
-    marked = is_deleted_sql(work.deleted, "t")
+    marked = is_deleted_sql(marker_of(work), "t")
     merge = merge.whenMatchedUpdate(condition=f"s._action = 'delete' AND NOT {marked}",
                                     set=tombstone_set(work, f"s.`{cc.COMMIT_LSN}`", f"s.`{cc.COMMIT_TS}`", "s"))
-    assignments[quote_ident(work.deleted)] = values[quote_ident(work.deleted)] = "false"
+    assignments[quote_ident(marker_of(work))] = values[quote_ident(marker_of(work))] = "false"
     return merge, f"s._action = 'upsert' AND (s._complete OR NOT {marked})"
 
 
@@ -72,8 +78,8 @@ def keyless_soft_delete(target, source, condition: str, work: TableWork, insert_
     """A keyless MERGE's removal for a soft table: the live copies of a row that loses copies are marked
     (with the last removal's commit) instead of deleted; the copies left come back as new live rows
     (``insert_values`` gets the marker false). Returns the builder."""
-    insert_values[quote_ident(work.deleted)] = "false"
-    on = f"({condition}) AND s._kind = 'del' AND NOT {is_deleted_sql(work.deleted, 't')}"
+    insert_values[quote_ident(marker_of(work))] = "false"
+    on = f"({condition}) AND s._kind = 'del' AND NOT {is_deleted_sql(marker_of(work), 't')}"
     return target.merge(source, on).whenMatchedUpdate(
         set=tombstone_set(work, f"s.`{cc.COMMIT_LSN}`", f"s.`{cc.COMMIT_TS}`", "s"))
 
@@ -83,7 +89,7 @@ def mark_deleted(session, work: TableWork, lsn: int, ts, ranges_sql: str | None 
     rows in key-range snapshot chunks' ranges (the chunks' copies then revive those the source still
     has: see :func:`revive_copied`)."""
     stamp = tombstone_set(work, f"CAST({int(lsn)} AS BIGINT)", None if ts is None else sql_literal(ts, "timestamp"))
-    live = f"NOT {is_deleted_sql(work.deleted)}"
+    live = f"NOT {is_deleted_sql(marker_of(work))}"
     work.ref.delta_table(session).update(live if ranges_sql is None else f"({ranges_sql}) AND {live}", stamp)
 
 
@@ -96,7 +102,7 @@ def revive_copied(session, rows, work: TableWork) -> int:
     condition = " AND ".join(f"t.{quote_ident(work.columns[i].name)} = s.{quote_ident(work.columns[i].name)}"
                              for i in work.key_index)
     values = {quote_ident(n): f"s.{quote_ident(n)}" for n in names}
-    values[quote_ident(work.deleted)] = "false"
+    values[quote_ident(marker_of(work))] = "false"
     metrics = (work.ref.delta_table(session).alias("t").merge(rows.alias("s"), condition)
                .whenMatchedUpdate(set=values).whenNotMatchedInsert(values=values).execute().collect())
     row = metrics[0].asDict() if metrics else {}

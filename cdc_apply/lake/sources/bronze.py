@@ -3,16 +3,19 @@ contract (:mod:`cdc_apply.delta.bronze_schema`), and one source's messages in se
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from cdc_apply.delta.bronze_schema import check_bronze_schema
 from cdc_apply.errors import ConfigError
 from cdc_apply.pgoutput import messages as m
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 _START, _STOP = m.StreamStart.TYPE.encode(), m.StreamStop.TYPE.encode()
 
 
-def check_bronze(spark, ref, key: str) -> None:
+def check_bronze(spark: SparkSession, ref, key: str) -> None:
     """Raise :class:`ConfigError` naming ``key`` unless ``ref`` is a Delta table with the bronze columns."""
     if not ref.exists(spark):
         raise ConfigError("no bronze Delta table there: land into it first (cdc-apply land) or fix the setting",

@@ -7,13 +7,19 @@ they were applied (the count the progress row's state carries), a late append mo
 
 from __future__ import annotations
 
-from cdc_apply.planning.state import SourceState
+from typing import TYPE_CHECKING
+
 from cdc_apply.config import Config
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import BronzeError
+from cdc_apply.planning.state import SourceState
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
-def check_late_rows(spark, bronze: TableRef, config: Config, states: dict[str, SourceState], stats) -> None:
+def check_late_rows(spark: SparkSession, bronze: TableRef, config: Config, states: dict[str, SourceState],
+                    stats) -> None:
     """Rows at or below a source's applied seq in a micro-batch (``stats``: per source its first seq)
     are a replay (nothing to do) or rows appended below what was applied: a :class:`BronzeError`."""
     from pyspark.sql import functions as F
@@ -35,13 +41,13 @@ def check_late_rows(spark, bronze: TableRef, config: Config, states: dict[str, S
                 bronze_rows=now)
 
 
-def rows_through(spark, bronze: TableRef, source: str, seq: int) -> int:
+def rows_through(spark: SparkSession, bronze: TableRef, source: str, seq: int) -> int:
     from pyspark.sql import functions as F
 
     return bronze.read(spark).where((F.col("source") == source) & (F.col("seq") <= seq)).count()
 
 
-def applied_rows(spark, bronze: TableRef, source: str, previous: SourceState) -> int:
+def applied_rows(spark: SparkSession, bronze: TableRef, source: str, previous: SourceState) -> int:
     """Bronze rows of ``source`` with seq <= its previous applied seq (counted once for older states)."""
     if previous.applied_rows is not None:
         return previous.applied_rows

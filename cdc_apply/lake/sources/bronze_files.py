@@ -17,7 +17,12 @@ from datetime import datetime
 from cdc_apply.delta.files import LiveFile, file_rows, live_files, local_path, open_table, read_rows, sql_text
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.lake.sources.bronze_tail import (
-    COMMIT_TYPES, ages_of, behind_sources, due_at, newest_in_stats, windowed_due,
+    COMMIT_TYPES,
+    ages_of,
+    behind_sources,
+    due_at,
+    newest_in_stats,
+    windowed_due,
 )
 
 

@@ -19,14 +19,17 @@ from __future__ import annotations
 import json
 import threading
 from datetime import datetime, timezone
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from cdc_apply.errors import CdcApplyError
 from cdc_apply.delta.files import LiveFile
 from cdc_apply.delta.log import delta_log, delta_version, files_with_stats, log_changes
 from cdc_apply.delta.refs import TableRef
+from cdc_apply.errors import CdcApplyError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import decode_message
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # The messages that make a transaction's changes due in silver (Rollback Prepared and Stream Abort make
 # none due), as Spark shows a payload's first byte (``hex``).
@@ -41,7 +44,7 @@ FIRST_DUE_WINDOW = 100_000
 class BronzeTail:
     """The newest seq of each source in one bronze table (one per job; calls may come from any thread)."""
 
-    def __init__(self, spark, ref: TableRef) -> None:
+    def __init__(self, spark: SparkSession, ref: TableRef) -> None:
         self.spark = spark
         self.ref = ref
         self.queries = 0                  # how often the tail was answered afresh (for tests and diagnostics)
@@ -66,6 +69,7 @@ class BronzeTail:
         log = delta_log(self.spark, self.ref)
         if log is None:
             return False
+        assert self._version is not None  # newest() follows only from a version it has read
         try:
             commits = log_changes(self.spark, log, self._version + 1)
         except Exception:  # noqa: BLE001 - commits cleaned up past our version: ask the table
@@ -103,7 +107,7 @@ class BronzeTail:
         self._version = version
 
 
-def newest_in_files(spark, ref: TableRef, version: int, floors: dict[str, int]) -> dict[str, int] | None:
+def newest_in_files(spark: SparkSession, ref: TableRef, version: int, floors: dict[str, int]) -> dict[str, int] | None:
     """:func:`newest_in_stats` of bronze's live files at ``version``, their statistics read by one query over
     the snapshot's state (only the files that may hold a row at or past a floor come to the driver); None
     where only the rows can answer, or no JVM can be asked."""
@@ -153,7 +157,7 @@ def _may_hold(file: LiveFile, floors: dict[str, int]) -> bool:
     return any(low <= s <= high and int(file.high["seq"]) >= floor for s, floor in floors.items())
 
 
-def newest_seqs(spark, ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
+def newest_seqs(spark: SparkSession, ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
     """One query for bronze's newest seq per source (see :class:`BronzeTail` for a job that follows it)."""
     if not floors or not ref.exists(spark):
         return {}
@@ -186,12 +190,12 @@ def _added(action: dict):
         return False
 
 
-def _read_version(spark, ref: TableRef, version: int):
+def _read_version(spark: SparkSession, ref: TableRef, version: int):
     reader = spark.read.format("delta").option("versionAsOf", version)
-    return reader.load(ref.path) if ref.path else reader.table(ref.name)
+    return ref.load(reader)
 
 
-def unapplied_ages(spark, ref: TableRef, applied: dict[str, int], newest: dict[str, int], now: datetime,
+def unapplied_ages(spark: SparkSession, ref: TableRef, applied: dict[str, int], newest: dict[str, int], now: datetime,
                    landed_only: frozenset[str] | set[str] = frozenset()) -> dict[str, float]:
     """Per source of ``applied``: the seconds since its oldest change in bronze that is not yet in silver
     became due — 0 when bronze holds nothing past the applied seq (caught up), or only transactions not
@@ -239,7 +243,7 @@ def ages_of(applied: dict[str, int], due: dict[str, datetime | None], now: datet
     return ages
 
 
-def _first_due(spark, ref: TableRef, behind: dict[str, tuple[int, int]],
+def _first_due(spark: SparkSession, ref: TableRef, behind: dict[str, tuple[int, int]],
                landed_only: frozenset[str]) -> dict[str, datetime | None]:
     from pyspark.sql import functions as F
 
@@ -265,7 +269,10 @@ def due_at(payload, landed: datetime | None, landed_only: bool) -> datetime | No
     """When a source's first unapplied row made changes due: its Commit's timestamp, or when it was landed."""
     if not landed_only:
         try:
-            return m.pg_timestamp_to_datetime(decode_message(bytes(payload)).commit_ts)
+            commit = decode_message(bytes(payload))
+            # Only the commit kinds (COMMIT_TYPES) are asked for where a Commit says when changes came.
+            assert isinstance(commit, (m.Commit, m.StreamCommit, m.CommitPrepared))
+            return m.pg_timestamp_to_datetime(commit.commit_ts)
         except CdcApplyError:   # a malformed commit stops its batch; until then, its landing says when it came
             pass
     return as_utc(landed)

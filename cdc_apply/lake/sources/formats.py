@@ -18,13 +18,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cdc_apply.config import Config
-from cdc_apply.lake.sources.gaussdb_format import EXPANDED_DDL, expand_gaussdb, expanded_ref
 from cdc_apply.delta.ddl import create_table
 from cdc_apply.delta.refs import TableRef
+from cdc_apply.lake.sources.gaussdb_format import EXPANDED_DDL, expand_gaussdb, expanded_ref
 from cdc_apply.planning.state import SourceState
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 COLUMNS = ("source", "seq", "lsn", "payload")
 
@@ -43,9 +46,9 @@ class SourceFormat(Protocol):
     name: str
     counts_bronze_rows: bool
 
-    def messages(self, spark, bronze: TableRef): ...
+    def messages(self, spark: SparkSession, bronze: TableRef): ...
 
-    def prepare(self, spark, bronze: TableRef, source: str, state: SourceState, to_bronze_seq: int,
+    def prepare(self, spark: SparkSession, bronze: TableRef, source: str, state: SourceState, to_bronze_seq: int,
                 version: int) -> Prepared: ...
 
     def bronze_seq(self, state: SourceState) -> int: ...
@@ -62,13 +65,13 @@ class PgoutputFormat:
     def __init__(self, other_sources: frozenset[str] = frozenset()) -> None:
         self.other_sources = sorted(other_sources)   # bronze sources of other formats
 
-    def messages(self, spark, bronze: TableRef):
+    def messages(self, spark: SparkSession, bronze: TableRef):
         from pyspark.sql import functions as F
 
         df = bronze.read(spark)
         return df.where(~F.col("source").isin(self.other_sources)).select(*COLUMNS) if self.other_sources else df
 
-    def prepare(self, spark, bronze, source, state, to_bronze_seq, version) -> Prepared:
+    def prepare(self, spark: SparkSession, bronze, source, state, to_bronze_seq, version) -> Prepared:
         return Prepared(to_bronze_seq, state.format_state)
 
     def bronze_seq(self, state: SourceState) -> int:
@@ -87,14 +90,14 @@ class GaussdbFormat:
     def __init__(self, config: Config) -> None:
         self.config = config
 
-    def create_tables(self, spark) -> None:
+    def create_tables(self, spark: SparkSession) -> None:
         create_table(spark, expanded_ref(self.config), EXPANDED_DDL, {"delta.appendOnly": "true"},
                      comment=f"cdc_apply: pgoutput messages transcoded from GaussDB sources of {self.config.pipeline}")
 
-    def messages(self, spark, bronze: TableRef):
+    def messages(self, spark: SparkSession, bronze: TableRef):
         return expanded_ref(self.config).read(spark).select(*COLUMNS)
 
-    def prepare(self, spark, bronze, source, state, to_bronze_seq, version) -> Prepared:
+    def prepare(self, spark: SparkSession, bronze, source, state, to_bronze_seq, version) -> Prepared:
         done = expand_gaussdb(spark, self.config, bronze, source, state.format_state, to_bronze_seq, version)
         return Prepared(done.last_seq, done.format_state, done.users, done.heartbeat_ts)
 
@@ -124,11 +127,11 @@ class SourceFormats:
     def used(self) -> list[SourceFormat]:
         return [self._pgoutput] + ([self._gaussdb] if self._gaussdb else [])
 
-    def create_tables(self, spark) -> None:
+    def create_tables(self, spark: SparkSession) -> None:
         if self._gaussdb is not None:
             self._gaussdb.create_tables(spark)
 
-    def messages(self, spark, bronze: TableRef):
+    def messages(self, spark: SparkSession, bronze: TableRef):
         """Every source's pgoutput messages, ``(source, seq, lsn, payload)``."""
         parts = [f.messages(spark, bronze) for f in self.used()]
         out = parts[0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config
 from cdc_apply.delta.refs import TableRef, state_ref
@@ -25,6 +26,9 @@ from cdc_apply.errors import CdcApplyError
 from cdc_apply.gaussdb.transcode import GaussdbTranscoder
 from cdc_apply.pgoutput.encoder import encode
 from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 EXPANDED_TABLE = "gaussdb_messages"
 EXPANDED_DDL = [("source", "STRING"), ("seq", "BIGINT"), ("lsn", "BIGINT"), ("payload", "BINARY"),
@@ -48,15 +52,15 @@ def expanded_ref(config: Config) -> TableRef:
 
 
 def _transcoder(config: Config, saved: str | None) -> GaussdbTranscoder:
-    options = dict(commit_position=config.gaussdb.commit_position, heartbeat_unit=config.gaussdb.heartbeat_unit)
+    position, unit = config.gaussdb.commit_position, config.gaussdb.heartbeat_unit
     keys = {name: list(t.key) for name, t in config.tables.items() if t.key}
     excluded = frozenset(config.gaussdb.exclude_users)
     if saved:
-        return GaussdbTranscoder.from_state_json(saved, keys, excluded, **options)
-    return GaussdbTranscoder(keys, excluded, **options)
+        return GaussdbTranscoder.from_state_json(saved, keys, excluded, commit_position=position, heartbeat_unit=unit)
+    return GaussdbTranscoder(keys, excluded, commit_position=position, heartbeat_unit=unit)
 
 
-def _append(spark, config: Config, source: str, rows: list[tuple], version: int, chunk: int) -> None:
+def _append(spark: SparkSession, config: Config, source: str, rows: list[tuple], version: int, chunk: int) -> None:
     import pyarrow as pa
 
     table = pa.table({
@@ -72,7 +76,7 @@ def _append(spark, config: Config, source: str, rows: list[tuple], version: int,
                                 version * 1000 + chunk)
 
 
-def expand_gaussdb(spark, config: Config, bronze: TableRef, source: str, format_state: str | None,
+def expand_gaussdb(spark: SparkSession, config: Config, bronze: TableRef, source: str, format_state: str | None,
                    to_bronze_seq: int, version: int) -> Expansion:
     """Transcode ``source``'s bronze rows after the carried position up to ``to_bronze_seq``."""
     from pyspark.sql import functions as F

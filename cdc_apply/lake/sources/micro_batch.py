@@ -14,12 +14,15 @@ several sources, no statistics — is None, and the caller runs the query.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import quote, unquote
 
 from cdc_apply.delta.log import delta_log, newest_snapshot
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.delta.sql_table import is_connect
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 FILE_SCAN_RDD = "org.apache.spark.sql.execution.datasources.FileScanRDD"
 
@@ -57,7 +60,8 @@ def scanned_files(df) -> set[str] | None:
     return names if scans else None
 
 
-def bounds_in_stats(spark, bronze: TableRef, names: set[str], sources: set[str] | None) -> dict[str, Bounds] | None:
+def bounds_in_stats(spark: SparkSession, bronze: TableRef, names: set[str], sources: set[str] | None) -> dict[str,
+                    Bounds] | None:
     """Per source (of ``sources``; None: every one), the bounds of the rows of bronze's files ``names``
     from their statistics in bronze's newest snapshot; None when the statistics cannot say (see the
     module's docstring)."""
@@ -99,7 +103,7 @@ def bounds_in_stats(spark, bronze: TableRef, names: set[str], sources: set[str] 
     return bounds
 
 
-def micro_batch_bounds(spark, df, bronze: TableRef, sources: set[str] | None) -> dict[str, Bounds] | None:
+def micro_batch_bounds(spark: SparkSession, df, bronze: TableRef, sources: set[str] | None) -> dict[str, Bounds] | None:
     """The bounds query's answer for the micro-batch ``df`` of ``bronze`` (no payload bytes), from its
     files' statistics; None where only the query can answer."""
     names = scanned_files(df)

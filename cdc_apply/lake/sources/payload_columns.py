@@ -8,9 +8,14 @@ same questions of each payload in Python (:func:`payload_kinds`; a test holds th
 
 from __future__ import annotations
 
-from cdc_apply.planning.assemble import DIRECTIVE_PREFIX
+from typing import TYPE_CHECKING
+
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
+from cdc_apply.planning.assemble import DIRECTIVE_PREFIX
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Type bytes as Spark shows the first payload byte (``hex``).
 CONTROL_HEX = tuple(sorted(f"{t:02X}" for t in m.CONTROL_TYPES))
@@ -103,7 +108,9 @@ _SNAPSHOT_XID = SNAPSHOT_XID.to_bytes(4, "big")
 
 def payload_is_control(payload: bytes | None) -> bool:
     """:func:`is_control` of one payload."""
-    return bool(payload) and payload[0] in m.CONTROL_TYPES
+    if not payload:
+        return False
+    return payload[0] in m.CONTROL_TYPES
 
 
 def payload_kinds(payload: bytes | None) -> tuple[bool, bool, bool]:
@@ -119,7 +126,7 @@ def payload_kinds(payload: bytes | None) -> tuple[bool, bool, bool]:
     return driver, change, held
 
 
-def first_change_seqs(spark, messages, source: str, ranges, subxids) -> dict[int, int]:
+def first_change_seqs(spark: SparkSession, messages, source: str, ranges, subxids) -> dict[int, int]:
     """Seq of each subtransaction's first change within ``ranges`` of ``source``'s messages (one job)."""
     from pyspark.sql import functions as F
 

@@ -168,7 +168,11 @@ def same_both_ways(column_type: ColumnType) -> bool:
     """Whether the apply turns the type's send form and its output text into equal values (docs/TYPES.md)."""
     if column_type.kind in ("user", "opaque"):
         return False
-    return column_type.kind != "array" or same_both_ways(column_type.element)
+    if column_type.kind != "array":
+        return True
+    element = column_type.element
+    assert element is not None  # every "array" column type is built with its element type
+    return same_both_ways(element)
 
 
 def describe(cur, published: PublishedRelation, binary: bool) -> TableShape:

@@ -24,10 +24,16 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 from cdc_apply.config import SourceConfig
-from cdc_apply.lander.snapshots import catalog
 from cdc_apply.lander import framing as f
+from cdc_apply.lander.snapshots import catalog
 from cdc_apply.lander.snapshots.copy_sessions import (
-    PROGRESS_SECONDS, Chunk, ChunkResult, ConsistentPoint, ExportSlot, TableCopier, eta,
+    PROGRESS_SECONDS,
+    Chunk,
+    ChunkResult,
+    ConsistentPoint,
+    ExportSlot,
+    TableCopier,
+    eta,
 )
 from cdc_apply.lander.state import ResumeState
 from cdc_apply.pgoutput import messages as m
@@ -146,7 +152,9 @@ class ChunkFlow:
 
     def land(self, state: ResumeState) -> ResumeState:
         """Land the round's chunks (waiting for their copy), then start the next round or the next table."""
-        results = self.copy.result()
+        copy, point = self.copy, self.point
+        assert copy is not None and point is not None  # landed once reached(): the round's copy and point are set
+        results = copy.result()
         self.copy = None
         shape, serves = self.queue[0]
         landing = self.context.landing(state)
@@ -156,7 +164,7 @@ class ChunkFlow:
             key = next(c.key for c, _ in results if c.part == part)
             payloads = [r.payloads for c, r in results if c.part == part]
             last = not self.keys and part == parts[-1]
-            self.rows += land_range(landing, shape, serves if last else [], self.point, key, payloads, repair)
+            self.rows += land_range(landing, shape, serves if last else [], point, key, payloads, repair)
         landing.commit(shape.published.qualified_name)
         state = landing.state
         name = shape.published.qualified_name
@@ -164,13 +172,13 @@ class ChunkFlow:
         self.parts += len(parts)
         if not done:
             self.context.say(f"snapshot {name}: {self.rows:,} rows, {len(parts)} key ranges landed at "
-                             f"{format_lsn(self.point.lsn)}, {len(self.keys)} to go")
+                             f"{format_lsn(point.lsn)}, {len(self.keys)} to go")
         else:
             seconds = time.monotonic() - self.started
             rate = self.rows / max(seconds, 1e-9)
             self.context.say(f"snapshot {name}: {self.rows:,} rows in {seconds:.1f} s ({rate:,.0f} rows/s), "
                              f"{self.parts} key ranges of {shape.range_column}, the last consistent with lsn "
-                             f"{format_lsn(self.point.lsn)}")
+                             f"{format_lsn(point.lsn)}")
         self.context.probe("snapshot_chunks_landed", state=state, table=name)
         if done:
             self.context.landed(self.rows)

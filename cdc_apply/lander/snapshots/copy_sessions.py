@@ -19,17 +19,20 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pyarrow as pa
 
 from cdc_apply.errors import LandError
-from cdc_apply.lander.snapshots.catalog import CopySource, TableShape
-from cdc_apply.lander.snapshots.copy_binary import CopySink, insert_payloads
 from cdc_apply.lander.dsn import connection_error, scrubbed_line
 from cdc_apply.lander.options import SESSION_SETTINGS, options_string, quote_ident
+from cdc_apply.lander.snapshots.catalog import CopySource, TableShape
+from cdc_apply.lander.snapshots.copy_binary import CopySink, insert_payloads
 from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS, format_lsn, parse_lsn
 from cdc_apply.pgoutput.snapshot import KeyRange
+
+if TYPE_CHECKING:
+    from psycopg2.extras import LogicalReplicationConnection
 
 CHUNK_BLOCKS = 2048          # 16 MiB of heap per copied range (8 kB blocks)
 PROGRESS_SECONDS = 5.0       # how often a copy under way says how far it is
@@ -77,7 +80,7 @@ class ExportSlot:
         self.two_phase = two_phase
         self.connect_timeout = connect_timeout
         self.application_name = application_name
-        self._conn = None
+        self._conn: LogicalReplicationConnection | None = None
 
     def create(self) -> ConsistentPoint:
         """Create the slot; it waits for the transactions running now to end (to find a consistent point)."""
@@ -87,13 +90,13 @@ class ExportSlot:
         from cdc_apply.lander.server import TCP_KEEPALIVES
 
         try:
-            self._conn = psycopg2.connect(self.dsn, connection_factory=LogicalReplicationConnection,
-                                          connect_timeout=max(1, int(self.connect_timeout)),
-                                          application_name=self.application_name[:63], **TCP_KEEPALIVES)
+            self._conn = conn = psycopg2.connect(self.dsn, connection_factory=LogicalReplicationConnection,
+                                                 connect_timeout=max(1, int(self.connect_timeout)),
+                                                 application_name=self.application_name[:63], **TCP_KEEPALIVES)
         except psycopg2.Error as exc:
             raise connection_error(exc, self.dsn, replication=True) from None
         name = quote_ident(self.slot)
-        if self._conn.server_version >= 150000:
+        if conn.server_version >= 150000:
             options = (["TWO_PHASE true"] if self.two_phase else []) + ["SNAPSHOT 'export'"]
             command = (f"CREATE_REPLICATION_SLOT {name}{' TEMPORARY' if self.temporary else ''} LOGICAL pgoutput "
                        f"({', '.join(options)})")
@@ -103,7 +106,7 @@ class ExportSlot:
         else:
             command = f"CREATE_REPLICATION_SLOT {name}{' TEMPORARY' if self.temporary else ''} LOGICAL pgoutput EXPORT_SNAPSHOT"
         try:
-            with self._conn.cursor() as cur:
+            with conn.cursor() as cur:
                 cur.execute(command)
                 slot, lsn, snapshot, _ = cur.fetchone()
         except psycopg2.Error as exc:
@@ -239,7 +242,11 @@ class TableCopier:
         """Key ranges of about ``chunk_rows`` rows from ``low`` on (``None``: the lowest key) over
         ``shape.range_column``, cut at quantiles of a sample of the table's blocks; one chunk per range and
         copy source, in key order, the last range open-ended."""
-        column = quote_ident(shape.range_column)
+        range_column = shape.range_column
+        if range_column is None:
+            raise LandError("a table without an integer key column cannot be copied in key ranges",
+                            table=shape.published.qualified_name)
+        column = quote_ident(range_column)
         keys: list[int] = []
         blocks = 0
         with self.coordinator.cursor() as cur:
@@ -261,7 +268,7 @@ class TableCopier:
         for part, (lo, hi) in enumerate(zip(edges, edges[1:])):
             for source in shape.sources:
                 chunks.append(Chunk(index, source, None, None, max(1, blocks // parts),
-                                    KeyRange(shape.range_column, lo, hi), part))
+                                    KeyRange(range_column, lo, hi), part))
         return chunks
 
     def copy(self, shapes: list[TableShape], chunks: list[Chunk]) -> Iterator[ChunkResult]:

@@ -27,25 +27,31 @@ import os
 import time
 import uuid
 from dataclasses import replace
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import pyarrow as pa
 
 from cdc_apply.errors import LandError
-from cdc_apply.lander.snapshots import catalog
 from cdc_apply.lander.bronze_files import ArrowAppender
 from cdc_apply.lander.dsn import scrubbed_line
 from cdc_apply.lander.options import publication_names
 from cdc_apply.lander.sequencer import Batch
-from cdc_apply.lander.snapshots.copy_sessions import (
-    PROGRESS_SECONDS, ChunkResult, ConsistentPoint, ExportSlot, TableCopier, eta,
-)
+from cdc_apply.lander.snapshots import catalog
 from cdc_apply.lander.snapshots.chunks import ChunkContext, ChunkFlow, land_ranges
-from cdc_apply.lander.snapshots.state import ALL_TABLES, entry_table, parse_range_entry
+from cdc_apply.lander.snapshots.copy_sessions import (
+    PROGRESS_SECONDS,
+    ChunkResult,
+    ConsistentPoint,
+    ExportSlot,
+    TableCopier,
+    eta,
+)
+from cdc_apply.lander.snapshots.state import ALL_TABLES, Entry, entry_table, parse_range_entry
 from cdc_apply.lander.state import OutputTracker, ResumeState
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.encoder import encode
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, KeyRange, snapshot_abort, snapshot_marker
+
 
 class Snapshots:
     """Takes and lands the snapshots of one lander (``lander``: its config, bronze writer, source session, output)."""
@@ -62,7 +68,7 @@ class Snapshots:
         self._told_never = False
         self.tables = 0          # tables landed by this run
         self.rows = 0
-        self.flow = None         # a ChunkFlow under way (cdc_apply.lander.snapshots.chunks)
+        self.flow: ChunkFlow | None = None   # a chunk flow under way
         self.context = ChunkContext(source=lander.source, dsn=lander.dsn, landing=lambda state: _Landing(self, state),
                                     say=self.say, probe=lander.probe, landed=self._count_table)
 
@@ -87,7 +93,7 @@ class Snapshots:
             self.flow = None
 
     # -- bronze --------------------------------------------------------------------------
-    def _commit(self, state: ResumeState, payloads: list[bytes] = ()) -> ResumeState:
+    def _commit(self, state: ResumeState, payloads: Sequence[bytes] = ()) -> ResumeState:
         """Land a few lander-made messages (or none: the state alone) as one bronze commit."""
         tracker = OutputTracker.starting_at(state, self.source.name)
         rows = []
@@ -207,7 +213,7 @@ class Snapshots:
         if ALL_TABLES in snaps.pending or self.mode == "when_needed":
             for relation in missing:
                 targets[relation.relation_id] = (relation, [])
-        drops = []
+        drops: list[Entry] = []
         if ALL_TABLES in snaps.pending and not missing:
             drops.append(ALL_TABLES)
         for entry in snaps.pending:
@@ -217,13 +223,13 @@ class Snapshots:
                 self.say(f"a snapshot request that cannot be read is dropped: {entry[1:]}")
                 drops.append(entry)
                 continue
-            relation = catalog.resolve_entry(entry_table(entry), relations, cur)
-            if relation is None:
+            requested = catalog.resolve_entry(entry_table(entry), relations, cur)
+            if requested is None:
                 self.say(f"snapshot request for {entry!r} dropped: no such table in publication "
                          f"{self.source.publication!r}")
                 drops.append(entry)
                 continue
-            targets.setdefault(relation.relation_id, (relation, []))[1].append(entry)
+            targets.setdefault(requested.relation_id, (requested, []))[1].append(entry)
         ordered = sorted(targets.values(), key=lambda t: (t[0].namespace, t[0].name))
         return ordered, drops
 
@@ -272,6 +278,7 @@ class Snapshots:
             landing.commit()
             state = landing.state
             if ranged:
+                assert slot is not None  # without a slot (the initial snapshot) every table was landed above
                 self.flow = ChunkFlow(self.context, ranged, state, repairs)
                 self.flow.start(slot, copier, point)
                 handed = True
@@ -288,10 +295,11 @@ class Snapshots:
         out = {}
         for shape, serves in shapes:
             parsed = [parse_range_entry(e) for e in serves]
+            ranges = [p[1] for p in parsed if p is not None]
             rid = shape.published.relation_id
-            if (parsed and all(p is not None and p[1].column == shape.range_column for p in parsed)
+            if (parsed and len(ranges) == len(parsed) and all(k.column == shape.range_column for k in ranges)
                     and rid in state.snapshots.done):
-                out[rid] = sorted({p[1] for p in parsed}, key=lambda k: (k.low is not None, k.low or 0))
+                out[rid] = sorted(set(ranges), key=lambda k: (k.low is not None, k.low or 0))
         return out
 
     def _ranged(self, shape: catalog.TableShape) -> bool:

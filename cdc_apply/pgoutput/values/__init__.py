@@ -22,8 +22,8 @@ import pyarrow as pa
 
 from cdc_apply.errors import DecodeError
 
-from . import dates, interval, numbers, numeric, strings
 from ..types import ColumnType
+from . import dates, interval, numbers, numeric, strings
 from .arrays import array_binary, array_text
 from .common import ScalarParser, as_binary, one_by_one
 
@@ -65,9 +65,9 @@ def _convert(table: dict[str, Converter], scalars: dict[str, tuple[ScalarParser,
     converter = table[column_type.kind]
     if len(values) == values.null_count:
         return pa.nulls(len(values), column_type.arrow_type)
-    scalar, limit = scalars.get(column_type.kind, (None, 0))
-    if len(values) <= limit:
-        converter = partial(one_by_one, parse=scalar)
+    scalar = scalars.get(column_type.kind)   # (parser, the most values it converts one by one)
+    if scalar is not None and len(values) <= scalar[1]:
+        converter = partial(one_by_one, parse=scalar[0])
     try:
         result = converter(column_type, values)
     except DecodeError:

@@ -44,7 +44,8 @@ def parse_array_binary(raw: bytes, element_oid: int | None) -> list[bytes | None
     count, _ = _DIMENSION.unpack_from(raw, 12)
     if count < 0 or count > len(raw):
         raise Malformed(f"invalid array length {count}")
-    pos, end, elements = 20, len(raw), []
+    pos, end = 20, len(raw)
+    elements: list[bytes | None] = []
     unpack = _INT32.unpack_from
     for _ in range(count):
         if pos + 4 > end:
@@ -78,8 +79,10 @@ def array_text(ct: ColumnType, values: pa.Array) -> pa.Array:
     slow_rows = np.flatnonzero(valid_mask(values) & ~done)
     slow_counts: list[int] = []
     slow_flat: list[str | None] = []
-    for row, raw in zip(slow_rows, raw_values(values.take(pa.array(slow_rows, pa.int64())))):
-        items = _parsed(ct, values, row, lambda: parse_array_text(raw.decode("utf-8"), ct.delimiter))
+    for slow_row, slow_raw in zip(slow_rows.tolist(), raw_values(values.take(pa.array(slow_rows, pa.int64())))):
+        assert slow_raw is not None  # slow rows are valid ones
+        text = slow_raw
+        items = _parsed(ct, values, slow_row, lambda: parse_array_text(text.decode("utf-8"), ct.delimiter))
         slow_counts.append(len(items))
         slow_flat.extend(items)
     _, data = offsets_and_data(values)
@@ -97,7 +100,7 @@ def array_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
     """
     from . import convert_binary
 
-    element = ct.element
+    element = ct.element_type
     element_oid = None if element.kind == "user" else element.type_oid
     if len(values) <= SMALL_BATCH:
         counts, flat = np.zeros(len(values) + 1, dtype=np.int64), []
@@ -245,7 +248,7 @@ def _assemble(ct: ColumnType, values: pa.Array, offsets: np.ndarray, raw_element
     except DecodeError as exc:
         position = exc.context.get("row", 0)
         row = int(np.searchsorted(offsets, position, side="right") - 1)
-        detail = exc.detail.removeprefix(f"bad {ct.element.pg_name} value: ")
+        detail = exc.detail.removeprefix(f"bad {ct.element_type.pg_name} value: ")
         raise fail(ct, values, row, f"element {position - int(offsets[row]) + 1}: {detail}") from None
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), elements, type=ct.arrow_type,
                                     mask=pa.array(~valid_mask(values)) if values.null_count else None)

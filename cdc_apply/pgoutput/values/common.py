@@ -154,15 +154,15 @@ def hex_rows(block: np.ndarray, groups: Sequence[int] = (), separator: int = ord
     digits = np.empty((n, width, 2), dtype=np.uint8)
     digits[:, :, 0] = _HEX[block >> 4]
     digits[:, :, 1] = _HEX[block & 15]
-    digits = digits.reshape(n, width * 2)
+    text = digits.reshape(n, width * 2)
     if not groups:
-        return digits
+        return text
     pieces, previous = [], 0
     for cut in groups:
-        pieces.append(digits[:, previous * 2: cut * 2])
+        pieces.append(text[:, previous * 2: cut * 2])
         pieces.append(np.full((n, 1), separator, dtype=np.uint8))
         previous = cut
-    pieces.append(digits[:, previous * 2:])
+    pieces.append(text[:, previous * 2:])
     return np.concatenate(pieces, axis=1)
 
 
@@ -189,6 +189,7 @@ def per_value(column_type: ColumnType, values: pa.Array, parse: Callable[[bytes]
     dictionary = raw_values(encoded.dictionary)
     converted = []
     for position, raw in enumerate(dictionary):
+        assert raw is not None  # a dictionary holds no nulls
         try:
             converted.append(parse(raw))
         except DecodeError:
@@ -206,7 +207,7 @@ def per_value(column_type: ColumnType, values: pa.Array, parse: Callable[[bytes]
 
 def one_by_one(column_type: ColumnType, values: pa.Array, parse: ScalarParser) -> pa.Array:
     """Convert a few values with a scalar ``parse`` (raw bytes -> Python value for pa.array)."""
-    out = []
+    out: list[object] = []
     for row, raw in enumerate(raw_values(values)):
         if raw is None:
             out.append(None)

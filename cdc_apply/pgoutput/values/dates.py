@@ -18,8 +18,18 @@ import pyarrow.compute as pc
 
 from ..gregorian import days_from_civil
 from ..types import ColumnType
-from .common import (Malformed, big_endian, check_regex, fail, fixed_width,
-                     per_value, strings_from_rows, utf8, valid_mask, with_nulls_of)
+from .common import (
+    Malformed,
+    big_endian,
+    check_regex,
+    fail,
+    fixed_width,
+    per_value,
+    strings_from_rows,
+    utf8,
+    valid_mask,
+    with_nulls_of,
+)
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

@@ -16,8 +16,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..types import ColumnType
-from .common import (Malformed, big_endian, cast_or_fail, check_regex, decimal_from_int64, fail, first_bad_row,
-                     fixed_width, utf8, valid_mask, with_nulls_of)
+from .common import (
+    Malformed,
+    big_endian,
+    cast_or_fail,
+    check_regex,
+    decimal_from_int64,
+    fail,
+    first_bad_row,
+    fixed_width,
+    utf8,
+    valid_mask,
+    with_nulls_of,
+)
 
 # cash_out under any locale with two fraction digits: symbols, sign or parentheses, digit
 # groups, a decimal separator, exactly two fraction digits.

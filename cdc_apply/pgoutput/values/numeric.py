@@ -21,8 +21,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..types import ColumnType
-from .common import (Malformed, cast_or_fail, check_regex, decimal_from_int64, fail, first_bad_row,
-                     offsets_and_data, per_value, utf8, valid_mask, validity_of)
+from .common import (
+    Malformed,
+    cast_or_fail,
+    check_regex,
+    decimal_from_int64,
+    fail,
+    first_bad_row,
+    offsets_and_data,
+    per_value,
+    utf8,
+    valid_mask,
+    validity_of,
+)
 
 NUMERIC_POS, NUMERIC_NEG, NUMERIC_NAN, NUMERIC_PINF, NUMERIC_NINF = 0x0000, 0x4000, 0xC000, 0xD000, 0xF000
 SPECIAL_TEXT = {NUMERIC_NAN: "NaN", NUMERIC_PINF: "Infinity", NUMERIC_NINF: "-Infinity"}

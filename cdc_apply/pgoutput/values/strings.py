@@ -17,9 +17,21 @@ import pyarrow.compute as pc
 
 from ..messages import format_lsn
 from ..types import ColumnType
-from .common import (Malformed, by_rows, check_regex, fail, first_bad_row, fixed_width, hex_rows,
-                     offsets_and_data, per_value, strings_from_rows, utf8, valid_mask,
-                     validity_of)
+from .common import (
+    Malformed,
+    by_rows,
+    check_regex,
+    fail,
+    first_bad_row,
+    fixed_width,
+    hex_rows,
+    offsets_and_data,
+    per_value,
+    strings_from_rows,
+    utf8,
+    valid_mask,
+    validity_of,
+)
 
 PGSQL_AF_INET, PGSQL_AF_INET6 = 2, 3
 _TEXT_SHAPES = {
