@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # in .tmp/pytest, emptied at each run: pytest's shared /tmp/pytest-of-<user> is pruned by other runs.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup demo test test-fast system cluster bench soak wheel clean-setup
+.PHONY: setup lint demo test test-fast system cluster bench soak wheel clean-setup
 
 setup: $(VENV)/.installed
 	@$(VPY) -m cdc_apply.spark.jars
@@ -26,7 +26,13 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	@$(VENV)/bin/cdc-apply demo
 
-test: setup
+# The lint gate, run before the tests (seconds): mypy over cdc_apply ([tool.mypy] in pyproject.toml:
+# 0 errors) and ruff's rules ([tool.ruff]: pycodestyle E, pyflakes F, sorted imports I) over cdc_apply.
+lint: $(VENV)/.installed
+	@$(VPY) -m mypy
+	@$(VENV)/bin/ruff check cdc_apply
+
+test: setup lint
 	@mkdir -p .tmp
 	@$(VPY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --basetemp "$(CURDIR)/.tmp/pytest" \
 		-m "not system and not connect" $(PYTEST_ARGS)

@@ -66,9 +66,9 @@ def _hash_floor(spark, config, silver_path: str) -> float:
     """One PostgreSQL query hashing every row with verify's own encoding (no ranges, no Spark side): what the
     source's side costs at the least, one session."""
     from cdc_apply.lander.dsn import resolve_dsn
-    from cdc_apply.verify.encoding import encode_column
-    from cdc_apply.verify.silver import silver_columns
-    from cdc_apply.verify.source import SourceSnapshot
+    from cdc_apply.verification.encoding import encode_column
+    from cdc_apply.verification.silver import silver_columns
+    from cdc_apply.verification.source import SourceSnapshot
 
     types = silver_columns(spark.read.format("delta").load(silver_path), config.silver.metadata_prefix)
     with SourceSnapshot(resolve_dsn(config.source)) as snap:

@@ -56,14 +56,14 @@ if TYPE_CHECKING:
     from cdc_apply.lake.books.status_rules import StatusEntry
     from cdc_apply.lake.report import BatchReport
     from cdc_apply.lander.summary import LandSummary
-    from cdc_apply.verify.run import Verification
+    from cdc_apply.verification.run import Verification
 
 # The result types, imported when first named (``cdc_apply.BatchReport``): their modules bring pyarrow and
 # the planning core, which importing the package does not.
 _RESULT_TYPES = {
     "BatchReport": "cdc_apply.lake.report",                # apply(): one per batch
     "StatusEntry": "cdc_apply.lake.books.status_rules",    # status(): one per source
-    "Verification": "cdc_apply.verify.run",                # verify()
+    "Verification": "cdc_apply.verification.run",          # verify()
     "LandSummary": "cdc_apply.lander.summary",             # land()
 }
 
@@ -82,7 +82,8 @@ __version__ = "0.1.0"
 
 
 def spark_session(app_name: str = "cdc_apply", **conf: Any) -> SparkSession:
-    """Return a Spark session with Delta Lake, classic or Spark Connect (see :func:`cdc_apply.spark.connect.build_session`)."""
+    """Return a Spark session with Delta Lake, classic or Spark Connect
+    (see :func:`cdc_apply.spark.connect.build_session`)."""
     from cdc_apply.spark.connect import build_session as _build
 
     return _build(app_name, **conf)

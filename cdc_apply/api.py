@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # for annotations only: importing them at run time would impo
     from cdc_apply.lake.history.as_of import AsOf, AsOfMethod
     from cdc_apply.lake.report import BatchReport
     from cdc_apply.lander.lander import LandSummary
-    from cdc_apply.verify.run import Verification
+    from cdc_apply.verification.run import Verification
 
 ConfigLike = Config | Mapping[str, Any] | str | os.PathLike
 
@@ -72,10 +72,11 @@ def apply(spark: SparkSession, config: ConfigLike, once: bool = True, *, out: Te
 
     A report has ``apply_version``, ``messages``, ``transactions`` (applied), ``carried`` (open, streamed
     or prepared at the batch's end), ``aborted``, ``tables`` (``"ns.name"`` → inserted / updated /
-    deleted / truncated / seconds), ``quarantined``, ``lag_seq``, ``lag_seconds``, ``applied_commit_age_seconds``, ``seconds``, ``phases``
-    and ``line()``, the progress line. Each batch's line is logged on ``cdc_apply.apply`` (and written
-    to ``out`` when given); while a batch runs longer than ``progress_seconds`` a live line says which
-    Spark stages it is in (``None`` or 0: no live lines).
+    deleted / truncated / seconds), ``quarantined``, ``lag_seq``, ``lag_seconds``,
+    ``applied_commit_age_seconds``, ``seconds``, ``phases`` and ``line()``, the progress line. Each
+    batch's line is logged on ``cdc_apply.apply`` (and written to ``out`` when given); while a batch
+    runs longer than ``progress_seconds`` a live line says which Spark stages it is in (``None`` or 0:
+    no live lines).
 
     ``spark`` is a session with Delta (:func:`cdc_apply.spark_session`): classic, or Spark Connect, where
     the batches run in a loop here rather than a streaming query and there is no live progress line
@@ -259,9 +260,9 @@ def register_lsn_functions(spark: SparkSession, schema: str | None = None) -> No
 
 def verify(spark: SparkSession, config: ConfigLike, tables: list[str] | None = None, **options: Any) -> "Verification":
     """Compare silver with the live source at one consistent point (docs/VERIFY.md): a
-    :class:`~cdc_apply.verify.run.Verification` with one result per table (``lines()``, ``as_dict()``,
+    :class:`~cdc_apply.verification.run.Verification` with one result per table (``lines()``, ``as_dict()``,
     ``exit_code``: 0 equal, 1 differences, 2 errors). ``options``: ``range_rows``,
     ``max_source_rows_per_second``, ``wait_seconds``, ``samples``, ``record``, ``dsn``."""
-    from cdc_apply.verify.run import verify as _verify
+    from cdc_apply.verification.run import verify as _verify
 
     return _verify(spark, as_config(config), tables, **options)

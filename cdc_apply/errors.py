@@ -116,6 +116,7 @@ class AsOfError(CdcApplyError):
 
 
 class VerifyError(CdcApplyError):
-    """``cdc-apply verify`` could not compare a table (no consistent point, silver not caught up, a key it cannot range)."""
+    """``cdc-apply verify`` could not compare a table (no consistent point, silver not caught up, a key it
+    cannot range)."""
 
     summary = "cannot verify"

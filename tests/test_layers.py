@@ -79,8 +79,8 @@ _BELOW = {
     "api": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark", "delta", "lake", "lander"},
     "demo": {"errors", "config", "log", "pgoutput"},
 }
-_BELOW["verify"] = {"errors", "config", "log", "pgoutput", "planning", "spark", "delta", "lake", "lander"}
-_BELOW["api"] = _BELOW["api"] | {"verify"}
+_BELOW["verification"] = {"errors", "config", "log", "pgoutput", "planning", "spark", "delta", "lake", "lander"}
+_BELOW["api"] = _BELOW["api"] | {"verification"}
 _BELOW["testing"] = _BELOW["api"] | {"api"}
 _BELOW["cli"] = _BELOW["testing"] | {"testing", "demo"}
 _BELOW["__init__"] = _BELOW["api"] | {"api"}

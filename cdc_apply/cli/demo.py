@@ -4,8 +4,9 @@ PostgreSQL 18 (embedded, ``wal_level = logical``) holding the shop's rows →
 the lander creates the slot and copies them under its exported snapshot
 (``source.snapshot = "initial"``) → the rest of the shop workload, streamed
 (protocol 4, streaming parallel, two-phase; the DDL event trigger reports
-``ADD COLUMN ... DEFAULT``) → bronze → the apply job → silver; then the silver tables an analyst would look at, and a check that
-every silver table equals its source table, row for row (exit 1 if not).
+``ADD COLUMN ... DEFAULT``) → bronze → the apply job → silver; then the silver
+tables an analyst would look at, and a check that every silver table equals its
+source table, row for row (exit 1 if not).
 """
 
 from __future__ import annotations

@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     land.set_defaults(run=_land)
 
     snapshot = command("snapshot", help="ask the lander to copy tables again while the stream flows")
-    snapshot.add_argument("--config", required=True, metavar="FILE", help="a TOML configuration (see conf/example.toml)")
+    snapshot.add_argument("--config", required=True, metavar="FILE",
+                          help="a TOML configuration (see conf/example.toml)")
     snapshot.add_argument("--table", action="append", default=[], metavar="NS.NAME",
                           help="a published table to copy again (repeat for several)")
     snapshot.add_argument("--ddl-events-sql", action="store_true",
@@ -186,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help="show per-source progress, pending transactions and lag",
         description="Per source: applied seq/LSN, pending transactions, lag against bronze now, quarantined "
                     "messages and the last failure. Exit code: 0 every source ok, 4 the last batch failed "
-                    "(on the source whose message failed, or an entry with no source), 3 messages were quarantined within --quarantine-hours, 5 lag above "
+                    "(on the source whose message failed, or an entry with no source), 3 messages were quarantined "
+                    "within --quarantine-hours, 5 lag above "
                     "--max-lag-seconds (the worst source decides), 2 status itself failed.")
     status.add_argument("--config", required=True, metavar="FILE")
     status.add_argument("--json", action="store_true", help="one JSON object per source")

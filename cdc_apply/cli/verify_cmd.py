@@ -11,7 +11,7 @@ def run_verify(args) -> int:
     """Verify the tables of ``args.config`` and print one line per table (or JSON with ``--json``)."""
     from cdc_apply.config import load_config
     from cdc_apply.spark import spark_session
-    from cdc_apply.verify.run import print_run, verify
+    from cdc_apply.verification.run import print_run, verify
 
     config = load_config(args.config)
     spark = spark_session(f"cdc_apply-verify-{config.pipeline}")

@@ -45,7 +45,8 @@ def unwrap_error(exc: Exception, config: Config | None = None) -> Exception:
             return error_from_text(text.split(marker, 1)[1].splitlines()[0], cls)
     if config is not None and any(marker in text for marker in _CONCURRENT_MARKERS):
         return StateError(f"another job is applying pipeline {config.pipeline!r} (its checkpoint or tables changed "
-                          f"under this one: {_concurrent_line(text)[:300]}); run one apply job per pipeline, then restart this one "
+                          f"under this one: {_concurrent_line(text)[:300]}); run one apply job per pipeline, "
+                          "then restart this one "
                           "— a batch cut short is re-run whole", checkpoint=config.checkpoint_location)
     if driver_stopped(exc, text):
         return driver_stopped_error(text)

@@ -33,11 +33,13 @@ from cdc_apply.errors import StateError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-_COMMIT = re.compile(r"^\d{20}\.json$|^\d{20}\.checkpoint(\.\d+\.\d+)?\.parquet$|^\d{20}\.checkpoint\.[^/]+\.(json|parquet)$")
+_COMMIT = re.compile(r"^\d{20}\.json$|^\d{20}\.checkpoint(\.\d+\.\d+)?\.parquet$"
+                     r"|^\d{20}\.checkpoint\.[^/]+\.(json|parquet)$")
 # Errors a creator meets when another process creates the same table at the same moment (a table that
 # appeared after has_commit said none: its CREATE ... IF NOT EXISTS compares properties with the other
 # creator's, whose session added its defaults, hence DELTA_CREATE_TABLE_WITH_DIFFERENT_PROPERTY).
-_RACES = ("DELTA_CREATE_TABLE_WITH_DIFFERENT_PROPERTY", "ProtocolChangedException", "MetadataChangedException", "ConcurrentAppendException",
+_RACES = ("DELTA_CREATE_TABLE_WITH_DIFFERENT_PROPERTY", "ProtocolChangedException", "MetadataChangedException",
+          "ConcurrentAppendException",
           "FileAlreadyExistsException", "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION", "CONCURRENT",
           "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED", "TABLE_OR_VIEW_ALREADY_EXISTS",
           "DELTA_TABLE_NOT_FOUND", "FileNotFoundException", "DELTA_CANNOT_CREATE_LOG_PATH")

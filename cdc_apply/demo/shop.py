@@ -60,7 +60,8 @@ UPDATE documents SET id = id + 100 WHERE id = 20;"""),
 DELETE FROM order_lines WHERE order_id % 10 = 1;
 DELETE FROM orders WHERE id IN (2, 4, 6);
 DELETE FROM audit_log WHERE ctid IN (SELECT ctid FROM audit_log WHERE detail = '{"customer": 1}' LIMIT 1);
-UPDATE audit_log SET event = 'logout' WHERE ctid IN (SELECT ctid FROM audit_log WHERE detail = '{"customer": 2}' LIMIT 1);
+UPDATE audit_log SET event = 'logout' WHERE ctid IN \
+(SELECT ctid FROM audit_log WHERE detail = '{"customer": 2}' LIMIT 1);
 SELECT pg_logical_emit_message(false, 'demo', 'non-transactional note');"""),
     ("a large transaction (streamed)", """
 BEGIN;

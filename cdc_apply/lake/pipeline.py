@@ -187,7 +187,8 @@ class ApplyPipeline:
         last = {source: int(row.last) for source, row in stats.items()}
         lag_query = self._side.submit(self._bronze_lag, last)
         prepared = {source: self.formats.of(source).prepare(self.spark, self.bronze, source,
-                                                            self.states.get(source, SourceState()), last[source], version)
+                                                            self.states.get(source, SourceState()), last[source],
+                                                            version)
                     for source in stats}
         last = {source: p.last_seq for source, p in prepared.items()}
         # The micro-batch says how far each source has landed; the rows themselves are read from the
@@ -253,7 +254,8 @@ class ApplyPipeline:
                 raise duplicate from None
             raise
         counted = counting.result()
-        states = {s: replace(b.state, applied_rows=applied_rows(self.spark, self.bronze, s, b.previous) + counted.get(s, 0))
+        states = {s: replace(b.state,
+                             applied_rows=applied_rows(self.spark, self.bronze, s, b.previous) + counted.get(s, 0))
                   if self.formats.of(s).counts_bronze_rows
                   else replace(b.state, format_state=landed.prepared[s].format_state)
                   for s, b in plan.sources.items()}

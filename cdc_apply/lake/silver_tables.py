@@ -240,7 +240,8 @@ class SilverTables:
             # The snapshots' rows go in right after their Truncate (or ranges) emptied the table.
             revive = work.deleted is not None and str(work.ref) not in self._empty   # marked rows stay
             # Read on the table's session, which plans the read's splits and the decode's batches.
-            settings = load_settings(load_width(loads), default_parallelism(session), session.conf.get(MIN_SPLITS, None))
+            settings = load_settings(load_width(loads), default_parallelism(session),
+                                     session.conf.get(MIN_SPLITS, None))
 
             def load(meta):
                 with session_settings(session, settings):

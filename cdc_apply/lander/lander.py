@@ -275,7 +275,8 @@ class Lander:
             if messages:
                 continue
             if self._may_follow(seq, reader) and (reader.reply_requested or (
-                    reader.wal_end - reader.flush_lsn >= FOLLOW_BYTES and now - last_forward >= land.keepalive_seconds)):
+                    reader.wal_end - reader.flush_lsn >= FOLLOW_BYTES
+                    and now - last_forward >= land.keepalive_seconds)):
                 # The walsender waits for it (a server shutting down), or the slot holds much WAL back.
                 self._follow(reader)
                 last_forward = now
@@ -301,7 +302,8 @@ class Lander:
                 probe_at = now
 
     def _may_follow(self, seq: Sequencer, reader: ReplicationReader) -> bool:
-        """Nothing received is unlanded and nothing is open: all the walsender decoded up to its wal_end is in bronze."""
+        """Nothing received is unlanded and nothing is open: all the walsender decoded up to its wal_end is in
+        bronze."""
         return seq.quiescent and self._inflight is None and reader.wal_end > reader.flush_lsn
 
     def _follow(self, reader: ReplicationReader) -> None:

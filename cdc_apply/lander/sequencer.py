@@ -136,7 +136,8 @@ class Sequencer:
         rows, out, changes, feed = self.rows, self._out, f.CHANGES, self.feed
         for lsn, payload in messages:
             txn = self._txn
-            if txn is not None and txn.mode == LAND and payload[:1] in changes and out.add_change(out.last_seq + 1, payload):
+            if (txn is not None and txn.mode == LAND and payload[:1] in changes
+                    and out.add_change(out.last_seq + 1, payload)):
                 rows.append((out.last_seq, lsn, payload))
                 self.nbytes += len(payload)
                 self._block_cut = None

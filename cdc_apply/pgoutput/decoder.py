@@ -204,7 +204,8 @@ def decode_stream_commit(r: Reader, in_stream: bool) -> StreamCommit:
 
 
 def decode_stream_abort(r: Reader, in_stream: bool) -> StreamAbort:
-    """Stream Abort: Int32 xid, Int32 subxid, then (protocol 4, streaming = parallel) Int64 abort LSN, Int64 abort timestamp."""
+    """Stream Abort: Int32 xid, Int32 subxid, then (protocol 4, streaming = parallel) Int64 abort LSN,
+    Int64 abort timestamp."""
     xid, subxid = r.u32(), r.u32()
     if r.remaining() == 0:
         return StreamAbort(xid, subxid)

@@ -9,7 +9,8 @@ the general decode and writes them in one job of their own (read, decode, append
 Truncate empties the table, before the batch's later changes of R are merged.
 
 A snapshot is loaded this way when all its rows decode with one version of R (the one in force when
-it starts, or the Relation the lander writes at its head); otherwise its rows take the general path. Nothing here touches Spark.
+it starts, or the Relation the lander writes at its head); otherwise its rows take the general path.
+Nothing here touches Spark.
 """
 
 from __future__ import annotations
@@ -134,10 +135,10 @@ def merge_loads(loads: list[SnapshotLoad]) -> DecodePlan:
     """One decode plan for snapshots of one relation version (one source, one slot): their ranges, each its
     own transaction — the chunks of a table copied in key ranges decode in one job."""
     first = loads[0]
-    if any((l.source, l.slot) != (first.source, first.slot) for l in loads):
+    if any((load.source, load.slot) != (first.source, first.slot) for load in loads):
         raise ValueError("snapshot loads of different sources or relation versions decode apart")
-    plans = [l.decode.sources[first.source] for l in loads]
-    spans = sorted((a, b, i) for i, l in enumerate(loads) for a, b in l.ranges)
+    plans = [load.decode.sources[first.source] for load in loads]
+    spans = sorted((a, b, i) for i, load in enumerate(loads) for a, b in load.ranges)
     merged = SourcePlan(
         range_starts=tuple(a for a, _, _ in spans), range_ends=tuple(b for _, b, _ in spans),
         range_txn=tuple(i for _, _, i in spans), range_in_stream=(True,) * len(spans),

@@ -166,8 +166,8 @@ def touch_relations(plan: BatchPlan, counts: Iterable, truncates: Iterable) -> d
                 snapshot = parse_snapshot_directive(content) if prefix == SNAPSHOT_PREFIX else None
                 if snapshot is not None and snapshot.key_range is not None:
                     touch = touched.setdefault((source, snapshot.relation_id), TableTouch())
-                    touch.ranges.append((txn.committed_lsn, txn.ranges[0][0], snapshot.key_range,
-                                         m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None))
+                    committed_at = m.pg_timestamp_to_datetime(txn.commit_ts) if txn.commit_ts is not None else None
+                    touch.ranges.append((txn.committed_lsn, txn.ranges[0][0], snapshot.key_range, committed_at))
                     touch.last_commit_lsn = max(touch.last_commit_lsn, txn.committed_lsn)
     for t in truncates:
         committed = plan.sources[t.source].committed
@@ -284,7 +284,8 @@ def check_key_rules(version: RelationVersion, key: tuple[str, ...] | None, rules
         if lineage in rules.excluded or lineage in redacted:
             how = "excluded" if lineage in rules.excluded else "redacted"
             raise ConfigError(f"column {name!r} is a key of {version.qualified_name} and cannot be {how}",
-                              key=f"tables.{version.qualified_name}.{'exclude' if how == 'excluded' else 'mask'}_columns")
+                              key=f"tables.{version.qualified_name}."
+                                  f"{'exclude' if how == 'excluded' else 'mask'}_columns")
 
 
 def masked_defaults(defaults, masks, salt: str):

@@ -218,5 +218,5 @@ def slot_mapping(version: RelationVersion, columns: Sequence[SilverColumn]) -> t
     return tuple(by_lineage.get(lin) for lin in version.lineage)
 
 
-__all__ = ["NO_RULES", "ColumnRules", "SchemaOp", "SilverColumn", "evolve", "resolve_rules", "identity_of", "initial_columns",
-           "slot_mapping", "transition", "widens"]
+__all__ = ["NO_RULES", "ColumnRules", "SchemaOp", "SilverColumn", "evolve", "resolve_rules", "identity_of",
+           "initial_columns", "slot_mapping", "transition", "widens"]

@@ -249,7 +249,8 @@ def cluster_settings(spark: SparkSession) -> dict[str, str]:
     static = sc.getConf()
     slots = str(max(1, sc.defaultParallelism))
     settings = {}
-    if not static.contains(SHUFFLE_PARTITIONS) and spark.conf.get(SHUFFLE_PARTITIONS) == SPARK_DEFAULT_SHUFFLE_PARTITIONS:
+    if (not static.contains(SHUFFLE_PARTITIONS)
+            and spark.conf.get(SHUFFLE_PARTITIONS) == SPARK_DEFAULT_SHUFFLE_PARTITIONS):
         settings[SHUFFLE_PARTITIONS] = slots   # (conf.get with a default answers that default, not Spark's)
     if not static.contains(SNAPSHOT_PARTITIONS) and spark.conf.get(SNAPSHOT_PARTITIONS, None) is None:
         settings[SNAPSHOT_PARTITIONS] = slots

@@ -181,7 +181,8 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
             _release_database(pg, db)
     outcome.seconds = time.monotonic() - started
     if outcome.failures:
-        outcome.failures.append("replay: " + replay_command(seed, transactions, checkpoints, configs, history, soft_deletes))
+        outcome.failures.append(
+            "replay: " + replay_command(seed, transactions, checkpoints, configs, history, soft_deletes))
     return outcome
 
 

@@ -52,7 +52,7 @@ class _Table:
             if key_lineage is None:
                 self.bag.append(row)
             else:
-                self.keyed[tuple(row.get(l) for l in key_lineage)] = row
+                self.keyed[tuple(row.get(lin) for lin in key_lineage)] = row
 
 
 # What a transaction buffers: its changes and its transactional logical messages.
@@ -211,7 +211,7 @@ class ReferenceApplier:
             if old is not None:
                 target = as_row(old)
                 for i, row in enumerate(table.bag):
-                    if all(row.get(l) == v for l, v in target.items()):
+                    if all(row.get(lin) == v for lin, v in target.items()):
                         prior = table.bag.pop(i)
                         break
                 else:
@@ -219,9 +219,9 @@ class ReferenceApplier:
                 if new is None:
                     return
                 row = as_row(new)
-                for l, v in row.items():
+                for lin, v in row.items():
                     if v is m.UNCHANGED_TOAST:   # the old row REPLICA IDENTITY FULL sends holds it too
-                        row[l] = prior.get(l) if prior else target.get(l)
+                        row[lin] = prior.get(lin) if prior else target.get(lin)
                 table.bag.append(row)
             elif new is not None:
                 table.bag.append(as_row(new))
@@ -236,18 +236,18 @@ class ReferenceApplier:
         old_ident = ident(old) if old is not None else ident(new)
         prior = table.keyed.pop(old_ident, None) if isinstance(msg, m.Update) else None
         row = dict(prior or {})
-        for l, v in as_row(new).items():
+        for lin, v in as_row(new).items():
             if v is m.UNCHANGED_TOAST:
-                if prior is None or l not in prior:
+                if prior is None or lin not in prior:
                     continue  # not known: an update of a row we never saw
                 continue
-            row[l] = v
+            row[lin] = v
         if isinstance(msg, m.Update) and prior is None and any(v is m.UNCHANGED_TOAST for v in msg.new):
             return  # like the apply worker: an update of a missing row is skipped
-        for l in lineage:
-            row.setdefault(l, None)
+        for lin in lineage:
+            row.setdefault(lin, None)
         live = set(lineage)
-        table.keyed[ident(new)] = {l: v for l, v in row.items() if l in live}
+        table.keyed[ident(new)] = {lin: v for lin, v in row.items() if lin in live}
 
     def _clear_range(self, seq: int, relation_id: int, key_range: KeyRange) -> None:
         table = self.tables.get(relation_id)
@@ -285,7 +285,7 @@ class ReferenceApplier:
             version = history.latest if at_seq is None else (history.at(at_seq) or history.latest)
             if version.qualified_name == name:
                 source = list(table.keyed.values()) + table.bag
-                return [{n: r.get(l) for l, n in zip(version.lineage, version.column_names)} for r in source]
+                return [{n: r.get(lin) for lin, n in zip(version.lineage, version.column_names)} for r in source]
         return []
 
     def table_names(self) -> list[str]:

@@ -8,7 +8,7 @@ from cdc_apply.errors import VerifyError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.encoder import encode
 from cdc_apply.planning.schema import RelationHistory
-from cdc_apply.verify.bronze_keys import changed_keys, key_positions
+from cdc_apply.verification.bronze_keys import changed_keys, key_positions
 
 COLS = (m.RelationColumn(1, "id", 23, -1), m.RelationColumn(0, "v", 25, -1))
 RENAMED = (m.RelationColumn(1, "ident", 23, -1), m.RelationColumn(0, "v", 25, -1))

@@ -12,7 +12,7 @@ import pytest
 
 from cdc_apply.delta.refs import state_ref
 from cdc_apply.errors import VerifyError
-from cdc_apply.verify.run import verify
+from cdc_apply.verification.run import verify
 from tests.lake.pg_lake import PgLake
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

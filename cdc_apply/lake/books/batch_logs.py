@@ -223,7 +223,8 @@ class BatchLogs:
         return log.select("source", "xid", "kind", "gid", "commit_lsn", "end_lsn", "commit_ts", "origin", "origin_lsn",
                           "begin_seq", F.col("decide_seq").alias("commit_seq"),
                           F.coalesce("changes", F.lit(0).cast("long")).alias("changes"),
-                          F.coalesce("tables", empty).alias("tables"), F.lit(version).cast("long").alias("apply_version"),
+                          F.coalesce("tables", empty).alias("tables"),
+                          F.lit(version).cast("long").alias("apply_version"),
                           F.lit(at).cast("timestamp").alias("applied_at"))
 
     def _transactions_collected(self, plan: BatchPlan, collected, small: list[tuple], version: int):

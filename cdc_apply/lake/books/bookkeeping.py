@@ -196,7 +196,8 @@ class Bookkeeping:
         latest = newest_rows_per_source(self.ref("progress"), ("source", "apply_version", "state", "table_versions"))
         if latest is None:   # not a local table delta-rs reads: Spark's query
             df = self.ref("progress").read(spark)
-            latest = (df.withColumn("_r", F.row_number().over(Window.partitionBy("source").orderBy(F.desc("apply_version"))))
+            newest_first = Window.partitionBy("source").orderBy(F.desc("apply_version"))
+            latest = (df.withColumn("_r", F.row_number().over(newest_first))
                       .where("_r = 1").select("source", "apply_version", "state", "table_versions").collect())
         version = max((r.apply_version for r in latest), default=0)
         self._table_versions.clear()

@@ -2,8 +2,9 @@
 
 Every silver commit of a batch carries, in its ``userMetadata``, the pipeline's app id and its
 *step* — ``apply version * STEPS_PER_VERSION + k`` (1 the truncate, 2 the load of a snapshot's rows,
-``3 + 2j`` the MERGE of identity segment ``j``, ``4 + 2j`` the append of its new keys). A write whose step is not above the newest
-step the table records for the app id is one a crashed run already committed, and is skipped.
+``3 + 2j`` the MERGE of identity segment ``j``, ``4 + 2j`` the append of its new keys). A write whose
+step is not above the newest step the table records for the app id is one a crashed run already
+committed, and is skipped.
 
 Delta's own idempotent writes (``txnAppId``/``txnVersion``) say the same, but their check rebuilds the
 table's whole state on every write to read the transactions it recorded — three Spark jobs per table
@@ -105,7 +106,8 @@ class SilverLedger:
         if expected is None or seqs is None or newest // STEPS_PER_VERSION != expected[0] or seqs == expected[1]:
             return
         raise StateError(
-            f"{what} {ref} holds a write of apply version {expected[0]} made from bronze seqs {seqs[0] + 1}..{seqs[1]}, "
+            f"{what} {ref} holds a write of apply version {expected[0]} made from bronze seqs "
+            f"{seqs[0] + 1}..{seqs[1]}, "
             f"but the state about to apply that version covers seqs {expected[1][0] + 1}..{expected[1][1]}: the state "
             "was lost or restored from an older copy, and applying now would skip rows. Restore the state folder "
             "that goes with the tables, or remove the silver (and history) tables together with the state to "

@@ -35,8 +35,8 @@ def check_tables(spark: SparkSession, ledger: SilverLedger, targets, version: in
                  written: Callable[[], Mapping[tuple[str, int, str], int]], state_at: str | None,
                  parallelism: int = 4) -> None:
     """Check every ``(kind, ref, app_id, work)`` of ``targets`` (kind: "silver table" or "history table")
-    against the state (the ledger was told each app id's batch: :meth:`SilverLedger.expect`); ``written()`` gives the Delta version the progress rows last recorded per
-    ``(source, relation id, kind)``."""
+    against the state (the ledger was told each app id's batch: :meth:`SilverLedger.expect`); ``written()``
+    gives the Delta version the progress rows last recorded per ``(source, relation id, kind)``."""
     targets = list(targets)
     recorded: dict = {}
 

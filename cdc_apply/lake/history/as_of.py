@@ -312,7 +312,8 @@ def run_cli(args) -> int:
     result = read_as_of(spark_session(f"cdc_apply-as-of-{config.pipeline}"), config, args.lsn,
                         args.tables.split(",") if args.tables else None, args.source, args.method)
     print(f"source {result.source}: as of {result.lsn_text} ({result.lsn}), asked {lsn_text(result.requested_lsn)}, "
-          f"by {result.method}{'' if result.exact else ' (a batch end: later commits up to the LSN asked are not shown)'}")
+          f"by {result.method}"
+          f"{'' if result.exact else ' (a batch end: later commits up to the LSN asked are not shown)'}")
     for name, frame in result.frames.items():
         if args.out:
             frame.write.mode("overwrite").parquet(f"{args.out.rstrip('/')}/{name}")

@@ -167,7 +167,8 @@ def _prior_events(open_rows, work: TableWork, h: HistoryColumns, truncates: Trun
         dtype = {cc.COMMIT_LSN: "bigint", cc.COMMIT_TS: "timestamp", cc.XID: "bigint"}.get(src, "string")
         cols.append((F.col(quote_ident(meta[src])) if src in meta else F.lit(None)).cast(dtype).alias(src))
     for i, c in enumerate(work.columns):
-        cols += [F.col(quote_ident(c.name)).alias(cc.value(i)), F.lit(True).alias(cc.carried(i)), F.lit(True).alias(cc.present(i))]
+        cols += [F.col(quote_ident(c.name)).alias(cc.value(i)), F.lit(True).alias(cc.carried(i)),
+                 F.lit(True).alias(cc.present(i))]
     cols += [F.lit("P").alias(cc.KIND), F.lit(0).alias("_sub"), F.lit(False).alias("_move")]
     cols += [F.col(quote_ident(work.columns[i].name)).alias(cc.key(p)) for p, i in enumerate(work.key_index)]
     cols += [F.lit(None).cast(work.columns[i].spark_ddl).alias(f"_src_k_{p}") for p, i in enumerate(work.key_index)]
@@ -224,7 +225,8 @@ def keyed_versions(events, open_rows, work: TableWork, h: HistoryColumns, trunca
     if tracked is None:
         changed = F.lit(True)
     else:
-        changed = reduce(lambda a, b: a | b, [~F.col(cc.final(i)).eqNullSafe(F.lag(cc.final(i)).over(g)) for i in tracked],
+        changed = reduce(lambda a, b: a | b,
+                         [~F.col(cc.final(i)).eqNullSafe(F.lag(cc.final(i)).over(g)) for i in tracked],
                          F.lit(False))
     opened = F.when(F.col(cc.KIND) == "P", F.col("_vop")).when(
         F.coalesce(prev_present, F.lit(False)) & ~F.col("_reset"), F.lit("update")).when(
@@ -273,7 +275,8 @@ def keyless_versions(projected, history, work: TableWork, h: HistoryColumns, tru
         raise ApplyError("an update without its old row on a table without a key: cannot tell which row changed; "
                          "set REPLICA IDENTITY FULL or configure the key", table=work.qualified_name)
     values = [cc.final(i) for i in range(n)]
-    filled = [F.when(F.col(cc.carried(i)), F.col(cc.value(i))).when(F.col(cc.present(i)), F.col(cc.old(i))) for i in range(n)]
+    filled = [F.when(F.col(cc.carried(i)), F.col(cc.value(i))).when(F.col(cc.present(i)), F.col(cc.old(i)))
+              for i in range(n)]
     common = [F.col(cc.COMMIT_LSN).alias("_grp"), cc.SEQ, *EVENT_META, F.col(cc.OP).alias(cc.KIND),
               F.lit(None).cast("bigint").alias("_vf_lsn"), F.lit(None).cast("timestamp").alias("_vf_ts"),
               F.lit(None).cast("string").alias("_vop"), truncates.epoch().alias("_epoch")]

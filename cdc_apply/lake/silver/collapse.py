@@ -28,7 +28,8 @@ def _event_sql(kind: str, sub: int, move: bool, out: bool, keys: list[str], sour
                ddls: list[str]) -> str:
     fields = [f"'kind', {kind}", f"'sub', {int(sub)}", f"'move', {str(move).lower()}", f"'out', {str(out).lower()}"]
     fields += [f"'{cc.key(p)}', CAST({k} AS {t})" for p, (k, t) in enumerate(zip(keys, ddls))]
-    fields += [f"'{cc.sets(p)}', CAST({'NULL' if s is None else s} AS {t})" for p, (s, t) in enumerate(zip(sources, ddls))]
+    fields += [f"'{cc.sets(p)}', CAST({'NULL' if s is None else s} AS {t})"
+               for p, (s, t) in enumerate(zip(sources, ddls))]
     return f"named_struct({', '.join(fields)})"
 
 

@@ -261,7 +261,8 @@ def merge_keyless(spark: SparkSession, projected, work: TableWork, target_empty:
     if projected.where((F.col(cc.OP) == "U") & F.col(cc.OLD_KIND).isNull()).limit(1).count():
         raise ApplyError("an update without its old row on a table without a key: cannot tell which row changed; "
                          "set REPLICA IDENTITY FULL or configure the key", table=work.qualified_name)
-    filled = [F.when(F.col(cc.carried(i)), F.col(cc.value(i))).when(F.col(cc.present(i)), F.col(cc.old(i))) for i in range(n)]
+    filled = [F.when(F.col(cc.carried(i)), F.col(cc.value(i))).when(F.col(cc.present(i)), F.col(cc.old(i)))
+              for i in range(n)]
     order = lambda step: F.struct(cc.COMMIT_LSN, cc.SEQ, F.lit(step).alias("_step"))  # noqa: E731
     meta = [F.col(c) for c in meta_cols]
     adds = projected.where(F.col(cc.OP).isin("I", "U")).select(

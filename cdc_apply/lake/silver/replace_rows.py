@@ -159,7 +159,8 @@ def replace_keyless(spark: SparkSession, counted, work: TableWork, values: list[
                          F.count(F.when(F.col("_new") > 0, 1)).alias("values"),
                          F.sum(F.when(F.col("_new") == 0, F.col("_c"))).alias("deleted"),
                          F.sum(F.when(F.col("_new") > 0, F.col("_c"))).alias("replaced")).first()
-    kept = (counted.where(F.col("_new") > 0).withColumn("_k", F.explode(F.sequence(F.lit(1), F.col("_new").cast("int"))))
+    kept = (counted.where(F.col("_new") > 0)
+            .withColumn("_k", F.explode(F.sequence(F.lit(1), F.col("_new").cast("int"))))
             .select(*[F.col(v).alias(c.name) for v, c in zip(values, work.columns)],
                     *[F.col(src).alias(col) for col, src in work.meta]))
     gone = counted.where(F.col("_new") == 0).select(*values)

@@ -149,7 +149,8 @@ def published_relations(cur, publications: tuple[str, ...]) -> list[PublishedRel
         lists = set(entry["attrs"].values())
         if len(lists) > 1:
             raise LandError(f"cannot use different column lists (or publish_generated_columns settings) for "
-                            f"table \"{namespace}.{name}\" in different publications ({', '.join(sorted(entry['attrs']))}); "
+                            f"table \"{namespace}.{name}\" in different publications "
+                            f"({', '.join(sorted(entry['attrs']))}); "
                             "the walsender refuses them too", key="source.publication")
         quals = entry["quals"]
         row_filter = None if any(q is None for q in quals) else " OR ".join(f"({q})" for q in sorted(set(quals)))

@@ -99,7 +99,8 @@ class ChunkFlow:
             self.keys = [next(c.key for c in planned if c.part == p) for p in sorted({c.part for c in planned})]
         workers = self.context.source.snapshot_workers
         keys, self.keys = self.keys[:workers], self.keys[workers:]
-        chunks = [Chunk(0, source, None, None, 1, key, part) for part, key in enumerate(keys) for source in shape.sources]
+        chunks = [Chunk(0, source, None, None, 1, key, part)
+                  for part, key in enumerate(keys) for source in shape.sources]
         self.slot, self.copier, self.point, self.triggered = slot, copier, point, False
         self.copy = self._pool.submit(self._copy, copier, slot, shape, chunks)
 

@@ -104,7 +104,8 @@ class ExportSlot:
             raise LandError("creating a two-phase slot with an exported snapshot needs PostgreSQL 15",
                             key="source.two_phase")
         else:
-            command = f"CREATE_REPLICATION_SLOT {name}{' TEMPORARY' if self.temporary else ''} LOGICAL pgoutput EXPORT_SNAPSHOT"
+            command = (f"CREATE_REPLICATION_SLOT {name}{' TEMPORARY' if self.temporary else ''} LOGICAL pgoutput "
+                       "EXPORT_SNAPSHOT")
         try:
             with conn.cursor() as cur:
                 cur.execute(command)

@@ -1,7 +1,8 @@
 """One-dimensional arrays -> list<element type>.
 
-Text (array_out) is read by :mod:`.array_text`. Binary (array_send): int32 ndim, int32 has-null flag, uint32 element OID, ndim x (int32
-length, int32 lower bound), then each element as int32 length (-1 = NULL) and its send form.
+Text (array_out) is read by :mod:`.array_text`. Binary (array_send): int32 ndim, int32 has-null flag,
+uint32 element OID, ndim x (int32 length, int32 lower bound), then each element as int32 length
+(-1 = NULL) and its send form.
 Multi-dimensional values are rejected. Elements are converted a column at a time by the
 element type's converter, so an int4[] column costs one int4 conversion of all its elements.
 """

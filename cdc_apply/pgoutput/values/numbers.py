@@ -145,4 +145,5 @@ _MONEY_SCALAR = re.compile(_MONEY_TEXT)
 SCALAR_TEXT = {"bool": (lambda ct, raw: {b"t": True, b"f": False}[raw], 256),
                "money": (lambda ct, raw: _money_from_text(raw), 64)}
 BINARY = {"bool": bool_binary, "int2": fixed_binary, "int4": fixed_binary, "int8": fixed_binary,
-          "float4": fixed_binary, "float8": fixed_binary, "uint4": fixed_binary, "money": money_binary, "xid8": xid8_binary}
+          "float4": fixed_binary, "float8": fixed_binary, "uint4": fixed_binary, "money": money_binary,
+          "xid8": xid8_binary}

@@ -295,4 +295,5 @@ _TEXT_SCALAR = re.compile(_TEXT_SHAPE)
 TEXT = {"numeric": numeric_decimal_text, "numeric_text": numeric_string_text}
 BINARY = {"numeric": numeric_decimal_binary, "numeric_text": numeric_string_binary}
 SCALAR_TEXT = {"numeric": (_decimal_from_text, 16), "numeric_text": (_string_from_text, 128)}
-SCALAR_BINARY = {"numeric": (_decimal_from_binary, 96), "numeric_text": (lambda ct, raw: numeric_text_from_binary(raw), 96)}
+SCALAR_BINARY = {"numeric": (_decimal_from_binary, 96),
+                 "numeric_text": (lambda ct, raw: numeric_text_from_binary(raw), 96)}

@@ -1,7 +1,7 @@
 """``cdc-apply verify``: each silver table of a source compared with its live PostgreSQL table at one point.
 
 1. **The point.** One snapshot of the source whose consistent point ``C`` is exact
-   (:class:`~cdc_apply.verify.source.SourceSnapshot`): it shows every transaction committed below ``C``.
+   (:class:`~cdc_apply.verification.source.SourceSnapshot`): it shows every transaction committed below ``C``.
 2. **The source's side**, read while the apply job goes on: each table's key space cut into ranges (by its
    first key column's order; a keyless table into buckets of its rows' hashes), per range a count and a
    hash sum, at most ``max_source_rows_per_second``.
@@ -37,10 +37,10 @@ from cdc_apply.lander.options import publication_names
 from cdc_apply.lander.snapshots.requests import emit_request
 from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
 from cdc_apply.pgoutput.types import TypeOptions
-from cdc_apply.verify import bronze_keys
-from cdc_apply.verify import compare as cmp
-from cdc_apply.verify import silver as sv
-from cdc_apply.verify.encoding import (
+from cdc_apply.verification import bronze_keys
+from cdc_apply.verification import compare as cmp
+from cdc_apply.verification import silver as sv
+from cdc_apply.verification.encoding import (
     cut_bounds,
     encode_column,
     pg_row_hash,
@@ -48,8 +48,8 @@ from cdc_apply.verify.encoding import (
     range_kind,
     spark_range_index,
 )
-from cdc_apply.verify.repair import repair_targets, wait_repaired
-from cdc_apply.verify.source import SourceSnapshot, SourceTable, excluded_predicate, key_predicate
+from cdc_apply.verification.repair import repair_targets, wait_repaired
+from cdc_apply.verification.source import SourceSnapshot, SourceTable, excluded_predicate, key_predicate
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -147,7 +147,7 @@ def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = N
     (``record``). Differences are in the result, not raised; a :class:`VerifyError` when no point can be
     taken or the apply job does not reach it within ``wait_seconds``. ``range_rows``, ``wait_seconds`` and
     ``max_source_rows_per_second`` default to the configuration's ``[verify]`` section. ``repair``: copy the
-    differing ranges again through the lander (:mod:`cdc_apply.verify.repair`; the lander and the apply job
+    differing ranges again through the lander (:mod:`cdc_apply.verification.repair`; the lander and the apply job
     must be running), wait for them to be applied, and verify those tables again (``repaired``)."""
     started = time.monotonic()
     source = config.source.name
@@ -189,7 +189,8 @@ def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = N
 
 def _relations(spark: SparkSession, config: Config, source: str, tables: Sequence[str] | None
                ) -> list[tuple[str, TableRef, RelationHistory]]:
-    """``(current qualified name, silver ref, relation history)`` of the tables to verify (default: every applied, selected one)."""
+    """``(current qualified name, silver ref, relation history)`` of the tables to verify (default: every
+    applied, selected one)."""
     history = Bookkeeping(config).load_history(spark).get(source)
     known = {} if history is None else {r.latest.qualified_name: r for r in history.relations.values()}
     if tables is None:
@@ -320,7 +321,7 @@ def _compare(spark: SparkSession, config: Config, snap: SourceSnapshot, plan: _P
 def _changed_from_bronze(spark: SparkSession, config: Config, plan: _Plan, lsn: int, key: list[str],
                          wait_seconds: float) -> list:
     """Without a history table: the keys the logged transactions committed at or past ``lsn`` changed, decoded
-    from their bronze rows (:mod:`cdc_apply.verify.bronze_keys`), once the batch that wrote the pinned silver
+    from their bronze rows (:mod:`cdc_apply.verification.bronze_keys`), once the batch that wrote the pinned silver
     version has logged them. A keyless table compares as a multiset of whole rows and needs its history."""
     table = plan.result.table
     if not key:

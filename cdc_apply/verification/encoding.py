@@ -112,7 +112,8 @@ def spark_row_text(columns: list[ColumnEncoding]) -> str:
     if not columns:
         return "''"
     return "concat(" + ", ".join(
-        f"CASE WHEN ({e.spark}) IS NULL THEN 'N' ELSE concat('V', CAST(length({e.spark}) AS STRING), ':', {e.spark}) END"
+        f"CASE WHEN ({e.spark}) IS NULL THEN 'N' "
+        f"ELSE concat('V', CAST(length({e.spark}) AS STRING), ':', {e.spark}) END"
         for e in columns) + ")"
 
 

@@ -18,8 +18,8 @@ from cdc_apply.config import Config
 from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import VerifyError
 from cdc_apply.lander.snapshots.state import range_entry
-from cdc_apply.verify import compare as cmp
-from cdc_apply.verify import silver as sv
+from cdc_apply.verification import compare as cmp
+from cdc_apply.verification import silver as sv
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

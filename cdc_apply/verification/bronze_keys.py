@@ -120,4 +120,5 @@ def bronze_units(spark: SparkSession, config, source: str, spans: list[tuple[int
     rows = (bronze_ref(config).read(spark).where((F.col("source") == source) & within)
             .select("seq", "payload").orderBy("seq").collect())
     seqs = [(int(r.seq), r.payload) for r in rows]
-    return [(xid, [(s, p) for s, p in seqs if first <= s <= last]) for xid, first, last in sorted(spans, key=lambda x: x[1])]
+    return [(xid, [(s, p) for s, p in seqs if first <= s <= last])
+            for xid, first, last in sorted(spans, key=lambda x: x[1])]

@@ -21,16 +21,18 @@ from cdc_apply.lander.options import SESSION_SETTINGS, options_string
 from cdc_apply.lander.snapshots.copy_sessions import ConsistentPoint, ExportSlot
 from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_column_type
-from cdc_apply.verify.encoding import ColumnEncoding, pg_ident, pg_key_text, pg_range_predicate, pg_row_hash
+from cdc_apply.verification.encoding import ColumnEncoding, pg_ident, pg_key_text, pg_range_predicate, pg_row_hash
 
 if TYPE_CHECKING:
     from psycopg2.extensions import connection as PgConnection
 
 SAMPLE_ROWS = 20000   # range cut points come from about this many sampled keys
 
+# (A backslash ending a line inside the SQL joins it to the next: the text is one line there.)
 _SHAPE = """
 SELECT c.oid::int8, c.relkind, c.relreplident,
-       CASE WHEN c.relkind = 'p' THEN COALESCE((SELECT sum(GREATEST(p.reltuples, 0))::int8 FROM pg_partition_tree(c.oid) t
+       CASE WHEN c.relkind = 'p' THEN COALESCE((SELECT sum(GREATEST(p.reltuples, 0))::int8 \
+FROM pg_partition_tree(c.oid) t
                  JOIN pg_class p ON p.oid = t.relid WHERE p.relkind <> 'p'), 0) ELSE GREATEST(c.reltuples, 0)::int8 END,
        (SELECT i.indkey::int2[] FROM pg_index i WHERE i.indrelid = c.oid AND CASE c.relreplident
             WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END LIMIT 1)
@@ -220,7 +222,7 @@ class SourceSnapshot:
     def rows(self, table: SourceTable, columns: list[ColumnEncoding], key: list[str], where: str,
              params: list) -> list[tuple]:
         """``(key texts..., row hash)`` of every row ``where`` selects (keyless: the row's text for a key)."""
-        from cdc_apply.verify.encoding import pg_row_text
+        from cdc_apply.verification.encoding import pg_row_text
 
         keys = [pg_key_text(k, "") for k in key] or [pg_row_text(columns)]
         out = self._query(f"SELECT {', '.join(keys)}, {pg_row_hash(columns)} FROM {table.sql} "

@@ -1,6 +1,6 @@
 """Silver's side of a verification (Spark): the applied position, one pinned version of each silver table, the
 keys changed at or after the source's point (from the history table), and per range a row count and hash sum
-with the same encoding PostgreSQL used (:mod:`cdc_apply.verify.encoding`)."""
+with the same encoding PostgreSQL used (:mod:`cdc_apply.verification.encoding`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from cdc_apply.errors import VerifyError
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lake.history.versions import HistoryColumns
 from cdc_apply.pgoutput.messages import format_lsn
-from cdc_apply.verify.encoding import ColumnEncoding, spark_key_text, spark_row_hash, spark_row_text
+from cdc_apply.verification.encoding import ColumnEncoding, spark_key_text, spark_row_hash, spark_row_text
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Final, Literal
 
-from cdc_apply.verify.encoding import sort_key
+from cdc_apply.verification.encoding import sort_key
 
 VerifyStatus = Literal["equal", "differs", "error"]   # a table's verification
 KeyDifferenceKind = Literal["missing", "unexpected", "changed", "duplicated"]
