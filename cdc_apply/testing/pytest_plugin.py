@@ -25,6 +25,7 @@ A ``spark`` fixture of the project's own (in a conftest) takes precedence over t
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,16 @@ def local_spark_session(app_name: str = "cdc_apply-tests"):
     from cdc_apply.spark.session import spark_session
 
     existed = SparkSession.getActiveSession() is not None
-    return spark_session(app_name, **({} if existed else TEST_SETTINGS)), not existed
+    return spark_session(app_name, **({} if existed else spark_test_settings())), not existed
+
+
+def spark_test_settings() -> dict[str, str]:
+    """:data:`TEST_SETTINGS`, and the driver JVM's options with ``CDC_APPLY_TEST_JAVA_OPTIONS`` added when
+    it is set (e.g. ``-XX:TieredStopAtLevel=1``; the session's own options stay)."""
+    from cdc_apply.spark.session import JAVA_OPTIONS
+
+    extra = os.environ.get("CDC_APPLY_TEST_JAVA_OPTIONS", "").strip()
+    return {**TEST_SETTINGS, **({"spark.driver.extraJavaOptions": f"{JAVA_OPTIONS} {extra}"} if extra else {})}
 
 
 @pytest.fixture(scope="session")

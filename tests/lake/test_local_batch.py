@@ -6,11 +6,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pytest
+from golden.loader import load_capture, load_expected
+from golden.oracle import canonical, column_types, options_for, skipped_columns, typed_expected
 
 from cdc_apply.errors import BronzeError
 from cdc_apply.lake.local_batch import Bounds, bounds_of, count_local
-from golden.loader import load_capture
-from golden.oracle import options_for
+from cdc_apply.pgoutput import decode_message, parse_lsn
+from cdc_apply.testing.compare import silver_rows
 
 # What each bookkeeping table holds that depends on when a batch ran, not on what it applied.
 CLOCK_COLUMNS = {"transactions": ["applied_at"], "messages": [], "quarantine": ["quarantined_at"],
@@ -43,8 +45,15 @@ def test_the_payload_tests_in_python_answer_as_the_spark_column_tests(spark):
 
     from pyspark.sql import functions as F
 
-    from cdc_apply.lake.sources.payload_columns import (is_change, is_control, is_directive, is_snapshot_held,
-                                                        not_an_insert, payload_is_control, payload_kinds)
+    from cdc_apply.lake.sources.payload_columns import (
+        is_change,
+        is_control,
+        is_directive,
+        is_snapshot_held,
+        not_an_insert,
+        payload_is_control,
+        payload_kinds,
+    )
     from cdc_apply.pgoutput import messages as m
 
     seed = random.randrange(1 << 30)
@@ -82,24 +91,88 @@ def _tables(lake) -> dict[str, object]:
 # The golden captures applied on both paths, each its own source named after its scenario.
 CAPTURES = {"truncate": "v4_parallel_binary_twophase", "replica_identity": "v2_stream_binary",
             "ddl": "v3_twophase_stream", "types": "v1_binary"}
+# Captures cut right after these PostgreSQL checkpoints (the rest one more chunk): the driver-local path's
+# silver is compared, typed, with what PostgreSQL returned there. The other captures' checkpoints run
+# through Spark in the differential suite's live workload (tests/lake/test_differential.py) and through
+# the planning core in tests/planning/test_reference_golden.py; these two are the checks that suite cannot
+# make: every mapped type, binary, compared typed; DDL inside a streamed, two-phase transaction.
+GOLDEN_POINTS = {"ddl": ["drop_column", "ddl_in_streamed_transaction"], "types": ["user_types"]}
+REJECTED_TABLES = {"public.types_array_multi"}  # multi-dimensional arrays: quarantined by policy
+DECIDING = {ord("C"), ord("c"), ord("K")}
 
 
 def _numeric(scenario: str) -> str:
     return options_for(scenario).numeric
 
 
-def _apply_sources_in_chunks(lake, captures: dict[str, object], chunks: int) -> None:
-    """Each capture cut into ``chunks`` anywhere (transactions carried from batch to batch), its rows under
-    its own source; the n-th chunks of every capture landed as one commit, so each batch applies every
-    source at once."""
-    cut = {}
-    for source, capture in captures.items():
-        rows = [(source, seq, lsn, payload) for seq, lsn, _xid, payload in capture]
-        size = -(-len(rows) // chunks)
-        cut[source] = [rows[start:start + size] for start in range(0, len(rows), size)]
+def _even(rows: list, chunks: int) -> list[list]:
+    size = -(-len(rows) // chunks)
+    return [rows[start:start + size] for start in range(0, len(rows), size)]
+
+
+def _cut(scenario: str, rows: list) -> tuple[list[list], dict[int, str]]:
+    """A capture's bronze rows in at least three chunks (transactions carried from batch to batch), cut
+    right before the first commit after each of its golden checkpoints, and which chunk each checkpoint
+    follows."""
+    points = GOLDEN_POINTS.get(scenario, [])
+    if not points:
+        return _even(rows, 3), {}
+    expected = {c["name"]: c for c in load_expected(scenario)}
+    limits = [parse_lsn(expected[p]["lsn"]) for p in points]
+    chunks: list[tuple[list, str | None]] = []
+    current: list = []
+    for row in rows:
+        payload = row[3]
+        decides = payload[0] in DECIDING and len(chunks) < len(limits)
+        if decides and decode_message(payload).commit_lsn > limits[len(chunks)]:
+            chunks.append((current, points[len(chunks)]))
+            current = []
+        current.append(row)
+    chunks.append((current, points[len(chunks)] if len(chunks) < len(points) else None))
+    chunks = [chunk for chunk in chunks if chunk[0]]
+    while len(chunks) < 3:   # the largest chunk halved; its checkpoint follows the second half
+        i = max(range(len(chunks)), key=lambda k: len(chunks[k][0]))
+        part, point = chunks[i]
+        chunks[i:i + 1] = [(part[:len(part) // 2], None), (part[len(part) // 2:], point)]
+    return [part for part, _ in chunks], {i: point for i, (_, point) in enumerate(chunks) if point}
+
+
+def _apply_sources_in_chunks(lake, cut: dict[str, list[list]], after=None) -> None:
+    """The n-th chunks of every source landed as one commit and applied, so each batch applies every
+    source at once; ``after(n, pipeline)`` runs after the n-th batch."""
     for n in range(max(len(parts) for parts in cut.values())):
         lake.land([row for parts in cut.values() if n < len(parts) for row in parts[n]])
-        lake.apply()
+        pipeline, _ = lake.apply()
+        if after is not None:
+            after(n, pipeline)
+
+
+def _golden_differences(lake, scenario: str, checkpoint: dict, pipeline) -> tuple[list[str], int]:
+    """Where the scenario's silver (``<silver>/<scenario>/<namespace>/<table>``) differs from PostgreSQL at
+    ``checkpoint``, typed, and how many tables were compared."""
+    from pyspark.sql import functions as F
+
+    options = options_for(scenario)
+    history = pipeline.histories[scenario]
+    failures, compared = [], 0
+    for name, table in checkpoint["tables"].items():
+        if name in REJECTED_TABLES:
+            continue
+        relation = history.relations.get(table["oid"])
+        first = relation.versions[0] if relation else None
+        names = [c["name"] for c in table["columns"]]
+        want = typed_expected(table, column_types(table, history.types, options))
+        if first is None:
+            if want:
+                failures.append(f"{scenario}: {name}: PostgreSQL has rows but nothing was applied")
+            continue
+        path = lake.root / "silver" / scenario / first.namespace / first.name
+        silver = lake.spark.read.format("delta").load(str(path)).select(*[F.col(f"`{n}`") for n in names])
+        skip = skipped_columns(scenario, name, names, "binary" in CAPTURES[scenario])
+        compared += 1
+        if canonical(silver_rows(silver, names), skip) != canonical(want, skip):
+            failures.append(f"{scenario}/{CAPTURES[scenario]}: {name} differs at checkpoint {checkpoint['name']}")
+    return failures, compared
 
 
 def _source_tables(lake, source: str) -> dict[str, object]:
@@ -116,9 +189,10 @@ def _source_tables(lake, source: str) -> dict[str, object]:
 
 @dataclass
 class BothPaths:
-    """A group of captures (one ``apply.numeric`` setting) applied in 3 chunks on the general path and
-    on the driver-local path: each source's tables and rows on both, what the local path collected and
-    how many of its batches decoded on the driver."""
+    """A group of captures (one ``apply.numeric`` setting) applied in chunks on the general path and
+    on the driver-local path: each source's tables and rows on both, what the local path collected, how
+    many of its batches decoded on the driver, and where its silver differed from PostgreSQL at the golden
+    checkpoints (with the number of tables compared and the quarantine's errors per source)."""
 
     general: dict[str, dict[str, object]]
     local: dict[str, dict[str, object]]
@@ -126,26 +200,47 @@ class BothPaths:
     local_rows: dict[str, dict[str, list[str]]]
     collected: list
     decoded: int
+    batches: int
+    golden_failures: dict[str, list[str]]
+    golden_compared: dict[str, int]
+    quarantined: dict[str, list[str]]
 
 
 def _apply_both_ways(lake_factory, numeric: str) -> BothPaths:
     from cdc_apply.lake import decode_stage, pipeline
 
     scenarios = [s for s in CAPTURES if _numeric(s) == numeric]
-    captures = {s: load_capture(s, CAPTURES[s]) for s in scenarios}
+    cuts = {s: _cut(s, [(s, seq, lsn, payload) for seq, lsn, _xid, payload in load_capture(s, CAPTURES[s])])
+            for s in scenarios}
+    cut = {s: parts for s, (parts, _) in cuts.items()}
     extra = {"apply": {"numeric": numeric, "on_error": "quarantine"}, "silver": {"source_in_path": True}}
     general = lake_factory(f"general_{numeric}", **extra)
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(pipeline, "collect_micro_batch", lambda df, planned: None)
-        _apply_sources_in_chunks(general, captures, 3)
+        _apply_sources_in_chunks(general, cut)
     local = lake_factory(f"local_{numeric}", **extra)
     collected, decoded = [], []
+    golden_failures: dict[str, list[str]] = {s: [] for s in scenarios}
+    golden_compared = {s: 0 for s in scenarios}
+
+    def compare_golden(n: int, applied) -> None:
+        for scenario in scenarios:
+            point = cuts[scenario][1].get(n)
+            if point is not None:
+                checkpoint = next(c for c in load_expected(scenario) if c["name"] == point)
+                failures, compared = _golden_differences(local, scenario, checkpoint, applied)
+                golden_failures[scenario] += failures
+                golden_compared[scenario] += compared
+
     collect, decode = pipeline.collect_micro_batch, decode_stage.decode_local
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(pipeline, "collect_micro_batch",
                         lambda df, planned: collected.append(collect(df, planned)) or collected[-1])
         patched.setattr(decode_stage, "decode_local", lambda rows, plan: decoded.append(1) or decode(rows, plan))
-        _apply_sources_in_chunks(local, captures, 3)
+        _apply_sources_in_chunks(local, cut, compare_golden)
+    quarantined: dict[str, list[str]] = {s: [] for s in scenarios}
+    for r in local.state("quarantine").select("source", "error").collect():
+        quarantined[r.source].append(r.error)
     tables = {("general", s): _source_tables(general, s) for s in scenarios}
     tables.update({("local", s): _source_tables(local, s) for s in scenarios})
     # Every table of both lakes read by one Spark job.
@@ -156,7 +251,8 @@ def _apply_both_ways(lake_factory, numeric: str) -> BothPaths:
         per_source[key][name] = rows[str(i)]
     return BothPaths({s: tables["general", s] for s in scenarios}, {s: tables["local", s] for s in scenarios},
                      {s: per_source["general", s] for s in scenarios}, {s: per_source["local", s] for s in scenarios},
-                     collected, len(decoded))
+                     collected, len(decoded), max(len(parts) for parts in cut.values()), golden_failures,
+                     golden_compared, quarantined)
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +279,7 @@ def test_a_capture_applied_on_the_driver_leaves_the_tables_and_logs_the_general_
     run = both_paths(scenario)
     # Every micro-batch came to the driver; a batch that reads a carried transaction's rows again from
     # bronze decodes them in Spark, the others on the driver.
-    assert len(run.collected) == 3 and all(rows is not None for rows in run.collected) and run.decoded
+    assert len(run.collected) == run.batches > 1 and all(rows is not None for rows in run.collected) and run.decoded
     expected, got = run.general[scenario], run.local[scenario]
     assert sorted(got) == sorted(expected)
     assert any(name.startswith("silver ") for name in expected)
@@ -191,6 +287,23 @@ def test_a_capture_applied_on_the_driver_leaves_the_tables_and_logs_the_general_
         assert got[name].schema == df.schema, name
     for name in expected:
         assert run.local_rows[scenario][name] == run.general_rows[scenario][name], name
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("scenario", list(GOLDEN_POINTS))
+def test_a_golden_capture_applied_on_the_driver_equals_postgres_at_each_checkpoint(scenario, both_paths):
+    """Every table of the capture's checkpoints, typed, equals PostgreSQL's contents there (the capture
+    cut after each checkpoint, each chunk one batch; the other captures of its ``apply.numeric`` setting
+    applied beside it, as other sources)."""
+    run = both_paths(scenario)
+    assert not run.golden_failures[scenario], "\n".join(run.golden_failures[scenario])
+    assert run.golden_compared[scenario] >= len(GOLDEN_POINTS[scenario])
+
+
+@pytest.mark.spark
+def test_a_multi_dimensional_array_in_a_golden_capture_is_quarantined_by_policy(both_paths):
+    errors = both_paths("types").quarantined["types"]
+    assert errors and all("multi-dimensional arrays are not supported" in e for e in errors)
 
 
 def _json_rows(tables: dict[str, object]) -> dict[str, list[str]]:
@@ -227,7 +340,8 @@ def test_a_capture_applied_over_spark_connect_runs_its_small_batches_on_the_driv
 
     capture = load_capture("truncate", "v4_parallel_binary_twophase")
     classic = lake_factory("classic_connect_twin")
-    _apply_sources_in_chunks(classic, {"golden": capture}, 3)
+    _apply_sources_in_chunks(classic, {"golden": _even([("golden", seq, lsn, payload)
+                                                         for seq, lsn, _xid, payload in capture], 3)})
     remote = lake_factory("over_connect")
     collected = []
     collect = pipeline.collect_micro_batch
