@@ -46,6 +46,7 @@ from cdc_apply.errors import (
     SchemaError,
     SetupError,
     StateError,
+    StopRequested,
     VerifyError,
 )
 from cdc_apply.log import configure_logging
@@ -103,6 +104,7 @@ __all__ = [
     "SchemaError",
     "SetupError",
     "StateError",
+    "StopRequested",
     "StatusEntry",
     "Verification",
     "VerifyError",

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Mapping, TextIO, cast
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # for annotations only: importing them at run time would impo
 
     from cdc_apply.lake.books.status_rules import StatusEntry
     from cdc_apply.lake.history.as_of import AsOf, AsOfMethod
+    from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.lake.report import BatchReport
     from cdc_apply.lander.lander import LandSummary
     from cdc_apply.verification.run import Verification
@@ -116,22 +118,44 @@ def _run_apply(spark: SparkSession, config: Config, once: bool, out: TextIO | No
     stream.flush()
     name = query_name(config.pipeline)
     watcher = BatchWatcher(spark, name, pipeline, progress_seconds).start() if progress_seconds else None
+    signals = _stop_on_signals(pipeline)
     try:
         pipeline.run(once=once)
     except KeyboardInterrupt:
-        # The query runs in the JVM: without this it would go on after the call was interrupted.
+        # Outside the main thread no handler is installed: the query runs in the JVM and would go on
+        # after the call was interrupted.
         for query in spark.streams.active:
             if query.name == name:
                 query.stop()
         apply_log.info("apply of pipeline %r stopped by an interrupt", config.pipeline)
         raise
     finally:
+        for sig, handler in signals.items():
+            signal.signal(sig, handler)
         if watcher is not None:
             watcher.stop()
         stream.flush()
+    if pipeline.stopping.is_set():
+        apply_log.info("apply of pipeline %r stopped by a signal after %d batch(es), at apply version %d; "
+                       "a batch not begun runs at the next start", config.pipeline, len(pipeline.reports),
+                       pipeline.version)
+        return list(pipeline.reports)
     apply_log.info("applied %d batch(es) of pipeline %r, now at apply version %d",
                    len(pipeline.reports), config.pipeline, pipeline.version)
     return list(pipeline.reports)
+
+
+def _stop_on_signals(pipeline: "ApplyPipeline") -> dict:
+    """SIGINT and SIGTERM ask ``pipeline`` to stop once its batch under way is applied (the handlers this
+    replaces are returned, to be put back). Only in the main thread, where Python runs signal handlers: an
+    interrupt raised there in the middle of a call into the JVM would leave its connection mid-answer."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def on_signal(signum, frame) -> None:
+        pipeline.request_stop()
+
+    return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 def status(spark: SparkSession | None, config: ConfigLike, *, quarantine_hours: float = 24.0,

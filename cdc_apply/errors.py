@@ -61,6 +61,13 @@ class DecodeError(CdcApplyError):
     summary = "cannot decode logical replication message"
 
 
+class StopRequested(CdcApplyError):
+    """A batch refused because the apply job was asked to stop (SIGINT, SIGTERM): not applied, not a failure;
+    the next start applies it."""
+
+    summary = "the apply job is stopping"
+
+
 class SchemaError(CdcApplyError):
     """Schema history is inconsistent with the data (unknown relation, wrong column count)."""
 

@@ -50,13 +50,16 @@ def run_batches(pipeline, once: bool, stop: threading.Event | None = None) -> No
     """Apply what bronze holds, as one batch (``once``), or again every ``apply.trigger_interval`` until
     ``stop`` is set (or the call is interrupted)."""
     from cdc_apply.delta.spark_errors import unwrap_error
+    from cdc_apply.errors import StopRequested
 
     stop = stop or threading.Event()
     pause = interval_seconds(pipeline.config.apply.trigger_interval)
     batch_id = 0
-    while True:
+    while not stop.is_set():
         try:
             pipeline.process(unapplied_rows(pipeline), batch_id)
+        except StopRequested:
+            return
         except Exception as exc:
             raise unwrap_error(exc, pipeline.config) from None
         batch_id += 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
@@ -29,7 +30,7 @@ from cdc_apply.config import Config
 from cdc_apply.config.choices import OnError
 from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.delta.spark_errors import first_decode_error, unwrap_error
-from cdc_apply.errors import ApplyError
+from cdc_apply.errors import ApplyError, StopRequested
 from cdc_apply.lake.batch_context import BatchContext, Landed
 from cdc_apply.lake.batch_loop import run_batches
 from cdc_apply.lake.books.batch_logs import BatchLogs
@@ -63,6 +64,7 @@ from cdc_apply.spark.session import session_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 # A batch whose bronze payloads come to at most this many bytes is small: it is read from bronze once and
 # kept in memory for the batch (each read otherwise pays a Delta file-skipping job and a scan; for a large
@@ -120,6 +122,11 @@ class ApplyPipeline:
         # history write, before its silver writes), "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
         self.reports: list[BatchReport] = []
+        # request_stop: set, a batch not yet begun is refused; the query stops when none runs.
+        self.stopping = threading.Event()
+        self._idle = threading.Condition()
+        self._busy = False
+        self._query: StreamingQuery | None = None
 
     def _messages(self, spark=None):
         """Every source's pgoutput messages (bronze's, or transcoded from it: see cdc_apply.lake.sources.formats),
@@ -137,12 +144,36 @@ class ApplyPipeline:
     # -- one batch -------------------------------------------------------------------
     def process(self, df, batch_id: int) -> BatchReport:
         """Apply one micro-batch (``foreachBatch``); returns what it did, also printed as a line."""
-        with session_settings(self.spark, BATCH_SETTINGS):
-            try:
-                return self._process(df, batch_id)
-            except Exception as exc:
-                self._record_failure(unwrap_error(exc))
-                raise
+        with self._idle:
+            if self.stopping.is_set():
+                # Not applied and not a failure: the streaming query re-runs a batch it has not committed.
+                raise StopRequested("this batch runs again at the next start")
+            self._busy = True
+        try:
+            with session_settings(self.spark, BATCH_SETTINGS):
+                try:
+                    return self._process(df, batch_id)
+                except Exception as exc:
+                    self._record_failure(unwrap_error(exc))
+                    raise
+        finally:
+            with self._idle:
+                self._busy = False
+                self._idle.notify_all()
+
+    def request_stop(self) -> None:
+        """Stop the job once the batch under way (if any) is applied: no batch is cut short, none starts
+        after. Safe from any thread (a signal handler's, for one); returns at once, the stop goes on in a
+        thread of its own."""
+        self.stopping.set()
+        threading.Thread(target=self._stop_when_idle, name="cdc_apply-stop", daemon=True).start()
+
+    def _stop_when_idle(self) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: not self._busy)
+        query = self._query
+        if query is not None:   # a streaming query; the Connect loop sees ``stopping`` itself
+            query.stop()
 
     def _record_failure(self, error: Exception) -> None:
         """Leave the failed attempt where ``cdc-apply status`` finds it, under the source the error names
@@ -399,28 +430,37 @@ class ApplyPipeline:
         return newest, ages, asked
 
     def run(self, once: bool = False, await_termination: bool = True):
-        """Start the Structured Streaming query over bronze (``once``: everything available, then stop)."""
+        """Start the Structured Streaming query over bronze (``once``: everything available, then stop);
+        :meth:`request_stop` ends it cleanly."""
         if is_connect_session(self.spark):   # foreachBatch would run in the server's Python: batch_loop.py
-            return run_batches(self, once)
+            return run_batches(self, once, self.stopping)
         reader = self.spark.readStream.format("delta")
         if self.config.bronze.max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", self.config.bronze.max_files_per_trigger)
         if self.config.bronze.max_bytes_per_trigger:
             reader = reader.option("maxBytesPerTrigger", self.config.bronze.max_bytes_per_trigger)
         stream = self.bronze.load(reader)
-        writer = (stream.writeStream.foreachBatch(lambda df, batch_id: self.process(df, batch_id))
+
+        def each_batch(df, batch_id: int) -> None:
+            self.process(df, batch_id)
+
+        writer = (stream.writeStream.foreachBatch(each_batch)
                   .option("checkpointLocation", self.config.checkpoint_location)
                   .queryName(f"cdc_apply_{self.config.pipeline}"))
         writer = writer.trigger(availableNow=True) if once else writer.trigger(
             processingTime=self.config.apply.trigger_interval)
         try:
-            query = writer.start()
+            query = self._query = writer.start()
         except Exception as exc:
             raise unwrap_error(exc, self.config) from None
+        if self.stopping.is_set():   # asked to stop while the query was starting
+            self._stop_when_idle()
         if await_termination:
             try:
                 query.awaitTermination()
             except Exception as exc:  # StreamingQueryException wraps our own error: surface that one
+                if self.stopping.is_set() and StopRequested.summary in str(exc):
+                    return query   # a batch refused while stopping: it runs again at the next start
                 raise unwrap_error(exc, self.config) from None
         return query
 

@@ -65,9 +65,23 @@ def wait_applied(spark: SparkSession, config: Config, source: str, lsn: int, tim
             return applied
         if time.monotonic() >= deadline:
             shown = format_lsn(applied) if applied is not None else "nothing"
+            landed = landed_lsn(spark, config, source)
+            if landed is None or landed < lsn:
+                raise VerifyError(f"bronze did not receive the source's point within {timeout:g} s (landed: "
+                                  f"{format_lsn(landed) if landed is not None else 'nothing'}); is the lander "
+                                  "(cdc-apply land) running? (--wait-seconds)", source=source, lsn=format_lsn(lsn))
             raise VerifyError(f"the apply job did not reach the source's point within {timeout:g} s (applied: "
-                              f"{shown}); is it running? (--wait-seconds)", source=source, lsn=format_lsn(lsn))
+                              f"{shown}; bronze holds {format_lsn(landed)}); is it running? (--wait-seconds)",
+                              source=source, lsn=format_lsn(lsn))
         time.sleep(poll)
+
+
+def landed_lsn(spark: SparkSession, config: Config, source: str) -> int | None:
+    """The newest LSN bronze holds for ``source`` (None: no row)."""
+    from pyspark.sql import functions as F
+
+
+    return bronze_ref(config).read(spark).where(F.col("source") == source).agg(F.max("lsn")).first()[0]
 
 
 def wait_logged(spark: SparkSession, config: Config, ref: TableRef, version: int, timeout: float,

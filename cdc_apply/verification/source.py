@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdc_apply.errors import VerifyError
+from cdc_apply.errors import CdcApplyError, VerifyError
 from cdc_apply.lander.dsn import connection_error, scrubbed_line
 from cdc_apply.lander.options import SESSION_SETTINGS, options_string
 from cdc_apply.lander.snapshots.copy_sessions import ConsistentPoint, ExportSlot
@@ -30,7 +30,7 @@ SAMPLE_ROWS = 20000   # range cut points come from about this many sampled keys
 
 # (A backslash ending a line inside the SQL joins it to the next: the text is one line there.)
 _SHAPE = """
-SELECT c.oid::int8, c.relkind, c.relreplident,
+SELECT c.oid::int8, c.relkind, c.relreplident, c.relispartition,
        CASE WHEN c.relkind = 'p' THEN COALESCE((SELECT sum(GREATEST(p.reltuples, 0))::int8 \
 FROM pg_partition_tree(c.oid) t
                  JOIN pg_class p ON p.oid = t.relid WHERE p.relkind <> 'p'), 0) ELSE GREATEST(c.reltuples, 0)::int8 END,
@@ -68,6 +68,7 @@ class SourceTable:
     key: tuple[str, ...]
     estimated_rows: int
     row_filter: str | None = None   # the publications' row filter (SQL): silver holds only the rows it passes
+    is_partition: bool = False      # a partition of a partitioned table (pg_class.relispartition)
 
     @property
     def sql(self) -> str:
@@ -123,14 +124,17 @@ class SourceSnapshot:
         try:
             try:
                 self.point = slot.create()
-            except Exception as exc:  # LandError: the slot could not be made (rights, max_replication_slots)
+            except CdcApplyError as exc:  # the slot could not be made (unreachable, rights, max_replication_slots)
+                raise VerifyError(f"no consistent point: {exc.detail}", **exc.context) from None
+            except Exception as exc:
                 raise VerifyError(f"no consistent point: {exc}") from None
             try:
                 self.conn = conn = psycopg2.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)),
                                                     application_name="cdc_apply-verify",
                                                     options=options_string(SESSION_SETTINGS))
             except psycopg2.Error as exc:
-                raise connection_error(exc, self.dsn) from None
+                err = connection_error(exc, self.dsn)
+                raise VerifyError(err.detail, **err.context) from None
             conn.autocommit = True
             with conn.cursor() as cur:
                 cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -183,7 +187,7 @@ class SourceSnapshot:
         rows = self._query(_SHAPE, (namespace, name))
         if not rows:
             return None
-        oid, _kind, identity, estimate, key_attnums = rows[0]
+        oid, _kind, identity, partition, estimate, key_attnums = rows[0]
         columns, by_attnum = [], {}
         for attnum, attname, type_oid, typmod, sql_type in self._query(_COLUMNS, (oid,)):
             column = SourceColumn(attname, resolve_column_type(int(type_oid), int(typmod), options=options), sql_type)
@@ -195,7 +199,7 @@ class SourceSnapshot:
             unfiltered, filters = self._query(_ROW_FILTER, (list(publications), namespace, name))[0]
             if not unfiltered and filters:
                 row_filter = " OR ".join(f"({f})" for f in filters)
-        return SourceTable(namespace, name, int(oid), tuple(columns), key, int(estimate), row_filter)
+        return SourceTable(namespace, name, int(oid), tuple(columns), key, int(estimate), row_filter, bool(partition))
 
     def sample(self, table: SourceTable, column: str) -> list:
         """Values of ``column`` from a block sample of about :data:`SAMPLE_ROWS` rows (all rows of a small table)."""

@@ -48,7 +48,7 @@ def test_the_example_loads_with_every_commented_option_enabled():
     # ... and the example names every option of every section.
     for name, cls in [("bronze", c.BronzeConfig), ("silver", c.SilverConfig), ("state", c.StateConfig),
                       ("apply", c.ApplyConfig), ("source", c.SourceConfig), ("land", c.LandConfig),
-                      ("gaussdb", c.GaussdbConfig)]:
+                      ("gaussdb", c.GaussdbConfig), ("verify", c.VerifyConfig)]:
         for f in fields(cls):
             assert re.search(rf"^(# )?{f.name} = ", example, re.M), f"{name}.{f.name} is not in conf/example.toml"
 

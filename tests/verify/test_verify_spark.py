@@ -177,3 +177,35 @@ def test_silver_damaged_in_five_ways_is_found_in_the_right_ranges(lake):
     recorded = state_ref(lake.config, "verifications").read(lake.spark).where(f"run_id = '{run.run_id}'")
     assert sorted((r.table_name, r.status) for r in recorded.collect()) == sorted(
         (t.table, t.status) for t in run.tables)
+
+
+def test_a_silver_location_without_the_tables_is_an_error_naming_silver_not_an_empty_success(lake, tmp_path):
+    """The pipeline's own state, but ``[silver] path`` at a folder that does not exist: no table can be
+    compared, and verify says so at once instead of reporting a run with no table as equal."""
+    from dataclasses import replace
+
+    config = replace(lake.lander_config, silver=replace(lake.lander_config.silver, path=str(tmp_path / "nowhere")))
+    with pytest.raises(VerifyError) as info:
+        verify(lake.spark, config, wait_seconds=600, record=False)
+    text = str(info.value)
+    assert "has a silver table" in text and "nowhere" in text and "[silver] path" in text, text
+
+
+def test_a_point_the_lander_has_not_landed_is_blamed_on_the_lander_not_the_apply_job(lake):
+    """No lander runs beside this verify (the module lands by hand): its point never reaches bronze."""
+    with pytest.raises(VerifyError) as info:
+        verify(lake.spark, lake.lander_config, wait_seconds=2, record=False)
+    text = str(info.value)
+    assert "bronze did not receive the source's point" in text and "cdc-apply land" in text, text
+
+
+def test_an_unreachable_source_is_named_in_verify_s_own_words(lake):
+    from dataclasses import replace
+
+    config = replace(lake.lander_config, source=replace(lake.lander_config.source, dsn="host=127.0.0.1 port=9 "
+                                                        "dbname=verify user=postgres connect_timeout=2"))
+    with pytest.raises(VerifyError) as info:
+        verify(lake.spark, config, wait_seconds=5, record=False)
+    text = str(info.value)
+    assert text.startswith("cannot verify: no consistent point: ") and "cannot land changes" not in text, text
+    assert "127.0.0.1:9" in text, text
