@@ -21,11 +21,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.system]
 CLI = Path(sys.executable).parent / "cdc-apply"
 
 
-def _insert(builder: StreamBuilder, ids: range) -> None:
-    t = builder.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+def _insert(builder: StreamBuilder, table, ids: range) -> None:
     with builder.transaction() as tx:
         for i in ids:
-            tx.insert(t, {"id": i, "v": f"v{i}"})
+            tx.insert(table, {"id": i, "v": f"v{i}"})
 
 
 def _apply_until(config: str, work: Path, sig: signal.Signals, name: str) -> tuple[int, str, str]:
@@ -55,7 +54,8 @@ def _apply_until(config: str, work: Path, sig: signal.Signals, name: str) -> tup
 def test_a_signal_stops_the_continuous_apply_after_its_batch_with_one_line_and_exit_0(spark, tmp_path, sig):
     lake = Lake(spark, tmp_path / "lake", pipeline="interrupt", apply={"trigger_interval": "1 second"})
     changes = StreamBuilder("src")
-    _insert(changes, range(1, 6))
+    t = changes.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    _insert(changes, t, range(1, 6))
     lake.land(changes)
     config = str(lake.write_config())
     code, out, err = _apply_until(config, tmp_path, sig, sig.name)
@@ -67,7 +67,7 @@ def test_a_signal_stops_the_continuous_apply_after_its_batch_with_one_line_and_e
     assert len(err.splitlines()) <= 3, err
     assert lake.silver("public.t").count() == 5
     # Nothing recorded as failed, and the next run goes on from where this one stopped.
-    _insert(changes, range(6, 8))
+    _insert(changes, t, range(6, 8))
     lake.land(changes)
     run = subprocess.run([str(CLI), "apply", "--config", config, "--once", "--progress-seconds", "0"],
                          capture_output=True, text=True, timeout=600,
