@@ -12,15 +12,33 @@ from __future__ import annotations
 import io
 import json
 import uuid
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import pyarrow as pa
 
 STRING_STATS_CHARS = 32   # Delta's default prefix for string min/max (delta.dataSkippingStringPrefixLength)
 
 
+class AddedFile(Protocol):
+    """A Parquet file in a table's folder, not yet committed — what :mod:`cdc_apply.delta.commit` (Delta's
+    JVM classes) and :mod:`cdc_apply.delta.rs_commit` (delta-rs) commit. Read-only: a NamedTuple such as
+    :class:`ParquetFile` is one."""
+
+    @property
+    def name(self) -> str: ...          # relative to the table's folder
+
+    @property
+    def size(self) -> int: ...          # bytes
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def stats(self) -> str | None: ...  # Delta's per-file statistics (JSON); None: none kept
+
+
 class ParquetFile(NamedTuple):
-    """A Parquet file's bytes on their way into a table's folder (an ``AddedFile`` of :mod:`cdc_apply.delta.commit`)."""
+    """A Parquet file's bytes on their way into a table's folder (an :class:`AddedFile`)."""
     name: str         # relative to the table's folder
     data: bytes
     rows: int

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from cdc_apply.delta.arrow_files import parquet_file
+from cdc_apply.delta.arrow_files import AddedFile, parquet_file
 from cdc_apply.delta.log import app_version, delta_log
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.delta.sql_table import is_connect, session_jvm
@@ -28,23 +28,6 @@ if TYPE_CHECKING:
 
 # Bytes per py4j call when a file goes to a table's folder through Hadoop's file system (object storage).
 _CHUNK_BYTES = 4 << 20
-
-
-class AddedFile(Protocol):
-    """A Parquet file in the table's folder, not yet committed (read-only: a NamedTuple such as
-    :class:`cdc_apply.delta.arrow_files.ParquetFile` is one)."""
-
-    @property
-    def name(self) -> str: ...          # relative to the table's folder
-
-    @property
-    def size(self) -> int: ...          # bytes
-
-    @property
-    def rows(self) -> int: ...
-
-    @property
-    def stats(self) -> str | None: ...  # Delta's per-file statistics (JSON); None: none kept
 
 
 def add_files(spark: SparkSession, log, files: Sequence[AddedFile], app: tuple[str, int] | None = None,

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Sequence
 
 import pyarrow as pa
 
+from cdc_apply.delta.arrow_files import AddedFile
 from cdc_apply.errors import StateError
 
 # Writer features a commit of plain files honours: the files are written whole by pyarrow with the
@@ -29,22 +30,6 @@ from cdc_apply.errors import StateError
 WRITABLE_FEATURES = frozenset({"appendOnly", "invariants"})
 COMMIT_ATTEMPTS = 100          # commits by others in a row before giving up (OPTIMIZE, other sources)
 CREATE_ATTEMPTS = 5
-
-
-class AddedFile(Protocol):
-    """A Parquet file in the table's folder, not yet committed (read-only: a NamedTuple is one)."""
-
-    @property
-    def name(self) -> str: ...    # relative to the table's folder
-
-    @property
-    def size(self) -> int: ...    # bytes
-
-    @property
-    def rows(self) -> int: ...
-
-    @property
-    def stats(self) -> str: ...   # Delta's per-file statistics (JSON)
 
 
 def is_table(path: str) -> bool:
@@ -147,7 +132,10 @@ def commit_files(table, files: Sequence[AddedFile], app: tuple[str, int], user_m
     from deltalake.transaction import AddAction
 
     now = int(time.time() * 1000)
-    actions = [AddAction(f.name, f.size, {}, now, True, f.stats) for f in files]
+    unmeasured = [f.name for f in files if f.stats is None]
+    if unmeasured:   # delta-rs commits a file's statistics as given: the lander's files always carry them
+        raise StateError(f"files without Delta statistics cannot be committed here: {', '.join(unmeasured)}")
+    actions = [AddAction(f.name, f.size, {}, now, True, f.stats or "") for f in files]
     metrics = {"numFiles": str(len(files)), "numOutputRows": str(sum(f.rows for f in files)),
                "numOutputBytes": str(sum(f.size for f in files))}
     last = None

@@ -157,7 +157,8 @@ def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = N
     range_rows = range_rows or config.verify.range_rows
     wait_seconds = config.verify.wait_seconds if wait_seconds is None else wait_seconds
     relations = _relations(spark, config, source, tables)
-    if not any(ref.exists(spark) for _, ref, _ in relations):
+    present = {name: ref.exists(spark) for name, ref, _ in relations}   # read once: the check below and the planning
+    if relations and not any(present.values()):
         # Nothing could be compared: say so now, not after waiting for the apply job.
         raise VerifyError(f"none of the {len(relations)} applied tables has a silver table (the first: "
                           f"{relations[0][1]}); is the silver location the apply job's? ([silver] path or "
@@ -170,7 +171,7 @@ def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = N
         # The source's sums are read while the apply job catches up with the point: both take seconds.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-source") as pool:
             planned = pool.submit(lambda: [_plan_source(spark, config, snap, name, ref, rel, options, range_rows,
-                                                        tables is not None)
+                                                        tables is not None, present[name])
                                            for name, ref, rel in relations])
             try:
                 run.applied_lsn = sv.wait_applied(spark, config, source, point.lsn, wait_seconds)
@@ -220,9 +221,9 @@ def _relations(spark: SparkSession, config: Config, source: str, tables: Sequenc
 
 
 def _plan_source(spark: SparkSession, config: Config, snap: SourceSnapshot, name: str, ref, relation,
-                 options: TypeOptions, range_rows: int, named: bool) -> _Plan:
+                 options: TypeOptions, range_rows: int, named: bool, has_silver: bool) -> _Plan:
     """The table's source side; ``named``: the caller asked for this table (a partition is then verified
-    too, against a silver table of its own)."""
+    too, against a silver table of its own); ``has_silver``: whether ``ref`` exists."""
     plan = _Plan(cmp.TableResult(name), relation=relation)
     started = time.monotonic()
     try:
@@ -230,7 +231,7 @@ def _plan_source(spark: SparkSession, config: Config, snap: SourceSnapshot, name
         shape = snap.table(namespace, relname, options, publication_names(config.source))
         if shape is None:
             raise VerifyError("the table is not in the source (dropped?)", table=name)
-        if not ref.exists(spark):
+        if not has_silver:
             if shape.is_partition and not named:
                 # A partition's changes are published as its root's (publish_via_partition_root): its rows
                 # are verified in the root's silver table. Left out of the run, not an error.
