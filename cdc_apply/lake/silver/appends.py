@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.lake.books.commit_tag import decode_tag, encode_tag
-from cdc_apply.lake.silver.merge import MergeResult
+from cdc_apply.lake.silver.merge_result import MergeResult
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
 

@@ -21,14 +21,15 @@ a backtick while its Change Data Feed is on) gets the same rows through :mod:`cd
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Sequence
 
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.errors import ApplyError
+from cdc_apply.lake.silver.merge_result import MergeResult
 from cdc_apply.lake.silver.merge_sql import key_bounds_sql, keyed_assignments_sql
+from cdc_apply.lake.silver.replace_rows import Step, needs_replace, replace_keyed, replace_keyless, silver_before
 from cdc_apply.lake.silver.soft_deletes import is_deleted_sql, keyed_soft_delete, keyless_soft_delete
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.masks import mask_sql
@@ -63,14 +64,6 @@ REWRITE_MIN_CHANGES = 10_000
 # that commit costs Spark jobs and a Delta commit, more than a few thousand rows cost in the MERGE's join
 # (docs/BENCHMARKS.md). An insert-only batch of new keys is one append whatever its size.
 NEW_KEYS_APPEND_MIN = 10_000
-
-
-@dataclass(frozen=True)
-class MergeResult:
-    inserted: int = 0
-    updated: int = 0
-    deleted: int = 0
-    missing: int = 0  # updates of rows silver does not have, whose unchanged TOAST values could not be filled
 
 
 def project(decoded, work: TableWork):
@@ -208,7 +201,6 @@ def merge_keyed(spark: SparkSession, collapsed, work: TableWork, bounds: tuple |
     values); insert rows with nothing left to fill from silver. ``bounds`` (lowest, highest key of a
     single-column key) go into the join condition, so Delta skips silver files outside them — a
     batch of recent keys reads only the files that hold recent keys."""
-    from cdc_apply.lake.silver.replace_rows import needs_replace, replace_keyed
 
     if needs_replace(spark, work):
         return replace_keyed(spark, collapsed, work, bounds)
@@ -253,7 +245,6 @@ def merge_keyless(spark: SparkSession, projected, work: TableWork, target_empty:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from cdc_apply.lake.silver.replace_rows import Step, needs_replace, replace_keyless, silver_before
 
     n = len(work.columns)
     step = Step(spark, work.ref) if needs_replace(spark, work) else None

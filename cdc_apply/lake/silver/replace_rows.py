@@ -28,6 +28,7 @@ from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import ApplyError
 from cdc_apply.lake.books.commit_tag import decode_tag, encode_tag
+from cdc_apply.lake.silver.merge_result import MergeResult
 from cdc_apply.lake.silver.soft_deletes import marker_of
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
@@ -98,7 +99,6 @@ def replace_keyed(spark: SparkSession, collapsed, work: TableWork, bounds: tuple
     """:func:`cdc_apply.lake.silver.merge.merge_keyed`'s writes: the kept rows replaced, the deleted removed."""
     from pyspark.sql import functions as F
 
-    from cdc_apply.lake.silver.merge import MergeResult
 
     step = Step(spark, work.ref)
     n = len(work.columns)
@@ -147,7 +147,6 @@ def replace_keyless(spark: SparkSession, counted, work: TableWork, values: list[
     batch's commit metadata after (a MERGE keeps the old copies' when the count grows)."""
     from pyspark.sql import functions as F
 
-    from cdc_apply.lake.silver.merge import MergeResult
 
     if work.deleted is not None:
         raise ApplyError(f"silver table {work.ref} has no key, a column name holding a backtick and Change Data "
