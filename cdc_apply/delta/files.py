@@ -64,11 +64,6 @@ def _plain(kind: pa.DataType) -> pa.DataType:
     return kind
 
 
-def sql_text(value: str) -> str:
-    """A string literal for :func:`read_rows`' predicate."""
-    return "'" + value.replace("'", "''") + "'"
-
-
 @dataclass(frozen=True)
 class LiveFile:
     """One file of the table's current version: its statistics for ``columns`` (None where it has none)."""

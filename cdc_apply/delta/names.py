@@ -3,7 +3,9 @@
 Names come from the source database (namespaces, relations, columns) and from bronze (source names),
 so whoever can create a table on a published database chooses them. Every path built from one goes
 through :func:`path_segment` and :func:`check_under_root`; every SQL string literal through
-:func:`quote_literal` and every identifier through :func:`quote_ident`.
+:func:`quote_literal` (Spark SQL) or :func:`pg_literal` (PostgreSQL, delta-rs predicates) and every
+identifier through :func:`quote_ident` (Spark SQL) or :func:`pg_ident` (PostgreSQL): the one quoting
+module.
 """
 
 from __future__ import annotations
@@ -26,6 +28,18 @@ def quote_literal(text: str) -> str:
     line breaks and NUL included, stands for itself.
     """
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def pg_ident(name: str) -> str:
+    """A PostgreSQL identifier in double quotes (double quotes inside doubled): also how pgoutput's
+    ``publication_names`` option is split."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def pg_literal(text: str) -> str:
+    """A standard SQL string literal (quotes inside doubled): PostgreSQL's, with ``standard_conforming_strings``
+    on as it is by default, its replication commands', and delta-rs's (DataFusion's) predicates'."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def sql_literal(value, ddl: str | None = None) -> str:

@@ -23,6 +23,7 @@ import pyarrow as pa
 from cdc_apply.delta import files as delta_files
 from cdc_apply.delta import rs_commit
 from cdc_apply.delta.bronze_schema import ARROW_SCHEMA, REQUIRED_COLUMNS
+from cdc_apply.delta.names import pg_literal
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import CdcApplyError, LandError
 from cdc_apply.lander.bronze_commit import BronzeFile, check_not_written, stream_batch, write_file
@@ -103,7 +104,7 @@ class RsBronzeWriter:
         # Rows without (matching) lander metadata: rebuild from the rows themselves.
         self.rebuilt_from_rows = True
         rows = delta_files.read_rows(table, ["seq", "lsn", "payload"],
-                                     f"source = {delta_files.sql_text(self.source)}").sort_by("seq")
+                                     f"source = {pg_literal(self.source)}").sort_by("seq")
         return rebuild_state(zip(rows.column("seq").to_pylist(), rows.column("lsn").to_pylist(),
                                  rows.column("payload").to_pylist()),
                              batch=max(written or 0, state.batch if state else 0), source=self.source)

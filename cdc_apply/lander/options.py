@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from cdc_apply.config import SourceConfig
 from cdc_apply.config.choices import Streaming
+from cdc_apply.delta.names import pg_ident
 from cdc_apply.errors import ConfigError
 
 # The walsender formats text-mode values with its session's settings. These are the ones the
@@ -22,10 +23,6 @@ SESSION_SETTINGS: dict[str, str] = {
     "client_encoding": "UTF8",
 }
 
-
-def quote_ident(name: str) -> str:
-    """A PostgreSQL identifier in double quotes (pgoutput splits publication_names like identifiers)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def publication_names(source: SourceConfig) -> tuple[str, ...]:
@@ -70,7 +67,7 @@ def replication_options(source: SourceConfig) -> dict[str, str]:
         raise ConfigError("must name a replication slot", key="source.slot")
     options = {
         "proto_version": str(proto),
-        "publication_names": ",".join(quote_ident(p) for p in publications),
+        "publication_names": ",".join(pg_ident(p) for p in publications),
         "messages": "true" if source.messages else "false",
         "binary": "true" if source.binary else "false",
         "origin": source.origin,

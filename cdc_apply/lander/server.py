@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdc_apply.config import SourceConfig
+from cdc_apply.delta.names import pg_ident, pg_literal
 from cdc_apply.errors import LandError
 from cdc_apply.lander.dsn import SourceLandError, Target, connection_error, is_transient, scrubbed_line
-from cdc_apply.lander.options import publication_names, quote_ident
+from cdc_apply.lander.options import publication_names
 from cdc_apply.lander.state import ResumeState
 from cdc_apply.pgoutput.messages import format_lsn
 
@@ -36,9 +37,6 @@ LOSS_REMEDY = ("this source's bronze cannot be continued: land into a new bronze
                "source.name (with source.create_slot a missing slot is created there) and load the published "
                "tables' current contents into silver again (a re-snapshot)")
 
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 @dataclass(frozen=True)
@@ -170,7 +168,7 @@ class SourceServer:
                                    "WHERE rolname = current_user")[0]
         if not allowed:
             raise LandError(f"user {user!r} may not open a replication connection: run ALTER ROLE "
-                            f"{quote_ident(user)} REPLICATION; as a superuser", dsn=self.target.shown)
+                            f"{pg_ident(user)} REPLICATION; as a superuser", dsn=self.target.shown)
         self.check_publications()
         if self.source.ddl_events:
             from cdc_apply.lander import ddl_events
@@ -194,11 +192,11 @@ class SourceServer:
         if len(names) == 1:
             raise LandError(
                 f"publication {missing[0]!r} does not exist in database {self.target.dbname!r}: "
-                f"run CREATE PUBLICATION {quote_ident(missing[0])} {what}; "
+                f"run CREATE PUBLICATION {pg_ident(missing[0])} {what}; "
                 "or set source.create_publication = true", dsn=self.target.shown)
         which = ("publication {} does" if len(missing) == 1 else "publications {} do").format(
             ", ".join(repr(n) for n in missing))
-        create = " ".join(f"CREATE PUBLICATION {quote_ident(n)} FOR TABLE <its tables>;" for n in missing)
+        create = " ".join(f"CREATE PUBLICATION {pg_ident(n)} FOR TABLE <its tables>;" for n in missing)
         raise LandError(f"{which} not exist in database {self.target.dbname!r} (source.publication = "
                         f"{source.publication!r}): run {create} or leave them out of source.publication",
                         dsn=self.target.shown, key="source.publication")
@@ -207,12 +205,12 @@ class SourceServer:
         tables = self.source.publication_tables
         if not tables:
             return "FOR ALL TABLES"
-        return "FOR TABLE " + ", ".join(".".join(quote_ident(p) for p in t.split(".")) for t in tables)
+        return "FOR TABLE " + ", ".join(".".join(pg_ident(p) for p in t.split(".")) for t in tables)
 
     def create_publication(self, name: str) -> None:
         """CREATE PUBLICATION ``name`` for ``source.publication_tables`` (none: FOR ALL TABLES)."""
         self.created.append(f"publication {name!r}")
-        self.query(f"CREATE PUBLICATION {quote_ident(name)} {self._publication_what()}")
+        self.query(f"CREATE PUBLICATION {pg_ident(name)} {self._publication_what()}")
 
     def slot(self) -> SlotInfo | None:
         """The configured slot, checked; ``None`` when it is missing and ``source.create_slot`` is set."""
@@ -227,7 +225,7 @@ class SourceServer:
                 raise LandError(
                     f"replication slot {source.slot!r} does not exist: set source.create_slot = true (for a "
                     f"source bronze holds nothing of yet), or run SELECT pg_create_logical_replication_slot("
-                    f"{_literal(source.slot)}, 'pgoutput', false, {'true' if source.two_phase else 'false'}); "
+                    f"{pg_literal(source.slot)}, 'pgoutput', false, {'true' if source.two_phase else 'false'}); "
                     f"in database {self.target.dbname!r}", dsn=self.target.shown)
             return None
         plugin, slot_type, database, two_phase, wal_status, confirmed, restart, current = rows[0]

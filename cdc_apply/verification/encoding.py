@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cdc_apply.delta.names import pg_ident
 from cdc_apply.delta.names import quote_ident as spark_ident
 from cdc_apply.delta.names import quote_literal as spark_literal
 from cdc_apply.pgoutput.types import ColumnType
@@ -44,9 +45,6 @@ HASHED = sorted(_INTEGER_KINDS | _TEXT_KINDS | {"bool", "numeric", "date", "time
 # Key columns a range can be cut on: they order the same in PostgreSQL (text under COLLATE "C") and in Spark.
 RANGE_KINDS = {"int2": "int", "int4": "int", "int8": "int", "uuid": "uuid", "text": "text"}
 
-
-def pg_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 @dataclass(frozen=True)

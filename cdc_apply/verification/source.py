@@ -15,13 +15,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cdc_apply.delta.names import pg_ident
 from cdc_apply.errors import CdcApplyError, VerifyError
 from cdc_apply.lander.dsn import connection_error, scrubbed_line
 from cdc_apply.lander.options import SESSION_SETTINGS, options_string
 from cdc_apply.lander.snapshots.copy_sessions import ConsistentPoint, ExportSlot
 from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_column_type
-from cdc_apply.verification.encoding import ColumnEncoding, pg_ident, pg_key_text, pg_range_predicate, pg_row_hash
+from cdc_apply.verification.encoding import ColumnEncoding, pg_key_text, pg_range_predicate, pg_row_hash
 
 if TYPE_CHECKING:
     from psycopg2.extensions import connection as PgConnection

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_apply.delta.ddl import create_statement, create_table, set_properties
-from cdc_apply.delta.names import quote_ident, quote_literal
+from cdc_apply.delta.names import pg_ident, pg_literal, quote_ident, quote_literal
 from cdc_apply.delta.refs import TableRef
 
 HOSTILE = ["plain", "it's", "back\\slash", "ends with \\", "\\'", "'; DROP TABLE x; --", "`tick`", 'dq "x"',
@@ -90,3 +90,11 @@ def test_a_replaced_table_reads_its_hostile_properties_and_comment_back_exactly(
     (detail,) = spark.sql(f"DESCRIBE DETAIL {ref.sql}").collect()
     assert detail.description == f"of src:public.{hostile}"
     assert ref.read(spark).columns == ["id", hostile]
+
+
+def test_postgresql_reads_back_every_hostile_name_and_literal_quoted_by_pg_ident_and_pg_literal(postgres):
+    # NUL cannot be in a PostgreSQL text or name at all: the rest must come back exactly as given.
+    for text in [t for t in HOSTILE if "\x00" not in t and t]:
+        rows = postgres.execute(f"SELECT {pg_literal(text)} AS {pg_ident(text)}")
+        assert rows == [(text,)], text
+        postgres.execute(f"CREATE TEMP TABLE IF NOT EXISTS {pg_ident(text[:60])} ()")

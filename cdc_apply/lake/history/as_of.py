@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 from cdc_apply.config import Config
 from cdc_apply.config.choices import Retype
 from cdc_apply.delta.ddl import table_properties
+from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.refs import TableRef, history_ref, silver_ref
 from cdc_apply.errors import AsOfError
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
@@ -222,11 +223,8 @@ class ColumnsAt:
         """``frame`` (silver as of a Delta version) with the columns that existed at the LSN, named as now."""
         from pyspark.sql import functions as F
 
-        return frame.select(*[F.col(_quoted(n)).alias(shown) for n, shown in self.shown(frame.columns)])
+        return frame.select(*[F.col(quote_ident(n)).alias(shown) for n, shown in self.shown(frame.columns)])
 
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _from_history(spark: SparkSession, ref: TableRef, config: Config, lsn: int | None, at: ColumnsAt):
@@ -237,7 +235,7 @@ def _from_history(spark: SparkSession, ref: TableRef, config: Config, lsn: int |
     h = HistoryColumns(config.silver.metadata_prefix)
     df = ref.read(spark)
     own = {config.silver.metadata_prefix + c for c in HISTORY_COLUMNS}
-    columns = [F.col(_quoted(c)).alias(shown) for c, shown in at.shown([c for c in df.columns if c not in own])]
+    columns = [F.col(quote_ident(c)).alias(shown) for c, shown in at.shown([c for c in df.columns if c not in own])]
     if lsn is None:
         return df.select(*columns).limit(0)
     valid = (F.col(h.valid_from_lsn) <= lsn) & (F.col(h.valid_to_lsn).isNull() | (F.col(h.valid_to_lsn) > lsn))

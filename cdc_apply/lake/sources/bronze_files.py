@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from cdc_apply.delta.files import LiveFile, file_rows, live_files, local_path, open_table, read_rows, sql_text
+from cdc_apply.delta.files import LiveFile, file_rows, live_files, local_path, open_table, read_rows
+from cdc_apply.delta.names import pg_literal
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.lake.sources.bronze_tail import (
     COMMIT_TYPES,
@@ -36,7 +37,7 @@ def newest_seqs(ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
 
 
 def _query_newest(table, floors: dict[str, int]) -> dict[str, int]:
-    wanted = " OR ".join(f"(source = {sql_text(s)} AND seq >= {int(f)})" for s, f in floors.items())
+    wanted = " OR ".join(f"(source = {pg_literal(s)} AND seq >= {int(f)})" for s, f in floors.items())
     rows = read_rows(table, ["source", "seq"], wanted)
     newest: dict[str, int] = {}
     for source, seq in zip(rows.column("source").to_pylist(), rows.column("seq").to_pylist()):
@@ -81,7 +82,7 @@ def _first_due(table, behind: dict[str, tuple[int, int]], landed_only: frozenset
     commits = " OR ".join(f"(payload >= X'{ord(t):02X}' AND payload < X'{ord(t) + 1:02X}')" for t in COMMIT_TYPES)
     wanted = []
     for source, (after, upto) in behind.items():
-        cond = f"source = {sql_text(source)} AND seq > {int(after)} AND seq <= {int(upto)}"
+        cond = f"source = {pg_literal(source)} AND seq > {int(after)} AND seq <= {int(upto)}"
         wanted.append(f"({cond})" if source in landed_only else f"({cond} AND ({commits}))")
     has_landed = "landed_at" in [f.name for f in table.schema().fields]
     columns = ["source", "seq", "payload"] + (["landed_at"] if has_landed else [])

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cdc_apply.delta.names import pg_ident
 from cdc_apply.errors import LandError
-from cdc_apply.lander.options import quote_ident
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID
 from cdc_apply.pgoutput.types import ColumnType, resolve_column_type
@@ -89,7 +89,7 @@ class PublishedRelation:
 
     @property
     def sql_name(self) -> str:
-        return f"{quote_ident(self.namespace)}.{quote_ident(self.name)}"
+        return f"{pg_ident(self.namespace)}.{pg_ident(self.name)}"
 
 
 @dataclass(frozen=True)
@@ -198,10 +198,10 @@ def describe(cur, published: PublishedRelation, binary: bool) -> TableShape:
         rel_columns.append(m.RelationColumn(flags, attname, typoid, typmod))
         column_type = resolve_column_type(typoid, typmod, named)
         if has_send and (same_both_ways(column_type) or binary):
-            select.append(quote_ident(attname))
+            select.append(pg_ident(attname))
             formats += b"b"
         else:
-            select.append(f"{quote_ident(out_ns)}.{quote_ident(out_fn)}({quote_ident(attname)})::text")
+            select.append(f"{pg_ident(out_ns)}.{pg_ident(out_fn)}({pg_ident(attname)})::text")
             formats += b"t"
     namespace = "" if published.namespace == "pg_catalog" else published.namespace
     relation = m.Relation(SNAPSHOT_XID, published.relation_id, namespace, published.name, replident,
@@ -211,7 +211,7 @@ def describe(cur, published: PublishedRelation, binary: bool) -> TableShape:
         sources = []
         for oid, ns, name, relkind in _query(cur, _LEAVES, (published.relation_id,)):
             if relkind == "r":
-                sources.append(CopySource(oid, f"{quote_ident(ns)}.{quote_ident(name)}"))
+                sources.append(CopySource(oid, f"{pg_ident(ns)}.{pg_ident(name)}"))
             elif relkind != "p":
                 skipped.append(f"{ns}.{name}")
     first = next((c for c in columns if key_columns and c[0] == key_columns[0]), None)

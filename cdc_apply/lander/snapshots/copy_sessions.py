@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Iterator
 
 import pyarrow as pa
 
+from cdc_apply.delta.names import pg_ident
 from cdc_apply.errors import LandError
 from cdc_apply.lander.dsn import connection_error, scrubbed_line
-from cdc_apply.lander.options import SESSION_SETTINGS, options_string, quote_ident
+from cdc_apply.lander.options import SESSION_SETTINGS, options_string
 from cdc_apply.lander.snapshots.catalog import CopySource, TableShape
 from cdc_apply.lander.snapshots.copy_binary import CopySink, insert_payloads
 from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS, format_lsn, parse_lsn
@@ -95,7 +96,7 @@ class ExportSlot:
                                                  application_name=self.application_name[:63], **TCP_KEEPALIVES)
         except psycopg2.Error as exc:
             raise connection_error(exc, self.dsn, replication=True) from None
-        name = quote_ident(self.slot)
+        name = pg_ident(self.slot)
         if conn.server_version >= 150000:
             options = (["TWO_PHASE true"] if self.two_phase else []) + ["SNAPSHOT 'export'"]
             command = (f"CREATE_REPLICATION_SLOT {name}{' TEMPORARY' if self.temporary else ''} LOGICAL pgoutput "
@@ -148,7 +149,7 @@ class Chunk:
     def where(self, row_filter: str | None) -> str:
         parts = [f"({row_filter})"] if row_filter else []
         if self.key is not None:
-            column = quote_ident(self.key.column)
+            column = pg_ident(self.key.column)
             if self.key.low is not None:
                 parts.append(f"{column} >= {int(self.key.low)}")
             if self.key.high is not None:
@@ -247,7 +248,7 @@ class TableCopier:
         if range_column is None:
             raise LandError("a table without an integer key column cannot be copied in key ranges",
                             table=shape.published.qualified_name)
-        column = quote_ident(range_column)
+        column = pg_ident(range_column)
         keys: list[int] = []
         blocks = 0
         with self.coordinator.cursor() as cur:
