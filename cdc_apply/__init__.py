@@ -52,11 +52,11 @@ from cdc_apply.errors import (
 from cdc_apply.log import configure_logging
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
     from cdc_apply.lake.books.status_rules import StatusEntry
     from cdc_apply.lake.report import BatchReport
     from cdc_apply.lander.summary import LandSummary
+    from cdc_apply.spark.connect import spark_session
     from cdc_apply.verification.run import Verification
 
 # The result types, imported when first named (``cdc_apply.BatchReport``): their modules bring pyarrow and
@@ -66,6 +66,7 @@ _RESULT_TYPES = {
     "StatusEntry": "cdc_apply.lake.books.status_rules",    # status(): one per source
     "Verification": "cdc_apply.verification.run",          # verify()
     "LandSummary": "cdc_apply.lander.summary",             # land()
+    "spark_session": "cdc_apply.spark.connect",            # the session: classic or Spark Connect
 }
 
 
@@ -80,14 +81,6 @@ def __getattr__(name: str) -> Any:
     return value
 
 __version__ = "0.1.0"
-
-
-def spark_session(app_name: str = "cdc_apply", **conf: Any) -> SparkSession:
-    """Return a Spark session with Delta Lake, classic or Spark Connect
-    (see :func:`cdc_apply.spark.connect.build_session`)."""
-    from cdc_apply.spark.connect import build_session as _build
-
-    return _build(app_name, **conf)
 
 
 __all__ = [

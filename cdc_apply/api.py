@@ -39,6 +39,7 @@ from cdc_apply.log import LineLog
 if TYPE_CHECKING:  # for annotations only: importing them at run time would import Spark
     from pyspark.sql import SparkSession
 
+    from cdc_apply.delta.engine import SparkTables
     from cdc_apply.lake.books.status_rules import StatusEntry
     from cdc_apply.lake.history.as_of import AsOf, AsOfMethod
     from cdc_apply.lake.pipeline import ApplyPipeline
@@ -85,15 +86,16 @@ def apply(spark: SparkSession, config: ConfigLike, once: bool = True, *, out: Te
     (docs/CONNECT.md). Errors are the ``cdc_apply.errors`` classes the command reports (``ConfigError``,
     ``ApplyError``, ``StateError`` ...).
     """
-    from cdc_apply.spark.connect import is_connect_session
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.spark.executors import cluster_settings, prepare_executors
     from cdc_apply.spark.session import session_settings
 
     config = as_config(config)
-    if is_connect_session(spark):
+    tables = spark_tables(spark)   # the engine, chosen here once and handed down
+    if tables.engine == "connect":
         # No SparkContext to probe executors or count task slots through: the server's settings stand,
         # and the watcher (a streaming query's and the JVM's stages) has nothing to follow.
-        return _run_apply(spark, config, once, out, None)
+        return _run_apply(tables, config, once, out, None)
     executors = prepare_executors(spark)   # on a cluster: executors import cdc_apply, or a SetupError now
     fitted = cluster_settings(spark)
     if executors.action != "local master":
@@ -101,30 +103,30 @@ def apply(spark: SparkSession, config: ConfigLike, once: bool = True, *, out: Te
         apply_log.info("%s; %s shuffle partitions%s", executors.line(), partitions,
                        " (the cluster's task slots)" if "spark.sql.shuffle.partitions" in fitted else "")
     with session_settings(spark, fitted):
-        return _run_apply(spark, config, once, out, progress_seconds)
+        return _run_apply(tables, config, once, out, progress_seconds)
 
 
-def _run_apply(spark: SparkSession, config: Config, once: bool, out: TextIO | None,
+def _run_apply(tables: SparkTables, config: Config, once: bool, out: TextIO | None,
                progress_seconds: float | None) -> list["BatchReport"]:
     from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.spark.progress import BatchWatcher, query_name
 
     stream = LineLog(apply_log, copy=out)
-    pipeline = ApplyPipeline(spark, config, out=stream)
+    pipeline = ApplyPipeline.open(tables, config, out=stream)
     target = config.silver.path or config.silver.table_template
     stream.write(f"cdc-apply: applying {pipeline.bronze} -> {target} "
                  f"({'once' if once else 'every ' + config.apply.trigger_interval}), "
                  f"apply version {pipeline.version}\n")
     stream.flush()
     name = query_name(config.pipeline)
-    watcher = BatchWatcher(spark, name, pipeline, progress_seconds).start() if progress_seconds else None
+    watcher = BatchWatcher(tables.spark, name, pipeline, progress_seconds).start() if progress_seconds else None
     signals = _stop_on_signals(pipeline)
     try:
         pipeline.run(once=once)
     except KeyboardInterrupt:
         # Outside the main thread no handler is installed: the query runs in the JVM and would go on
         # after the call was interrupted.
-        for query in spark.streams.active:
+        for query in tables.spark.streams.active:
             if query.name == name:
                 query.stop()
         apply_log.info("apply of pipeline %r stopped by an interrupt", config.pipeline)
@@ -230,7 +232,7 @@ def land(config: ConfigLike, *, spark: SparkSession | None = None, once: bool = 
         stream.write(f"[land {config.source.name}] created {' and '.join(server.created)}\n")
     if spark is None:
         if spark_reason(bronze_ref(config)) is not None:
-            from cdc_apply.spark.session import spark_session
+            from cdc_apply.spark.session import classic_session as spark_session
 
             spark = spark_session(f"cdc_apply-land-{config.source.name}")
     else:

@@ -73,7 +73,7 @@ _BELOW = {
     "planning": {"errors", "config", "pgoutput", "gaussdb"},
     "decode": {"errors", "config", "pgoutput", "gaussdb", "planning"},
     "spark": {"errors", "log"},
-    "delta": {"errors", "config"},
+    "delta": {"errors", "config", "spark"},
     "lake": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark", "delta"},
     "lander": {"errors", "config", "log", "pgoutput", "spark", "delta"},
     "api": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark", "delta", "lake", "lander"},

@@ -101,7 +101,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _as_of(args: argparse.Namespace) -> int:
-    from cdc_apply.lake.history.as_of import run_cli
+    from cdc_apply.cli.as_of_cmd import run_cli
 
     return run_cli(args)
 
@@ -216,14 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
                     description="Silver tables of one source as they were after one PostgreSQL commit: the "
                                 "newest applied commit at or below --lsn, from history tables where every "
                                 "table keeps one, else by Delta time travel to the newest batch end.")
-    as_of.add_argument("--config", required=True, metavar="FILE")
-    as_of.add_argument("--lsn", required=True, help="X/Y (as PostgreSQL prints it) or a number")
-    as_of.add_argument("--tables", default=None, metavar="NS.NAME,...",
-                       help="comma-separated qualified names (default: every table)")
-    as_of.add_argument("--source", default=None, help="needed when the pipeline applies several sources")
-    as_of.add_argument("--method", choices=("auto", "history", "time travel"), default="auto")
-    as_of.add_argument("--show", type=int, default=20, metavar="N", help="rows printed per table (default 20)")
-    as_of.add_argument("--out", default=None, metavar="DIR", help="write each table as Parquet under DIR instead")
+    from cdc_apply.cli.as_of_cmd import add_arguments as as_of_arguments
+
+    as_of_arguments(as_of)
     as_of.set_defaults(run=_as_of)
 
     verify = command("verify", help="compare silver with the live source at one consistent point (docs/VERIFY.md)",

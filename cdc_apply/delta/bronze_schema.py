@@ -25,7 +25,7 @@ import pyarrow as pa
 from cdc_apply.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from cdc_apply.delta.engine import SparkTables
 
 
 @dataclass(frozen=True)
@@ -60,18 +60,17 @@ def spark_schema():
     return StructType([StructField(c.name, types[c.sql_type](), c.nullable) for c in COLUMNS])
 
 
-def create_bronze_table(spark: SparkSession, path: str) -> None:
+def create_bronze_table(tables: SparkTables, path: str) -> None:
     """Create an empty bronze table at ``path`` unless one exists (idempotent)."""
-    from delta.tables import DeltaTable
-
     from cdc_apply.delta.refs import TableRef
-    from cdc_apply.delta.table_create import ensure_table
 
-    if DeltaTable.isDeltaTable(spark, path):
-        check_bronze_schema(spark.read.format("delta").load(path).schema, path)
+    ref = TableRef(path=path)
+    if tables.exists(ref):
+        check_bronze_schema(tables.read(ref).schema, path)
         return
-    ensure_table(spark, TableRef(path=path), lambda: DeltaTable.createIfNotExists(spark).location(path).addColumns(
-        spark_schema()).property("delta.appendOnly", "true").execute(), what="bronze")
+    text = (f"CREATE TABLE IF NOT EXISTS {ref.sql} ({BRONZE_DDL}) USING delta "
+            "TBLPROPERTIES ('delta.appendOnly' = 'true')")
+    tables.ensure_table(ref, lambda: tables.spark.sql(text), what="bronze")
 
 
 def check_bronze_schema(schema, where: str, key: str = "bronze") -> None:

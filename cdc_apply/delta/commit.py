@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from cdc_apply.delta.arrow_files import AddedFile, parquet_file
 from cdc_apply.delta.log import app_version, delta_log
 from cdc_apply.delta.refs import TableRef
-from cdc_apply.delta.sql_table import is_connect, session_jvm
+from cdc_apply.delta.sql_table import session_jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -85,14 +85,14 @@ def _register_metrics(spark: SparkSession, txn, files: Sequence[AddedFile]) -> N
 
 def append_arrow(spark: SparkSession, ref: TableRef, table, user_metadata: str | None = None) -> bool:
     """Append the Arrow ``table`` to the Delta table at ``ref`` as one Parquet file written by pyarrow and one
-    commit, without a Spark job; False, with nothing written, where that may not be done — Spark Connect, a
+    commit, without a Spark job, on a classic session; False, with nothing written, where that may not be done — a
     catalog table, Delta's classes out of reach, a table that takes no file written outside Delta as it is
     (``plain_columns``: column mapping, partitions, writer features), a column it lacks or holds as another
     type, or a NULL in a column it declares NOT NULL — and the caller appends through Spark instead.
 
     The table's layout is read from the transaction's own snapshot: a change of it by another writer before
     the commit makes the commit fail rather than add a file the table no longer reads as written."""
-    if is_connect(spark) or ref.path is None or table.num_rows == 0:
+    if ref.path is None or table.num_rows == 0:
         return False
     log = delta_log(spark, ref)
     if log is None:

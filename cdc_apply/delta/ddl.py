@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from cdc_apply.config import Config
 from cdc_apply.delta.names import quote_ident, quote_literal
 from cdc_apply.delta.refs import TableRef
-from cdc_apply.delta.table_create import ensure_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from cdc_apply.delta.engine import SparkTables
 
 
 def column_list(columns: Iterable[tuple[str, str]]) -> str:
@@ -39,16 +40,16 @@ def create_statement(ref: TableRef, columns: Sequence[tuple[str, str]], properti
     return text
 
 
-def create_table(spark: SparkSession, ref: TableRef, columns: Sequence[tuple[str, str]], properties: dict[str, str],
+def create_table(tables: SparkTables, ref: TableRef, columns: Sequence[tuple[str, str]], properties: dict[str, str],
                  comment: str | None = None, replace: bool = False) -> bool:
     """Run :func:`create_statement`; a creation killed before its first commit is cleared first
     (:mod:`cdc_apply.delta.table_create`). True when this call made the table (a replaced one included);
     False when it was there, or another process made it meanwhile."""
     text = create_statement(ref, columns, properties, comment, replace)
     if replace:
-        spark.sql(text)
+        tables.spark.sql(text)
         return True
-    return ensure_table(spark, ref, lambda: spark.sql(text))
+    return tables.ensure_table(ref, lambda: tables.spark.sql(text))
 
 
 def silver_properties(config: Config) -> dict[str, str]:

@@ -1,16 +1,13 @@
-"""Reads of a table's Delta log through the JVM: its versions, its commits' actions, its recorded transactions.
+"""Reads of a table's Delta log through the JVM of a classic session: its versions, its commits' actions, its
+recorded transactions.
 
 This module, :mod:`cdc_apply.delta.commit` (commits through Delta's ``OptimisticTransaction``) and
 :mod:`cdc_apply.delta.table_create` (listings of ``_delta_log/``) are the only places that reach
 through py4j into Delta's and Hadoop's JVM classes (``session_jvm(spark)``). Everything above them holds a
-``DeltaLog`` only as an opaque handle passed back here. Where the JVM is out of reach (Spark Connect)
-each read says so by returning None, and its caller asks the table through SQL instead; a session
-that speaks SQL only is therefore one seam, here, not a change spread through the lander and the lake.
-
-On a Spark Connect session (:func:`is_connect`) the reads that SQL can answer — the newest version,
-the files' bytes, each commit's ``userMetadata`` — are made with ``DESCRIBE HISTORY`` /
-``DESCRIBE DETAIL`` (the ``sql_*`` functions); the rest return None. A classic session keeps the JVM
-reads (no Spark job for most of them). docs/CONNECT.md says which fact comes from where.
+``DeltaLog`` only as an opaque handle passed back here. They serve the classic engine
+(:class:`cdc_apply.delta.engine.ClassicTables`); a Spark Connect session asks the same facts through SQL
+(:mod:`cdc_apply.delta.sql_table`) or goes without them. docs/CONNECT.md says which fact comes from where.
+Where the JVM is out of reach or the log cannot say, a read returns None and its caller asks the table.
 """
 
 from __future__ import annotations
@@ -19,17 +16,14 @@ import json
 from typing import TYPE_CHECKING
 
 from cdc_apply.delta.refs import TableRef
-from cdc_apply.delta.sql_table import is_connect, session_jvm
-from cdc_apply.delta.sql_table import no_table as _no_table
+from cdc_apply.delta.sql_table import session_jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
 def log_at(spark: SparkSession, location: str):
-    """Delta's ``DeltaLog`` of the table at ``location``, or None where the JVM is out of reach (Spark Connect)."""
-    if is_connect(spark):
-        return None
+    """Delta's ``DeltaLog`` of the table at ``location``, or None where the JVM is out of reach."""
     try:
         return session_jvm(spark).org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
     except Exception:  # noqa: BLE001 - no JVM access
@@ -37,10 +31,8 @@ def log_at(spark: SparkSession, location: str):
 
 
 def delta_log(spark: SparkSession, ref: TableRef):
-    """Delta's ``DeltaLog`` of the table, or None where the JVM is out of reach (Spark Connect) or the
-    catalog does not describe its tables."""
-    if is_connect(spark):
-        return None
+    """Delta's ``DeltaLog`` of the table, or None where the JVM is out of reach or the catalog does not
+    describe its tables."""
     try:
         if ref.path:
             location = ref.path
@@ -101,9 +93,7 @@ def newest_added_max(spark: SparkSession, ref: TableRef, column: str, commits: i
 def files_bytes(spark: SparkSession, ref: TableRef) -> int | None:
     """The bytes of the table's current data files, from its newest snapshot: the one its next read or
     MERGE plans with, so a state reconstruction it starts is one that read would have run. None where
-    the JVM is out of reach; ``DESCRIBE DETAIL``'s ``sizeInBytes`` on Spark Connect."""
-    if is_connect(spark):
-        return sql_files_bytes(spark, ref)
+    the JVM is out of reach."""
     log = delta_log(spark, ref)
     if log is None:
         return None
@@ -147,13 +137,10 @@ def files_with_stats(spark: SparkSession, ref: TableRef, version: int):
         return None
 
 
-def delta_version(spark: SparkSession, ref: TableRef) -> int | None:
+def cached_version(spark: SparkSession, ref: TableRef) -> int | None:
     """The table's newest Delta version this JVM knows (its own commits included), without reading the
-    log again: the cached snapshot Delta keeps per table. Falls back to ``DESCRIBE HISTORY`` (one small
-    job) where the JVM is out of reach, and on Spark Connect (:func:`sql_newest_version`); None for a
-    table that does not exist."""
-    if is_connect(spark):
-        return sql_newest_version(spark, ref)
+    log again: the cached snapshot Delta keeps per table. None where the JVM cannot say (the caller asks
+    the table: ``DESCRIBE HISTORY``) or no table is there."""
     log = delta_log(spark, ref)
     if log is not None:
         try:
@@ -161,16 +148,12 @@ def delta_version(spark: SparkSession, ref: TableRef) -> int | None:
             return version if version >= 0 else None
         except Exception:  # noqa: BLE001 - ask the table
             pass
-    if not ref.exists(spark):
-        return None
-    return int(ref.delta_table(spark).history(1).select("version").first()[0])
+    return None
 
 
-def newest_version(spark: SparkSession, ref: TableRef) -> int | None:
+def updated_version(spark: SparkSession, ref: TableRef) -> int | None:
     """The table's newest version as its log says now (not a snapshot this JVM cached: the table may have
-    been replaced under it); None: no table. On Spark Connect, ``DESCRIBE HISTORY``'s newest row."""
-    if is_connect(spark):
-        return sql_newest_version(spark, ref)
+    been replaced under it); None where the JVM cannot say or no table is there."""
     log = delta_log(spark, ref)
     if log is not None:
         try:
@@ -178,7 +161,7 @@ def newest_version(spark: SparkSession, ref: TableRef) -> int | None:
             return version if version >= 0 else None
         except Exception:  # noqa: BLE001 - ask the table
             pass
-    return delta_version(spark, ref)
+    return None
 
 
 def recorded_txn_version(spark: SparkSession, ref: TableRef, app_id: str) -> int | None:
@@ -219,53 +202,3 @@ def plain_columns(log) -> list[str] | None:
              and metadata.partitionColumns().isEmpty()
              and (not mapping.isDefined() or mapping.get() == "none"))
     return list(metadata.schema().fieldNames()) if plain else None
-
-
-def commit_user_metadata(spark: SparkSession, ref: TableRef, limit: int | None = None) -> list[tuple[int, str | None]]:
-    """``(version, userMetadata)`` of the table's newest ``limit`` commits (all: None), newest first: Delta's
-    ``DeltaTable.history`` on a classic session, ``DESCRIBE HISTORY`` on Spark Connect. Either reads the
-    commit files, not the table's state."""
-    if is_connect(spark):
-        return sql_commit_user_metadata(spark, ref, limit)
-    history = ref.delta_table(spark).history(limit) if limit else ref.delta_table(spark).history()
-    return [(int(r.version), r.userMetadata) for r in history.select("version", "userMetadata").collect()]
-
-
-# -- the same facts through SQL alone (Spark Connect) ---------------------------------------------------
-
-def _history_sql(ref: TableRef, limit: int | None) -> str:
-    return f"DESCRIBE HISTORY {ref.sql}" + (f" LIMIT {int(limit)}" if limit else "")
-
-
-def sql_newest_version(spark: SparkSession, ref: TableRef) -> int | None:
-    """The table's newest version, ``DESCRIBE HISTORY``'s newest row (one small job over the newest commit
-    files); None: no Delta table there."""
-    try:
-        row = spark.sql(_history_sql(ref, 1)).select("version").first()
-    except Exception as exc:  # noqa: BLE001 - only "no table" is an answer; anything else is raised
-        if _no_table(exc):
-            return None
-        raise
-    return None if row is None else int(row[0])
-
-
-def sql_files_bytes(spark: SparkSession, ref: TableRef) -> int | None:
-    """The bytes of the table's current data files, ``DESCRIBE DETAIL``'s ``sizeInBytes``; None: no Delta
-    table there."""
-    try:
-        row = spark.sql(f"DESCRIBE DETAIL {ref.sql}").select("format", "sizeInBytes").first()
-    except Exception as exc:  # noqa: BLE001 - only "no table" is an answer
-        if _no_table(exc):
-            return None
-        raise
-    if row is None or row[0] != "delta":
-        return None
-    return int(row[1])
-
-
-def sql_commit_user_metadata(spark: SparkSession, ref: TableRef,
-                             limit: int | None = None) -> list[tuple[int, str | None]]:
-    """``(version, userMetadata)`` of the newest ``limit`` commits (all: None), newest first, by
-    ``DESCRIBE HISTORY``."""
-    rows = spark.sql(_history_sql(ref, limit)).select("version", "userMetadata").collect()
-    return [(int(r[0]), r[1]) for r in rows]

@@ -8,11 +8,10 @@ and checked to stay under its root.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from cdc_apply.config import Config
 from cdc_apply.delta.names import child_path, quote_ident
-from cdc_apply.delta.sql_table import SqlDeltaTable, is_connect, sql_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,24 +42,6 @@ class TableRef:
 
     def __str__(self) -> str:
         return self.path or self.name or "?"
-
-    def delta_table(self, spark: SparkSession):
-        """Delta's ``DeltaTable`` on a classic session; on Spark Connect the same calls as SQL statements
-        (:class:`~cdc_apply.delta.sql_table.SqlDeltaTable`)."""
-        if is_connect(spark):
-            return SqlDeltaTable(spark, self)
-        from delta.tables import DeltaTable
-
-        return DeltaTable.forPath(spark, self.path) if self.path else DeltaTable.forName(spark, self.catalog_name)
-
-    def exists(self, spark: SparkSession) -> bool:
-        if is_connect(spark):
-            return sql_exists(spark, self)
-        from delta.tables import DeltaTable
-
-        if self.path is not None:
-            return DeltaTable.isDeltaTable(spark, self.path)
-        return spark.catalog.tableExists(self.catalog_name)
 
     def read(self, spark: SparkSession):
         if self.path:
@@ -97,6 +78,29 @@ def silver_ref(config: Config, namespace: str, name: str, source: str = "") -> T
         names = [source, namespace, name] if config.silver.source_in_path else [namespace, name]
         return TableRef(path=child_path(config.silver.path, names, f"{namespace}.{name}"))
     return TableRef(name=_catalog_name(config.silver.table_template, namespace, name, source))  # type: ignore[arg-type]
+
+
+class RelationName(Protocol):
+    """A relation version's name (planning's ``RelationVersion`` is one)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+def silver_ref_for(config: Config, source: str, versions: Sequence[RelationName]) -> TableRef:
+    """Where a relation's silver table lives: under its first version's name (``versions``: the relation's
+    versions, oldest first), whatever it was renamed to since. The one place that rule is written."""
+    first = versions[0]
+    return silver_ref(config, first.namespace, first.name, source)
+
+
+def history_ref_for(config: Config, source: str, versions: Sequence[RelationName]) -> TableRef:
+    """Where a relation's history table lives: beside its silver table (:func:`silver_ref_for`)."""
+    first = versions[0]
+    return history_ref(config, first.namespace, first.name, source)
 
 
 def history_ref(config: Config, namespace: str, name: str, source: str = "") -> TableRef:

@@ -3,7 +3,7 @@
 A Spark Connect client has no JVM, and Delta's Python ``DeltaTable`` sends Delta's own Connect plan
 extensions, which a server answers only with Delta's Connect server plugin (not published for every
 Delta release: docs/CONNECT.md). Every Delta operation cdc_apply needs has a SQL statement, so on a
-Connect session (:func:`is_connect`) :meth:`~cdc_apply.delta.refs.TableRef.delta_table` returns a
+Connect session :meth:`cdc_apply.delta.engine.ConnectTables.delta_table` returns a
 :class:`SqlDeltaTable`: the part of ``DeltaTable``'s interface cdc_apply calls (``alias``, ``history``,
 ``delete``, ``update``, ``merge`` with its ``whenMatched...``/``whenNotMatched...`` clauses), each run
 as one statement. Conditions and assignments are SQL text here; a ``Column`` is refused, since a
@@ -28,12 +28,6 @@ if TYPE_CHECKING:
 # (DESCRIBE HISTORY of a path without one: DELTA_TABLE_ONLY_OPERATION; DESCRIBE DETAIL: DELTA_MISSING_DELTA_TABLE.)
 _NO_TABLE = ("DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_ONLY_OPERATION", "DELTA_TABLE_NOT_FOUND",
              "TABLE_OR_VIEW_NOT_FOUND", "PATH_NOT_FOUND", "is not a Delta table", "doesn't exist")
-
-
-def is_connect(spark: SparkSession) -> bool:
-    """Whether ``spark`` is a Spark Connect session (pyspark's ``pyspark.sql.connect`` class): no JVM to
-    reach, Delta's log read through SQL."""
-    return (type(spark).__module__ or "").startswith("pyspark.sql.connect.")
 
 
 def session_jvm(spark: SparkSession) -> JVMView:
@@ -61,6 +55,43 @@ def sql_exists(spark: SparkSession, ref) -> bool:
             return False
         raise
     return row is not None and row[0] == "delta"
+
+
+def _history_sql(ref, limit: int | None) -> str:
+    return f"DESCRIBE HISTORY {ref.sql}" + (f" LIMIT {int(limit)}" if limit else "")
+
+
+def sql_newest_version(spark: SparkSession, ref) -> int | None:
+    """The table's newest version, ``DESCRIBE HISTORY``'s newest row (one small job over the newest commit
+    files); None: no Delta table there."""
+    try:
+        row = spark.sql(_history_sql(ref, 1)).select("version").first()
+    except Exception as exc:  # noqa: BLE001 - only "no table" is an answer; anything else is raised
+        if no_table(exc):
+            return None
+        raise
+    return None if row is None else int(row[0])
+
+
+def sql_files_bytes(spark: SparkSession, ref) -> int | None:
+    """The bytes of the table's current data files, ``DESCRIBE DETAIL``'s ``sizeInBytes``; None: no Delta
+    table there."""
+    try:
+        row = spark.sql(f"DESCRIBE DETAIL {ref.sql}").select("format", "sizeInBytes").first()
+    except Exception as exc:  # noqa: BLE001 - only "no table" is an answer
+        if no_table(exc):
+            return None
+        raise
+    if row is None or row[0] != "delta":
+        return None
+    return int(row[1])
+
+
+def sql_commit_user_metadata(spark: SparkSession, ref, limit: int | None = None) -> list[tuple[int, str | None]]:
+    """``(version, userMetadata)`` of the newest ``limit`` commits (all: None), newest first, by
+    ``DESCRIBE HISTORY``."""
+    rows = spark.sql(_history_sql(ref, limit)).select("version", "userMetadata").collect()
+    return [(int(r[0]), r[1]) for r in rows]
 
 
 def _text(value: Any, what: str) -> str:

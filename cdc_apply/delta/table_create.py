@@ -3,7 +3,7 @@
 Delta makes a new table's ``_delta_log/`` folder before it writes the first commit into it. A process
 killed between the two leaves a folder that is no table (``DeltaTable.isDeltaTable`` is false, every
 read fails with ``DELTA_TABLE_NOT_FOUND``) and that ``CREATE TABLE IF NOT EXISTS`` then takes for one and
-silently leaves alone: every later run fails. :func:`ensure_table` therefore creates through one path:
+silently leaves alone: every later run fails. :func:`ensure_path_table` therefore creates through one path:
 
 1. a location whose ``_delta_log/`` holds a commit is a table: nothing to do;
 2. a ``_delta_log/`` without a commit is what a killed creation leaves — or another process's creation
@@ -17,8 +17,9 @@ silently leaves alone: every later run fails. :func:`ensure_table` therefore cre
    location must hold a commit afterwards — a create that did nothing is an error, never a skip.
 
 Catalog tables (by name) are left to their catalog: it creates them atomically or not, and their
-locations are not the job's to list. Over Spark Connect path tables are created the same way (the client
-has no file system of the server's to list).
+locations are not the job's to list (:func:`ensure_sql_table`). Over Spark Connect path tables are created
+that way too (the client has no file system of the server's to list). Which of the two a table takes is the
+engine's (:meth:`cdc_apply.delta.engine.SparkTables.ensure_table`).
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import re
 import time
 from typing import TYPE_CHECKING, Callable
 
-from cdc_apply.delta.sql_table import is_connect, session_jvm
+from cdc_apply.delta.sql_table import session_jvm
 from cdc_apply.errors import StateError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from cdc_apply.delta.refs import TableRef
 
 _COMMIT = re.compile(r"^\d{20}\.json$|^\d{20}\.checkpoint(\.\d+\.\d+)?\.parquet$"
                      r"|^\d{20}\.checkpoint\.[^/]+\.(json|parquet)$")
@@ -106,21 +109,38 @@ def clear_uncommitted(spark: SparkSession, location: str, what: str, min_age: fl
     return "cleared"
 
 
-def ensure_table(spark: SparkSession, ref, create: Callable[[], object], what: str | None = None) -> bool:
-    """Run ``create`` (an idempotent ``CREATE TABLE IF NOT EXISTS``-like action) until ``ref`` is a Delta
-    table; True when this call created it, False when it was there (or another process made it).
+def ensure_sql_table(exists: Callable[[TableRef], bool], ref: TableRef, create: Callable[[], object],
+                     what: str | None = None) -> bool:
+    """Run ``create`` (an idempotent ``CREATE TABLE IF NOT EXISTS``-like action) until ``exists(ref)``: for a
+    catalog's table (its own to create) and a path seen only through SQL (Spark Connect: the client cannot
+    list the server's storage, so a killed creation's empty ``_delta_log/`` is not cleared, docs/CONNECT.md).
+    True when this call created it, False when it was there (or another process made it)."""
+    what = what or str(ref)
+    if exists(ref):
+        return False
+    for attempt in range(ATTEMPTS):
+        try:
+            create()
+            return True
+        except Exception as exc:  # noqa: BLE001
+            if not _is_race(exc):
+                raise
+            if exists(ref):
+                return True
+            time.sleep(0.2 * (attempt + 1))
+    raise StateError(f"the catalog table could not be created after {ATTEMPTS} attempts", table=what)
+
+
+def ensure_path_table(spark: SparkSession, ref: TableRef, create: Callable[[], object],
+                      what: str | None = None) -> bool:
+    """Run ``create`` (an idempotent ``CREATE TABLE IF NOT EXISTS``-like action) until the path ``ref`` holds a
+    Delta commit, on a classic session (its JVM lists the location); True when this call created it, False
+    when it was there (or another process made it).
 
     A log folder without a commit younger than :data:`SETTLE_SECONDS` may be another process's creation
     under way: it is given that long to commit before it is taken for a killed one's."""
+    assert ref.path is not None, "a path's table"
     what = what or str(ref)
-    # A catalog's tables are its own to create; over Spark Connect the client cannot list the server's
-    # storage, so a path is asked through SQL (``DESCRIBE DETAIL``) and a killed creation's empty
-    # ``_delta_log/`` is not cleared (docs/CONNECT.md).
-    if ref.path is None or is_connect(spark):
-        if ref.exists(spark):
-            return False
-        _retry_races(spark, ref, create, what)
-        return True
     settled = time.monotonic() + SETTLE_SECONDS
     last = None
     attempt = 0
@@ -146,20 +166,6 @@ def ensure_table(spark: SparkSession, ref, create: Callable[[], object], what: s
                              table=what, path=ref.path)
         time.sleep(0.2 * attempt)
     return False
-
-
-def _retry_races(spark: SparkSession, ref, create: Callable[[], object], what: str) -> None:
-    for attempt in range(ATTEMPTS):
-        try:
-            create()
-            return
-        except Exception as exc:  # noqa: BLE001
-            if not _is_race(exc):
-                raise
-            if ref.exists(spark):
-                return
-            time.sleep(0.2 * (attempt + 1))
-    raise StateError(f"the catalog table could not be created after {ATTEMPTS} attempts", table=what)
 
 
 def _is_race(exc: BaseException) -> bool:

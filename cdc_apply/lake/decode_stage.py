@@ -17,10 +17,9 @@ from cdc_apply.planning.decode_plan import output_ddl, output_schema
 from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.planning.snapshot_loads import SnapshotLoad
 from cdc_apply.planning.table_plan import SlotCount
-from cdc_apply.spark.connect import default_parallelism, partition_count
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from cdc_apply.delta.engine import SparkTables
 
 # Values (messages x decoded columns) per decode partition: few tasks, as each pays a fixed hand-off to a
 # Python worker, yet cached blocks small enough that one evicted to disk can be read back whole
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 DECODE_VALUES_PER_PARTITION = 8_000_000
 
 
-def decode_changes(spark: SparkSession, read_messages, fresh, plan: BatchPlan, messages: int = 0,
+def decode_changes(tables: SparkTables, read_messages, fresh, plan: BatchPlan, messages: int = 0,
                    loads: tuple[SnapshotLoad, ...] = (), scanned: ControlScan | None = None, local=None):
     """The batch's decoded change rows (None: it has none) and, when decoded on the driver (``local``: the
     batch's rows there, Arrow), their counts (None: :func:`count_changes` counts them); rows decoded in
@@ -42,12 +41,12 @@ def decode_changes(spark: SparkSession, read_messages, fresh, plan: BatchPlan, m
     if local is not None:
         if not loads and not any(b.reread for b in plan.sources.values()):
             rows = decode_local(local, plan.decode)
-            return decoded_frame(spark, rows, plan.decode), count_decoded(rows, counts_per_transaction(plan))
-        fresh = spark.createDataFrame(local, HELD_SCHEMA)
+            return decoded_frame(tables.spark, rows, plan.decode), count_decoded(rows, counts_per_transaction(plan))
+        fresh = tables.spark.createDataFrame(local, HELD_SCHEMA)
     changes = fresh.where(~is_control()).select("source", "seq", "lsn", "payload")
     # Counted on the batch's own rows: planning the union with older rows would cost a Delta
     # file-skipping job here and another in the decode; those rows only add partitions.
-    partitions = partition_count(changes)   # None over Spark Connect: repartitioned only when large
+    partitions = tables.partition_count(changes)   # None over Spark Connect: repartitioned only when large
     reread = None
     for source, batch in plan.sources.items():
         for a, b in batch.reread:
@@ -57,15 +56,15 @@ def decode_changes(spark: SparkSession, read_messages, fresh, plan: BatchPlan, m
     changes = without_loads(changes, loads, skip)
     held = scanned.held_rows(skip) if scanned is not None and skip else []
     if held:   # the rows of the loads' ranges the general decode keeps, from the driver
-        changes = changes.unionByName(spark.createDataFrame(held, HELD_SCHEMA))
+        changes = changes.unionByName(tables.spark.createDataFrame(held, HELD_SCHEMA))
     if reread is not None:
-        old = (read_messages(spark).where(reread & ~is_control())
+        old = (read_messages(tables.spark).where(reread & ~is_control())
                .select("source", "seq", "lsn", "payload"))
         changes = changes.unionByName(without_loads(old, loads))
     # As few partitions as keep each cached block small (DECODE_VALUES_PER_PARTITION).
     messages -= sum(b - a + 1 for load in loads for a, b in load.ranges)   # loaded on their own
     per_partition = max(1, DECODE_VALUES_PER_PARTITION // len(output_schema(plan.decode)))
-    slots = default_parallelism(spark)
+    slots = tables.default_parallelism()
     # Whole waves of tasks: 5 tasks on 2 slots run in 3 waves, the last on one core.
     wanted = slots * -(-max(slots, -(-messages // per_partition)) // slots)
     if (partitions < wanted) if partitions is not None else wanted > slots:

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.names import quote_ident
-from cdc_apply.delta.refs import bronze_ref, history_ref, silver_ref
+from cdc_apply.delta.refs import bronze_ref, history_ref_for, silver_ref_for
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.planning.tables import identity_of
 
@@ -43,18 +44,19 @@ class Optimized:
 def optimize_silver(spark: SparkSession, config: Config, tables: list[str] | None = None) -> list[Optimized]:
     """OPTIMIZE every silver table of the pipeline (or those named ``ns.name``), Z-ordered by key, and
     the history table of each that has one (named ``ns.name (history)``), Z-ordered by the same key."""
-    histories = Bookkeeping(config).load_history(spark)
+    engine = spark_tables(spark)   # the optimize command's entry: the engine chosen here
+    histories = Bookkeeping(config).load_history(engine)
     done = []
     for source, history in sorted(histories.items()):
         for relation in history.relations.values():
-            first, latest = relation.versions[0], relation.latest
+            latest = relation.latest
             if tables and latest.qualified_name not in tables:
                 continue
             key = tuple(identity_of(latest, config.key_for(latest.qualified_name)) or ())
-            for ref, label in ((silver_ref(config, first.namespace, first.name, source), latest.qualified_name),
-                               (history_ref(config, first.namespace, first.name, source),
+            for ref, label in ((silver_ref_for(config, source, relation.versions), latest.qualified_name),
+                               (history_ref_for(config, source, relation.versions),
                                 f"{latest.qualified_name} (history)")):
-                if ref.exists(spark):
+                if engine.exists(ref):
                     done.append(_optimize(spark, ref, label, key))
     return done
 
@@ -72,6 +74,6 @@ def _optimize(spark: SparkSession, ref, label: str, key: tuple[str, ...]) -> Opt
 def optimize_bronze(spark: SparkSession, config: Config) -> Optimized | None:
     """Compact bronze's files (bin-packing, no Z-order); None when the pipeline has no bronze table yet."""
     ref = bronze_ref(config)
-    if not ref.exists(spark):
+    if not spark_tables(spark).exists(ref):
         return None
     return _optimize(spark, ref, "bronze", ())

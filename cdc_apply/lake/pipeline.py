@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 from cdc_apply.config import Config
@@ -59,12 +59,12 @@ from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads
 from cdc_apply.planning.state import SourceState
 from cdc_apply.planning.table_plan import SlotCount
-from cdc_apply.spark.connect import is_connect_session, planned_bytes
 from cdc_apply.spark.session import session_settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from cdc_apply.delta.engine import SparkTables
 
 # A batch whose bronze payloads come to at most this many bytes is small: it is read from bronze once and
 # kept in memory for the batch (each read otherwise pays a Delta file-skipping job and a scan; for a large
@@ -84,40 +84,66 @@ def fits_fresh_cache(size: int | None) -> bool:
     return size is None or size <= FRESH_CACHE_BYTES
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """What an apply job starts from, read by :meth:`ApplyPipeline.open`."""
+
+    books: Bookkeeping
+    formats: SourceFormats
+    version: int                             # the last applied batch's version (0: none)
+    states: dict                             # source -> its applied state (cdc_apply.lake.books.progress)
+    histories: dict[str, SchemaHistory]      # source -> the schema history the applied batches recorded
+    quarantined_sources: set[str]            # sources with a change ever quarantined
+
+
 class ApplyPipeline:
     """Holds the carried state between micro-batches of one apply job."""
 
-    def __init__(self, spark: SparkSession, config: Config, out: TextOut = sys.stdout,
-                 fault_hook: Callable[[str], None] | None = None) -> None:
-        self.spark = spark
-        self.config = config
-        self.out = out
-        self.bronze = bronze_ref(config)
-        check_bronze(spark, self.bronze, "bronze.path" if config.bronze.path else "bronze.table")
-        self.books = Bookkeeping(config)
+    @classmethod
+    def open(cls, tables: SparkTables, config: Config, out: TextOut = sys.stdout,
+             fault_hook: Callable[[str], None] | None = None) -> ApplyPipeline:
+        """The job of ``config`` on ``tables`` (the engine its entry point chose): bronze checked, the
+        bookkeeping tables made where missing, and where the applied batches left off read (a new pipeline's
+        tables hold nothing to read)."""
+        bronze = bronze_ref(config)
+        check_bronze(tables, bronze, "bronze.path" if config.bronze.path else "bronze.table")
+        books = Bookkeeping(config)
         try:
-            created = self.books.create_all(spark)
+            created = books.create_all(tables)
         except Exception as exc:  # another job creating the same tables: the named error, not Delta's
             raise unwrap_error(exc, config) from None
         # A table this process has just created holds no row: a new pipeline's first run reads none of them.
-        self.version, self.states = (0, {}) if "progress" in created else self.books.load_progress(spark)
+        version, states = (0, {}) if "progress" in created else books.load_progress(tables)
         # The versions recorded by the batches progress covers (not those of a batch cut short after its append).
-        self.histories: dict[str, SchemaHistory] = (
-            {} if {"schema_history", "type_cache"} <= created
-            else self.books.load_history(spark, through_version=self.version))
+        histories = ({} if {"schema_history", "type_cache"} <= created
+                     else books.load_history(tables, through_version=version))
+        quarantined = set() if "quarantine" in created else books.quarantined_sources(tables)
+        formats = SourceFormats(config)
+        formats.create_tables(tables)
+        return cls(tables, config, Resumed(books, formats, version, states, histories, quarantined), out, fault_hook)
+
+    def __init__(self, tables: SparkTables, config: Config, resumed: Resumed, out: TextOut = sys.stdout,
+                 fault_hook: Callable[[str], None] | None = None) -> None:
+        """A job over what :meth:`open` read (no I/O here)."""
+        self.tables = tables
+        self.spark = tables.spark
+        self.config = config
+        self.out = out
+        self.bronze = bronze_ref(config)
+        self.books = resumed.books
+        self.version, self.states = resumed.version, resumed.states
+        self.histories: dict[str, SchemaHistory] = resumed.histories
         self.type_options = TypeOptions(numeric=config.apply.numeric)
-        self.silver = SilverTables(spark, config)
+        self.silver = SilverTables(tables, config, self.type_options)
         # Read once: the policy decides how planning treats a bad control message, whether a batch stops
         # at its first error row, and whether snapshots load on their own (their load has no error rows).
         self.quarantines = config.apply.on_error == OnError.QUARANTINE
-        # Sources with a change ever quarantined (a new key's row might then be in silver already).
-        self.quarantined_sources = set() if "quarantine" in created else self.books.quarantined_sources(spark)
-        self.logs = BatchLogs(spark, config, self.books, self.silver.names_of, self._type_name)
-        self.formats = SourceFormats(config)
-        self.formats.create_tables(spark)
+        self.quarantined_sources = resumed.quarantined_sources
+        self.logs = BatchLogs(tables, config, self.books, self.silver.names_of, self._type_name)
+        self.formats = resumed.formats
         # Beside the batch: the lag, the bronze contract's count and a small batch's logs (_apply).
         self._side = ThreadPoolExecutor(max_workers=3, thread_name_prefix="cdc_apply-side")
-        self._tail = BronzeTail(spark, self.bronze)
+        self._tail = BronzeTail(tables, self.bronze)
         # Tests inject crashes here: called with "table:<ns.name>", "history:<ns.name>" (after a table's
         # history write, before its silver writes), "logs" and "progress".
         self._fault = fault_hook or (lambda point: None)
@@ -179,7 +205,7 @@ class ApplyPipeline:
         """Leave the failed attempt where ``cdc-apply status`` finds it, under the source the error names
         (none: a failure of the whole batch); never hide the error itself."""
         try:
-            self.books.record_failure(self.spark, [failed_source(error)], self.version + 1,
+            self.books.record_failure(self.tables, [failed_source(error)], self.version + 1,
                                       str(error).splitlines()[0][:4000])
         except Exception as inner:  # noqa: BLE001 - the batch's own error is the one to raise
             print(f"cdc_apply: could not record the failure ({inner})", file=self.out, flush=True)
@@ -194,7 +220,7 @@ class ApplyPipeline:
         # A micro-batch whose files are small (as the plan sizes them, no job) comes to the driver whole
         # (local_batch.py). Otherwise the payloads' bytes decide whether the batch is kept in memory; a batch
         # whose files alone are larger skips summing a length per payload.
-        planned = planned_bytes(df)
+        planned = self.tables.planned_bytes(df)
         measured = fits_fresh_cache(planned)
         local = collect_micro_batch(df, planned) if measured else None
         if local is not None:
@@ -202,7 +228,7 @@ class ApplyPipeline:
         else:
             # A batch too large to keep takes its bounds from its files' statistics where they say them:
             # a query of the micro-batch reads every payload (micro_batch.py).
-            from_files = None if measured else micro_batch_bounds(self.spark, df, self.bronze, wanted or None)
+            from_files = None if measured else micro_batch_bounds(self.tables, df, self.bronze, wanted or None)
             if from_files is not None:
                 stats = from_files
             else:
@@ -291,7 +317,7 @@ class ApplyPipeline:
                   else replace(b.state, format_state=landed.prepared[s].format_state)
                   for s, b in plan.sources.items()}
         loads = self._snapshot_loads(plan, scanned)
-        decoded, counts = decode_changes(self.spark, self._messages, fresh, plan, report.messages, loads, scanned,
+        decoded, counts = decode_changes(self.tables, self._messages, fresh, plan, report.messages, loads, scanned,
                                          landed.local)
         report.mark("plan")
         try:
@@ -301,7 +327,7 @@ class ApplyPipeline:
                 decoded.unpersist()
         self._fault("progress")
         rows = progress_rows(plan, states, landed, report, self.formats, self.books)
-        self.books.append(self.spark, "progress", rows, version)
+        self.books.append(self.tables, "progress", rows, version)
         for row in rows:   # the next batch carries them on
             self.books.keep_table_versions(row[0], json.loads(row[-1]))
         report.mark("progress")
@@ -432,7 +458,7 @@ class ApplyPipeline:
     def run(self, once: bool = False, await_termination: bool = True):
         """Start the Structured Streaming query over bronze (``once``: everything available, then stop);
         :meth:`request_stop` ends it cleanly."""
-        if is_connect_session(self.spark):   # foreachBatch would run in the server's Python: batch_loop.py
+        if not self.tables.streams_in_driver:   # foreachBatch would run in the server's Python: batch_loop.py
             return run_batches(self, once, self.stopping)
         reader = self.spark.readStream.format("delta")
         if self.config.bronze.max_files_per_trigger:

@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config
 from cdc_apply.delta.ddl import USER_METADATA, create_table, set_properties, silver_properties, table_properties
-from cdc_apply.delta.log import delta_version, file_column_names, files_bytes
-from cdc_apply.delta.refs import TableRef, silver_ref
+from cdc_apply.delta.refs import TableRef, silver_ref_for
 from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
-from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
 from cdc_apply.lake.batch_context import BatchContext
 from cdc_apply.lake.books.ledger import (
@@ -65,12 +63,11 @@ from cdc_apply.planning.plan import BatchPlan
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.table_plan import TablePlan, TableRules, TableWork, plan_table, touch_relations
 from cdc_apply.planning.tables import SilverColumn, evolve
-from cdc_apply.spark.connect import child_session, default_parallelism
 from cdc_apply.spark.executors import CLUSTER_KEYS
 from cdc_apply.spark.session import session_settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from cdc_apply.delta.engine import SparkTables
 
 PROP_SOURCE = "cdc_apply.source"
 PROP_RELATION = "cdc_apply.relation"
@@ -96,29 +93,37 @@ class TableStats:
     loaded: dict[int, int] = field(default_factory=dict, repr=False)
 
 
+@dataclass
+class KnownTable:
+    """What this process knows of one silver table across batches (each table is written by one thread a
+    batch), so that each batch need not read the table's properties and schema again."""
+
+    shape: tuple[str, int, int] | None = None   # (source, relation id, version seq) its schema reflects
+    checked: bool = False      # checked against the state (check_tables)
+    empty: bool = False        # created or emptied by this process and not written since: a MERGE is an append
+    properties: dict[str, str] | None = None    # the own properties it was last seen or set with
+    key_file: str | None = None  # its one key column's name in its Parquet files, where known
+
+
 class SilverTables:
     """The silver tables of one apply job: plans each batch's tables and applies them, one call per table
     (in threads). Keeps only what this process knows of the tables across batches; the batch itself
     comes in a :class:`~cdc_apply.lake.batch_context.BatchContext`."""
 
-    def __init__(self, spark: SparkSession, config: Config) -> None:
-        self.spark = spark
+    def __init__(self, tables: SparkTables, config: Config, type_options: TypeOptions) -> None:
+        self.tables = tables
+        self.spark = tables.spark
         self.config = config
-        self.type_options = TypeOptions(numeric=config.apply.numeric)
+        self.type_options = type_options
         self._salt = config.mask_salt()   # "sha256" masks' salt: a missing variable stops the job here
         self._names: dict[tuple[str, int], str] = {}   # (source, relation id) -> its newest qualified name
-        # What this process knows a silver table to look like: table -> (source, relation id, version seq).
-        # Saves reading each table's properties and schema every batch.
-        self._known: dict[str, tuple[str, int, int]] = {}
-        self._checked: set[str] = set()  # tables checked against the state (check_tables)
+        self._tables: dict[str, KnownTable] = {}   # table -> what this process knows of it
         self.ledger = SilverLedger()
-        # Tables this process created or emptied and has not written since: a MERGE into them is an append.
-        self._empty: set[str] = set()
         self.history = HistoryTables(config, self.metadata(), self.ledger)
-        # The properties this process last set on each table (set again only when they change).
-        self._properties: dict[str, dict[str, str]] = {}
-        # Table -> its one key column's name in its Parquet files, where known (_ensure_schema).
-        self._key_files: dict[str, str | None] = {}
+
+    def known(self, ref) -> KnownTable:
+        """This process's record of the table at ``ref`` (a fresh one the first time)."""
+        return self._tables.setdefault(str(ref), KnownTable())
 
     def names_of(self, source: str, relation_ids) -> list[str]:
         return [self._names[(source, rid)] for rid in relation_ids if (source, rid) in self._names]
@@ -148,7 +153,6 @@ class SilverTables:
             latest = touch.latest_version(history, plan.sources[source].last_seq + 1)
             if not self.config.table_selected(latest.qualified_name):
                 continue
-            first = history.versions[0]
             self._names[(source, rid)] = latest.qualified_name
             soft = self.config.soft_deletes_for(latest.qualified_name)
             rules = TableRules(self.config.key_for(latest.qualified_name), self.config.silver.drop_columns,
@@ -157,7 +161,7 @@ class SilverTables:
                                self.config.columns_for(latest.qualified_name), self._salt,
                                deleted_column(self.config.silver.metadata_prefix) if soft else None)
             planned = plan_table(source, history, latest, histories[source], plan, touch, pool,
-                                 silver_ref(self.config, first.namespace, first.name, source), rules)
+                                 silver_ref_for(self.config, source, history.versions), rules)
             tables.append(planned)
         return tables
 
@@ -190,73 +194,74 @@ class SilverTables:
 
     def _apply_table(self, batch: BatchContext, planned: TablePlan) -> TableStats:
         # newSession, or a cloneSession over Spark Connect (reused: the settings a table's writes set are reset)
-        with child_session(self.spark, (PERSISTENT_DVS, USER_METADATA, ALLOW_EXISTS)) as session:
-            return self._apply_table_in(session, batch, planned)
+        with self.tables.child((PERSISTENT_DVS, USER_METADATA, ALLOW_EXISTS)) as tables:
+            return self._apply_table_in(tables, batch, planned)
 
-    def _apply_table_in(self, session, batch: BatchContext, planned: TablePlan) -> TableStats:
+    def _apply_table_in(self, tables: SparkTables, batch: BatchContext, planned: TablePlan) -> TableStats:
         work, version = planned.work, batch.version
         # MERGE's source is already materialised (localCheckpoint): Delta need not copy it again.
-        session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+        tables.spark.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         # A child session starts from the static configuration: the job's own session may have been
         # given its cluster's task counts since (cdc_apply.spark.executors.cluster_settings).
         for key in CLUSTER_KEYS:
             value = self.spark.conf.get(key, None)
             if value is not None:
-                session.conf.set(key, value)
+                tables.spark.conf.set(key, value)
         for key, value in BATCH_SETTINGS.items():  # the MERGE itself plans here
-            session.conf.set(key, value)
+            tables.spark.conf.set(key, value)
         app_id = self.app_id(work)
-        self._ensure_schema(session, planned)
+        self._ensure_schema(tables, planned)
         stats = TableStats(truncated=work.truncate_after is not None, last_commit_lsn=planned.last_commit_lsn)
         if planned.history is not None:  # before silver's writes: see cdc_apply.lake.history.tables
-            silver_newest = self.ledger.newest(session, work.ref, app_id)
-            stats.history_version = self.history.apply(session, batch.decoded, planned, version,
+            silver_newest = self.ledger.newest(tables, work.ref, app_id)
+            stats.history_version = self.history.apply(tables, batch.decoded, planned, version,
                                                        None if silver_newest < 0 else silver_newest,
                                                        planned.previous_lsn, self._new_keys_are_new(batch, work))
             batch.fault(f"history:{work.qualified_name}")
         tag = batch_tag(work.source, work.qualified_name, planned.last_commit_lsn)
-        key_file = self._key_files.get(str(work.ref))
+        known = self.known(work.ref)
+        key_file = known.key_file
         if key_file is not None:   # silver's writes only: the history table above keeps a key's versions
             # One row per key in silver: Parquet's dictionary of the key column would be built for each
             # file's first page only to be dropped as larger than the plain values (~18 % of an 800k-row
             # append's time); the files come out the same.
-            session.conf.set(f"{DICTIONARY}#{key_file}", "false")
+            tables.spark.conf.set(f"{DICTIONARY}#{key_file}", "false")
 
         def write(step: int, action):
             """Run ``action(metadata)`` as the write of ``step`` unless the table has it (a re-run)."""
-            return self.ledger.write(session, work.ref, app_id, step, tag, action)
+            return self.ledger.write(tables, work.ref, app_id, step, tag, action)
 
         if work.truncate_after is not None and work.deleted is not None:   # soft: the rows stay, marked
             lsn, seq = work.truncate_after
             ts = next((t[2] for t in planned.truncates if t[:2] == (lsn, seq)), None)
-            write(truncate_step(version), lambda _: mark_deleted(session, work, lsn, ts))
+            write(truncate_step(version), lambda _: mark_deleted(tables, work, lsn, ts))
         elif work.truncate_after is not None:
-            if write(truncate_step(version), lambda _: work.ref.delta_table(session).delete()) is not None:
-                self._empty.add(str(work.ref))
-        elif work.clears and str(work.ref) not in self._empty:   # key-range chunks: only their ranges are emptied
-            write(truncate_step(version), lambda _: clear_ranges(session, work, planned.truncates))
+            if write(truncate_step(version), lambda _: tables.delta_table(work.ref).delete()) is not None:
+                known.empty = True
+        elif work.clears and not known.empty:   # key-range chunks: only their ranges are emptied
+            write(truncate_step(version), lambda _: clear_ranges(tables, work, planned.truncates))
         loads = [load for load in batch.loads_of(work) if load.in_force(work.truncate_after)]
         if loads:
             # The snapshots' rows go in right after their Truncate (or ranges) emptied the table.
-            revive = work.deleted is not None and str(work.ref) not in self._empty   # marked rows stay
+            revive = work.deleted is not None and not known.empty   # marked rows stay
             # Read on the table's session, which plans the read's splits and the decode's batches.
-            settings = load_settings(load_width(loads), default_parallelism(session),
-                                     session.conf.get(MIN_SPLITS, None))
+            settings = load_settings(load_width(loads), tables.default_parallelism(),
+                                     tables.spark.conf.get(MIN_SPLITS, None))
 
             def load(meta):
-                with session_settings(session, settings):
-                    return load_snapshots(session, batch.messages(session), loads, work.clears, planned.segments,
+                with session_settings(tables.spark, settings):
+                    return load_snapshots(tables, batch.messages(tables.spark), loads, work.clears, planned.segments,
                                           meta, revive)
             loaded = write(snapshot_step(version), load)
             if loaded is not None:
                 stats.inserted += loaded
                 if len(loads) == 1:
                     stats.loaded[loads[0].txn] = loaded
-            self._empty.discard(str(work.ref))
+            known.empty = False
         if planned.has_rows:
             for segment_index, segment in enumerate(planned.segments):
-                result = self._merge(session, batch, segment, planned, segment_index, write)
-                self._empty.discard(str(work.ref))
+                result = self._merge(tables, batch, segment, planned, segment_index, write)
+                known.empty = False
                 stats.inserted += result.inserted
                 stats.updated += result.updated
                 stats.deleted += result.deleted
@@ -265,19 +270,19 @@ class SilverTables:
         # A property commit only when what it says changes (new table, rename, new relation version), in
         # this process or since the table was last written (_create_or_evolve reads them once a process):
         # the per-batch commit LSN rides on the data commits' userMetadata instead.
-        if self._properties.get(str(work.ref)) != props:
-            set_properties(session, work.ref, props)
-            self._properties[str(work.ref)] = props
-        stats.delta_version = delta_version(session, work.ref)
+        if known.properties != props:
+            set_properties(tables.spark, work.ref, props)
+            known.properties = props
+        stats.delta_version = tables.version(work.ref)
         return stats
 
-    def check_tables(self, batch: BatchContext, tables: list[TablePlan], written) -> None:
+    def check_tables(self, batch: BatchContext, planned_tables: list[TablePlan], written) -> None:
         """Before the batch's first write: the state must match every table it writes
         (:mod:`cdc_apply.lake.books.state_match`); checked once per table and process, as this process's own
         writes keep the two matching after."""
         version, bounds = batch.version, batch.bounds
         targets = []
-        for planned in tables:
+        for planned in planned_tables:
             work = planned.work
             targets.append(("silver table", work.ref, self.app_id(work), work))
             if planned.history is not None:
@@ -286,10 +291,11 @@ class SilverTables:
                                 history_app_id(self.config, work.source, work.relation_id), work))
         for _, _, app_id, work in targets:
             self.ledger.expect(app_id, version, bounds[work.source])
-        fresh = [t for t in targets if str(t[1]) not in self._checked]
-        check_tables(self.spark, self.ledger, fresh, version, bounds, written,
+        fresh = [t for t in targets if not self.known(t[1]).checked]
+        check_tables(self.tables, self.ledger, fresh, version, bounds, written,
                      self.config.state.path or self.config.state.schema, self.config.apply.parallelism)
-        self._checked.update(str(t[1]) for t in fresh)
+        for _, ref, _, _ in fresh:
+            self.known(ref).checked = True
 
     def app_id(self, work: TableWork) -> str:
         return f"cdc_apply:{self.config.pipeline}:silver:{work.source}:{work.relation_id}"
@@ -302,11 +308,12 @@ class SilverTables:
         return (not self.config.key_for(work.qualified_name) and work.source not in batch.quarantined_sources
                 and work.deleted is None)   # a soft table keeps deleted keys: an insert may revive one
 
-    def _merge(self, session, batch: BatchContext, work: TableWork, planned: TablePlan, segment: int,
+    def _merge(self, tables: SparkTables, batch: BatchContext, work: TableWork, planned: TablePlan, segment: int,
                write) -> MergeResult:
         """One identity segment's writes, each through ``write(step, action)`` (skipped when done)."""
+        spark = tables.spark
         projected = project(batch.decoded, work)
-        empty = str(work.ref) in self._empty
+        empty = self.known(work.ref).empty
         insert_only = planned.ops <= {"I"}
         version = batch.version
         step = merge_step(version, segment)
@@ -317,66 +324,67 @@ class SilverTables:
                                  "key: set source.snapshot_chunk_rows = 0 for this source so that tables are copied "
                                  "whole", table=work.qualified_name, source=work.source)
             if insert_only:  # each Insert adds one copy: exactly an append
-                return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
-            self._choose_deletion_vectors(session, work, planned)
-            return write(step, lambda _: merge_keyless(session, projected, work, target_empty=empty)) or done
+                return write(step, lambda meta: append_rows(spark, projected, work, meta, planned.inserts)) or done
+            self._choose_deletion_vectors(tables, work, planned)
+            return write(step, lambda _: merge_keyless(tables, projected, work, target_empty=empty)) or done
         new_keys = segment < MAX_SEGMENTS and self._new_keys_are_new(batch, work)
         if insert_only and (empty or new_keys) and not work.clears:  # every key is new: one append, no join
-            return write(step, lambda meta: append_rows(session, projected, work, meta, planned.inserts)) or done
+            return write(step, lambda meta: append_rows(spark, projected, work, meta, planned.inserts)) or done
         events = drop_cleared(key_events(projected, work), work)
         if work.toast_moves:
             # Over Spark Connect two sessions' DataFrames cannot be joined: read in the decoded rows' session.
-            own = projected.sparkSession if is_connect(session) else session
-            target = None if work.truncate_after is not None else work.ref.read(own)
+            own = tables.on(tables.session_of(projected))
+            target = None if work.truncate_after is not None else own.read(work.ref)
             events = resolve_moves(events, work, target)
         # Materialised once: MERGE reads its source more than once, and a plain scan plans fast.
         partitions = collapse_partitions(planned.rows, len(work.columns),
-                                         int(session.conf.get("spark.sql.shuffle.partitions")))
+                                         int(tables.spark.conf.get("spark.sql.shuffle.partitions", "200") or 200))
         collapsed = collapse(events, work, work.has_toast, partitions).localCheckpoint()
-        size = self._choose_deletion_vectors(session, work, planned)  # only a MERGE writes deletion vectors
+        size = self._choose_deletion_vectors(tables, work, planned)  # only a MERGE writes deletion vectors
         if not (new_keys and planned.inserts >= NEW_KEYS_APPEND_MIN):
             # A table rewritten whole has a file or two: a key range skips none of them, and its job and the
             # MERGE's range condition cost a small batch's table ~0.6 s here.
             small = size is not None and size < self.config.silver.rewrite_table_bytes
             bounds = None if small or len(work.key_index) != 1 else key_range(collapsed, work)[1:]
-            return write(step, lambda _: merge_keyed(session, collapsed, work, bounds)) or done
+            return write(step, lambda _: merge_keyed(tables, collapsed, work, bounds)) or done
         # Keys the batch inserted first are appended; only the others are joined with silver.
         rest = collapsed.where("NOT _new")
         rows, low, high = key_range(rest, work)
-        merged = (write(step, lambda _: merge_keyed(session, rest, work, (low, high))) if rows else None) or done
-        appended = write(new_keys_step(version, segment), lambda meta: append_new_keys(session, collapsed, work, meta))
+        merged = (write(step, lambda _: merge_keyed(tables, rest, work, (low, high))) if rows else None) or done
+        appended = write(new_keys_step(version, segment), lambda meta: append_new_keys(spark, collapsed, work, meta))
         return MergeResult(merged.inserted + (appended or 0), merged.updated, merged.deleted)
 
-    def _choose_deletion_vectors(self, session, work: TableWork, planned: TablePlan) -> int | None:
+    def _choose_deletion_vectors(self, tables: SparkTables, work: TableWork, planned: TablePlan) -> int | None:
         """Once per table and batch, before its MERGEs: mark rows, or rewrite the files they touch. Returns
         the bytes of the table's files when they were asked (None: not asked, or not known)."""
         def table_rows() -> int:
-            if str(work.ref) in self._empty:  # created, or truncated by this batch, and not written since
+            if self.known(work.ref).empty:  # created, or truncated by this batch, and not written since
                 return 0
             # Answered from the file statistics of the snapshot the MERGE is about to read.
-            return work.ref.read(session).count()
+            return tables.read(work.ref).count()
 
         silver = self.config.silver
         size = None   # asked only where a size decides (writes_deletion_vectors asks it first)
         if silver.rewrite_table_bytes:
-            size = 0 if str(work.ref) in self._empty else files_bytes(session, work.ref)
+            size = 0 if self.known(work.ref).empty else tables.files_bytes(work.ref)
         marks = writes_deletion_vectors(planned.rows, table_rows, silver.rewrite_share, lambda: size,
                                         silver.rewrite_table_bytes)
-        session.conf.set(PERSISTENT_DVS, str(marks).lower())
+        tables.spark.conf.set(PERSISTENT_DVS, str(marks).lower())
         return size
 
-    def _ensure_schema(self, session, planned: TablePlan) -> None:
+    def _ensure_schema(self, tables: SparkTables, planned: TablePlan) -> None:
         work = planned.work
         ref = work.ref
         shape = (work.source, work.relation_id, planned.chain[-1].seq)
-        if self._known.get(str(ref)) == shape:
+        known = self.known(ref)
+        if known.shape == shape:
             return
-        self._create_or_evolve(session, planned)
-        names = file_column_names(session, ref) if work.key is not None and len(work.key_index) == 1 else None
-        self._key_files[str(ref)] = names.get(work.key[0]) if names and work.key is not None else None
-        self._known[str(ref)] = shape
+        self._create_or_evolve(tables, planned, known)
+        names = tables.file_column_names(ref) if work.key is not None and len(work.key_index) == 1 else None
+        known.key_file = names.get(work.key[0]) if names and work.key is not None else None
+        known.shape = shape
 
-    def _create_or_evolve(self, session, planned: TablePlan) -> None:
+    def _create_or_evolve(self, tables: SparkTables, planned: TablePlan, known: KnownTable) -> None:
         work = planned.work
         ref = work.ref
         meta = [(c, t) for c, _, t in self.metadata()]
@@ -389,20 +397,21 @@ class SilverTables:
         if work.deleted is not None:
             columns.append((work.deleted, "BOOLEAN"))
         comment = f"cdc_apply silver table of {work.source}:{work.qualified_name}"
-        if not ref.exists(session):
-            create_table(session, ref, columns, silver_properties(self.config), comment=comment)
-            self._empty.add(str(ref))
+        if not tables.exists(ref):
+            create_table(tables, ref, columns, silver_properties(self.config), comment=comment)
+            known.empty = True
             return
-        props = table_properties(session, ref)
+        props = table_properties(tables.spark, ref)
         if props.get(PROP_RELATION_ID) not in (None, str(work.relation_id)) or props.get(PROP_SOURCE) not in (
                 None, work.source):
             # A new relation under a name that had a silver table: it replaces it, as in PostgreSQL.
-            create_table(session, ref, columns, silver_properties(self.config), comment=comment, replace=True)
-            self._empty.add(str(ref))
+            create_table(tables, ref, columns, silver_properties(self.config), comment=comment, replace=True)
+            known.empty = True
             return
         # What the table says now: the batch's property commit is skipped where it would say the same.
-        self._properties[str(ref)] = {k: props[k] for k in OWN_PROPERTIES if k in props}
-        ensure_deleted_column(session, ref, work, ref.read(session).columns, f"tables.{work.qualified_name}.deletes")
+        known.properties = {k: props[k] for k in OWN_PROPERTIES if k in props}
+        ensure_deleted_column(tables.spark, ref, work, tables.read(ref).columns,
+                              f"tables.{work.qualified_name}.deletes")
         reflected = props.get(PROP_VERSION_SEQ)
         chain = planned.chain
         start = 0
@@ -414,7 +423,7 @@ class SilverTables:
         fills = [(evolved[c], value) for c, added, value in work.defaults if added > chain[start].seq]
         if ops or fills:
             # Named by where the chain starts and ends: the table's commits say which steps are done.
-            apply_schema_ops(session, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills)
+            apply_schema_ops(tables, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills)
 
 
 __all__ = ["SilverTables", "TableStats", "SilverColumn", "TableRef"]

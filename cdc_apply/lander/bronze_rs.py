@@ -62,9 +62,10 @@ def open_writer(spark, ref: TableRef, source: str, say=None):
         raise LandError(f"landing into this bronze table needs Spark: {reason}", table=str(ref))
     if ref.path is not None and say is not None:
         say(f"landing through Spark: {ref} has {reason}")
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.lander.bronze_writer import BronzeWriter
 
-    return BronzeWriter(spark, ref, source)
+    return BronzeWriter(spark_tables(spark), ref, source)
 
 
 class RsBronzeWriter:

@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from cdc_apply.delta.bronze_schema import BRONZE_DDL, check_bronze_schema, create_bronze_table
-from cdc_apply.delta.log import app_version, log_at, newest_snapshot
+from cdc_apply.delta.engine import SparkTables
+from cdc_apply.delta.log import app_version, newest_snapshot
 from cdc_apply.delta.refs import TableRef
-from cdc_apply.delta.table_create import ensure_table
 from cdc_apply.errors import ConfigError, LandError
 from cdc_apply.lander.bronze_commit import check_not_written, commit_files, direct_folder, stream_batch, write_file
 from cdc_apply.lander.sequencer import Batch
@@ -33,9 +33,10 @@ HISTORY_PROBES = (50, None)    # commits to look back for the lander's last meta
 class BronzeWriter:
     """The bronze table as one source's lander sees it."""
 
-    def __init__(self, spark, ref: TableRef, source: str, direct: bool = True) -> None:
+    def __init__(self, tables: SparkTables, ref: TableRef, source: str, direct: bool = True) -> None:
         """``direct=False``: always append through Spark's writer (the fallback, also for tests)."""
-        self.spark = spark
+        self.tables = tables
+        self.spark = tables.spark
         self.ref = ref
         self.source = source
         self.app_id = f"cdc_apply-land:{source}"
@@ -75,11 +76,11 @@ class BronzeWriter:
 
     def _ensure_table(self) -> None:
         if self.ref.path is not None:
-            if not self.ref.exists(self.spark):
-                create_bronze_table(self.spark, self.ref.path)
+            if not self.tables.exists(self.ref):
+                create_bronze_table(self.tables, self.ref.path)
             return
-        if not self.ref.exists(self.spark):
-            ensure_table(self.spark, self.ref, lambda: self.spark.sql(
+        if not self.tables.exists(self.ref):
+            self.tables.ensure_table(self.ref, lambda: self.spark.sql(
                 f"CREATE TABLE IF NOT EXISTS {self.ref.sql} ({BRONZE_DDL}) USING delta "
                 "TBLPROPERTIES ('delta.appendOnly' = 'true')"), what="bronze")
         try:
@@ -89,15 +90,11 @@ class BronzeWriter:
             self._location = None
 
     def _last_metadata(self) -> ResumeState | None:
-        from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
-        if self.ref.path:
-            table = DeltaTable.forPath(self.spark, self.ref.path)
-        elif self.ref.name is not None:
-            table = DeltaTable.forName(self.spark, self.ref.name)
-        else:
+        if self.ref.path is None and self.ref.name is None:
             raise ConfigError("bronze has neither a path nor a table name", key="bronze.path")
+        table = self.tables.delta_table(self.ref)
         needle = '"app":' + json.dumps(self.app_id)
         for limit in HISTORY_PROBES:
             history = table.history(limit) if limit else table.history()
@@ -117,7 +114,7 @@ class BronzeWriter:
         """The table's ``DeltaLog`` (None: no JVM to ask, as under Spark Connect, or no location known)."""
         if self._location is None:
             return None
-        return log_at(self.spark, self._location)  # None without JVM access: userMetadata alone then
+        return self.tables.delta_log(TableRef(path=self._location))  # None: userMetadata alone then
 
     def _txn_version(self) -> int | None:
         """The newest batch Delta recorded for this source's app id (None: none, or unknown), from the
@@ -154,7 +151,7 @@ class BronzeWriter:
         if self.ref.path:
             writer.save(self.ref.path)
         else:
-            writer.saveAsTable(self.ref.name)
+            writer.saveAsTable(self.ref.catalog_name)
         written = self._txn_version()
         if written is not None and written < version:
             raise LandError(f"Delta did not record batch {version} of source {self.source!r}",

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
+from cdc_apply.spark.connect import spark_session
 
-
-def spark_session(app_name: str = "cdc_apply", **conf: Any):
-    """See :func:`cdc_apply.spark.session.spark_session`."""
-    from cdc_apply.spark.connect import build_session as _build
-
-    return _build(app_name, **conf)
+__all__ = ["spark_session"]

@@ -23,8 +23,7 @@ from typing import Any, Iterator, Mapping
 
 from cdc_apply.errors import SetupError
 from cdc_apply.spark.jars import find_delta_jars
-from cdc_apply.spark.session import JAVA_OPTIONS, _connect_requested, plan_settings
-from cdc_apply.spark.session import spark_session as classic_session
+from cdc_apply.spark.session import JAVA_OPTIONS, _connect_requested, classic_session, plan_settings
 
 log = logging.getLogger("cdc_apply.spark")
 
@@ -75,14 +74,11 @@ _CLONES_LOCK = threading.Lock()
 
 
 @contextmanager
-def child_session(spark: Any, reset: tuple[str, ...] = ()) -> Iterator[Any]:
-    """A session of its own for settings that must not reach the caller's (each silver table's Delta
-    settings and commit ``userMetadata``), for the block: ``newSession()`` on a classic session; over Spark
-    Connect, which has no ``newSession``, a ``cloneSession()`` (a copy of its settings on the server) kept
-    for the process and handed out again, the settings in ``reset`` unset first."""
-    if not is_connect_session(spark):
-        yield spark.newSession()
-        return
+def connect_clone(spark: Any, reset: tuple[str, ...] = ()) -> Iterator[Any]:
+    """A Spark Connect session of its own for the block (Connect has no ``newSession``): a
+    ``cloneSession()`` (a copy of the session's settings on the server) kept for the process and handed out
+    again, the settings in ``reset`` unset first. The Connect engine's child session
+    (:meth:`cdc_apply.delta.engine.SparkTables.child`)."""
     key = str(spark._session_id)
     with _CLONES_LOCK:
         free = _FREE_CLONES.setdefault(key, [])
@@ -117,11 +113,9 @@ def stop_child_sessions() -> None:
         clone.client.close()
 
 
-def default_parallelism(spark: Any) -> int:
-    """The task slots a stage should at least use: Spark's default parallelism on a classic session; over
-    Spark Connect (where it cannot be read) the cores of a ``local[N]`` master, else the shuffle partitions."""
-    if not is_connect_session(spark):
-        return int(spark.sparkContext.defaultParallelism)
+def connect_parallelism(spark: Any) -> int:
+    """The task slots a stage should at least use over Spark Connect, where Spark's default parallelism
+    cannot be read: the cores of a ``local[N]`` master, else the shuffle partitions."""
     master = spark.conf.get("spark.master", None) or ""
     match = re.match(r"^local\[(\d+|\*)", master)
     if match:
@@ -129,27 +123,13 @@ def default_parallelism(spark: Any) -> int:
     return int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
 
 
-def partition_count(df: Any) -> int | None:
-    """How many partitions ``df`` has; None over Spark Connect (no RDD to ask)."""
-    return None if is_connect_session(df.sparkSession) else df.rdd.getNumPartitions()
-
-
-def planned_bytes(df: Any) -> int | None:
-    """The bytes Spark's optimised plan says ``df`` reads — for a scan of files, their sizes on disk, from
-    the file index and without a job; None over Spark Connect (no plan to ask) or where Spark cannot say."""
-    if is_connect_session(df.sparkSession):
-        return None
-    try:
-        return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
-    except Exception:  # noqa: BLE001 - not known: the caller measures instead
-        return None
-
-
 # -- building a session: classic, or Spark Connect when the settings ask for it ----------------------
 
-def build_session(app_name: str = "cdc_apply", **conf: Any):
-    """:func:`cdc_apply.spark.session.spark_session`, and a Spark Connect session when ``spark.remote``,
-    ``SPARK_REMOTE`` or ``spark.api.mode=connect`` ask for one and no session runs yet (:func:`connect_session`)."""
+def spark_session(app_name: str = "cdc_apply", **conf: Any):
+    """A Spark session with Delta Lake: the one running, else a Spark Connect session when ``spark.remote``,
+    ``SPARK_REMOTE`` or ``spark.api.mode=connect`` ask for one (:func:`connect_session`), else a classic one
+    (:func:`cdc_apply.spark.session.classic_session`). The one function of that name: ``cdc_apply.spark_session``
+    and ``cdc_apply.spark.spark_session`` are it."""
     from pyspark.sql import SparkSession
 
     requested = _connect_requested(conf)

@@ -241,7 +241,7 @@ def cluster_settings(spark: SparkSession) -> dict[str, str]:
     default: shuffle partitions = the cluster's task slots (``defaultParallelism``) instead of 200, and
     Delta's state-reconstruction partitions the same instead of 50 — a batch of a few hundred messages
     otherwise runs each shuffle and each log replay as dozens of tiny tasks (minutes on a small
-    cluster). Nothing for a local master (:func:`cdc_apply.spark.session.spark_session` sizes those)."""
+    cluster). Nothing for a local master (:func:`cdc_apply.spark.session.classic_session` sizes those)."""
     sc = spark.sparkContext
     assert sc.master is not None  # a running SparkContext has its master
     if is_local_master(sc.master):

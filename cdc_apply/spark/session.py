@@ -1,6 +1,6 @@
 """Spark sessions: the one the user already has, or one built from the user's configuration.
 
-:func:`spark_session` never replaces what the user decided:
+:func:`classic_session` never replaces what the user decided:
 
 * a session that already exists (Databricks, a notebook, a test fixture, ``pyspark``) is returned
   untouched, once it is known to be a classic session with Delta Lake;
@@ -218,7 +218,7 @@ def _connect_requested(conf: Mapping[str, Any]) -> str | None:
 def plan_settings(user: Mapping[str, str], overrides: Mapping[str, Any], *, launching: bool) -> dict[str, str]:
     """The settings to give the session builder: the job's defaults wherever ``user`` (the configuration
     Spark already has, from spark-submit or spark-defaults.conf) leaves a key unset, then ``overrides``
-    (``spark_session``'s keyword arguments), which win over both.
+    (``classic_session``'s keyword arguments), which win over both.
 
     ``launching``: this process starts the JVM, so the machine sizing (:data:`LAUNCH_DEFAULTS`) applies
     too; under spark-submit it does not — the master and the memory are the user's. The Delta extension
@@ -431,8 +431,9 @@ def describe_session(spark: SparkSession) -> str:
             f"{spark.conf.get('spark.sql.shuffle.partitions')} shuffle partitions, driver memory {memory}")
 
 
-def spark_session(app_name: str = "cdc_apply", **conf: Any):
-    """Return a Spark session with Delta Lake, built from the configuration the user already has.
+def classic_session(app_name: str = "cdc_apply", **conf: Any):
+    """A classic Spark session with Delta Lake, built from the configuration the user already has
+    (:func:`cdc_apply.spark_session` calls it where no Spark Connect session is asked for).
 
     * An existing session (Databricks, a notebook, ``pyspark``, a test fixture) is returned untouched;
       without Delta it is a :class:`SetupError` naming the settings it lacks.

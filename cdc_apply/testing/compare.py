@@ -310,11 +310,13 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
     described must be empty in PostgreSQL. ``snapshot`` (from :func:`snapshot_postgres`) lets several
     sources of one database be compared against one read of it.
     """
-    from cdc_apply.delta.refs import silver_ref
+    from cdc_apply.delta.engine import spark_tables
+    from cdc_apply.delta.refs import silver_ref_for
     from cdc_apply.lake.books.bookkeeping import Bookkeeping
     from cdc_apply.lake.silver.soft_deletes import live_rows
 
-    history = Bookkeeping(config).load_history(spark).get(source)
+    engine = spark_tables(spark)
+    history = Bookkeeping(config).load_history(engine).get(source)
     checks = []
     for table in snapshot if snapshot is not None else snapshot_postgres(conn, schemas):
         user_types = history.types if history else {}
@@ -322,9 +324,8 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
         relation = history.relations.get(table.oid) if history else None
         ref = None
         if relation is not None:
-            first = relation.versions[0]
-            ref = silver_ref(config, first.namespace, first.name, source)
-        if ref is not None and ref.exists(spark):
+            ref = silver_ref_for(config, source, relation.versions)
+        if ref is not None and engine.exists(ref):
             names = [c[0] for c in table.columns]
             want, names = apply_column_rules(want, names, relation, config)
             silver = live_rows(ref.read(spark), config.silver.metadata_prefix)   # soft-deleted rows: absent

@@ -95,6 +95,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
     transactions go at its end (:func:`_release_database`).
     """
     from cdc_apply.delta.bronze_schema import create_bronze_table
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.lander.lander import Lander
     from cdc_apply.testing.compare import compare_with_postgres, snapshot_postgres
@@ -130,7 +131,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
                        f"{two_phase})", dbname=db)
         lake = parse_config(_lake(root, rules, history=history, soft_deletes=soft_deletes))
         assert lake.bronze.path is not None  # _lake names the bronze path
-        create_bronze_table(spark, lake.bronze.path)
+        create_bronze_table(spark_tables(spark), lake.bronze.path)
         landers = {name: parse_config(_lake(root, {
             "source": {"name": name, "dsn": pg.dsn(db), "slot": f"{db}_{name}", "publication": "diff_pub",
                        "messages": True, **CONFIGS[name], **snapshots},
@@ -140,7 +141,7 @@ def run_differential(spark, seed: int, transactions: int = 150, checkpoints: int
             record.take(conn)  # the state before the first transaction
         apply_mode = apply_mode or contextlib.nullcontext
         with apply_mode():
-            pipeline = ApplyPipeline(apply_spark or spark, lake, out=out)
+            pipeline = ApplyPipeline.open(spark_tables(apply_spark or spark), lake, out=out)
         per_part = max(transactions // checkpoints, 1)
         seen = 0
         for part in range(checkpoints):

@@ -95,10 +95,12 @@ def _history_state(table: pa.Table, lsn: int, prefix: str) -> pa.Table:
 def check_history(spark, config, source: str, states: list[tuple[int, list[SourceTable]]]) -> list[str]:
     """Every state in ``states`` (from a :class:`SourceRecord`) of every source table against its
     history table; the differences found."""
-    from cdc_apply.delta.refs import history_ref
+    from cdc_apply.delta.engine import spark_tables
+    from cdc_apply.delta.refs import history_ref_for
     from cdc_apply.lake.books.bookkeeping import Bookkeeping
 
-    history = Bookkeeping(config).load_history(spark).get(source)
+    engine = spark_tables(spark)
+    history = Bookkeeping(config).load_history(engine).get(source)
     prefix = config.silver.metadata_prefix
     failures: list[str] = []
     tables: dict[int, pa.Table | None] = {}
@@ -113,9 +115,8 @@ def check_history(spark, config, source: str, states: list[tuple[int, list[Sourc
                 continue
             compared[table.oid] = (table.columns, table.rows)
             if table.oid not in tables:
-                first = relation.versions[0]
-                ref = history_ref(config, first.namespace, first.name, source)
-                tables[table.oid] = ref.read(spark).toArrow() if ref.exists(spark) else None
+                ref = history_ref_for(config, source, relation.versions)
+                tables[table.oid] = ref.read(spark).toArrow() if engine.exists(ref) else None
             kept = tables[table.oid]
             if kept is None:
                 if table.rows:
@@ -137,10 +138,11 @@ def check_history(spark, config, source: str, states: list[tuple[int, list[Sourc
 def check_as_of(spark, config, source: str, lsn: int, snapshot: list[SourceTable],
                 method: AsOfMethod = "auto") -> list[str]:
     """``read_as_of`` at ``lsn`` against the source's tables as recorded then; the differences found."""
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.lake.books.bookkeeping import Bookkeeping
     from cdc_apply.lake.history.as_of import read_as_of
 
-    history = Bookkeeping(config).load_history(spark).get(source)
+    history = Bookkeeping(config).load_history(spark_tables(spark)).get(source)
     if history is None:
         raise StateError("no schema history recorded for the source", source=source)
     names = {t.oid: history.relations[t.oid].latest.qualified_name for t in snapshot if t.oid in history.relations}

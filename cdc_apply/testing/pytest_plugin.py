@@ -49,7 +49,7 @@ def local_spark_session(app_name: str = "cdc_apply-tests"):
     a running session as it is, otherwise :func:`cdc_apply.spark_session` with :data:`TEST_SETTINGS`."""
     from pyspark.sql import SparkSession
 
-    from cdc_apply.spark.session import spark_session
+    from cdc_apply.spark.session import classic_session as spark_session
 
     existed = SparkSession.getActiveSession() is not None
     return spark_session(app_name, **({} if existed else spark_test_settings())), not existed
@@ -152,9 +152,10 @@ class Lake:
         or ``(source, seq, lsn, payload)`` tuples. The bronze table is created on first use.
         """
         from cdc_apply.delta.bronze_schema import create_bronze_table
+        from cdc_apply.delta.engine import spark_tables
         from cdc_apply.testing.stream import StreamBuilder
 
-        create_bronze_table(self.spark, self.bronze_path)
+        create_bronze_table(spark_tables(self.spark), self.bronze_path)
         if isinstance(rows, StreamBuilder):
             every = rows.rows()
             done = self._landed.get(id(rows), (rows, 0))[1]
@@ -217,13 +218,13 @@ def append_bronze(spark, path: str, rows) -> None:
     the lander does (no Spark job, ~0.1 s against ~0.5 s), through Spark's writer otherwise."""
     import os
 
-    from cdc_apply.delta.log import delta_log
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.delta.refs import TableRef
     from cdc_apply.lander.bronze_commit import append_rows
 
     rows = [tuple(r) for r in rows]
     location = os.path.abspath(path)
-    if rows and append_rows(spark, location, delta_log(spark, TableRef(path=location)), rows):
+    if rows and append_rows(spark, location, spark_tables(spark).delta_log(TableRef(path=location)), rows):
         return
     from cdc_apply.delta.bronze_schema import spark_schema
 

@@ -19,7 +19,8 @@ from cdc_apply.pgoutput.decoder import StreamDecoder
 from cdc_apply.planning.schema import RelationHistory
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+
+    from cdc_apply.delta.engine import SparkTables
 
 
 def key_positions(history: RelationHistory, key: Sequence[str]) -> tuple[int, ...]:
@@ -90,7 +91,7 @@ def _key(values, version, lineages: Sequence[int], table: str, seq: int) -> tupl
     return tuple(out)
 
 
-def transactions_past(spark: SparkSession, config, source: str, names: Sequence[str],
+def transactions_past(engine: SparkTables, config, source: str, names: Sequence[str],
                       lsn: int) -> list[tuple[int | None, int, int]]:
     """``(xid of a streamed transaction or None, first seq, commit seq)`` of each logged transaction of
     ``source`` committed at or past ``lsn`` that changed (or truncated) a table of one of ``names``."""
@@ -99,16 +100,16 @@ def transactions_past(spark: SparkSession, config, source: str, names: Sequence[
     from cdc_apply.delta.refs import state_ref
 
     ref = state_ref(config, "transactions")
-    if not ref.exists(spark):
+    if not engine.exists(ref):
         return []
     touched = F.exists("tables", lambda t: t["table"].isin(list(names)))
-    rows = (ref.read(spark).where((F.col("source") == source) & (F.col("commit_lsn") >= lsn) & touched)
+    rows = (engine.read(ref).where((F.col("source") == source) & (F.col("commit_lsn") >= lsn) & touched)
             .select("xid", "kind", "begin_seq", "commit_seq").distinct().collect())
     return [(int(r.xid) if r.kind and "stream" in r.kind else None, int(r.begin_seq), int(r.commit_seq))
             for r in rows if r.begin_seq is not None and r.commit_seq is not None]
 
 
-def bronze_units(spark: SparkSession, config, source: str, spans: list[tuple[int | None, int, int]]):
+def bronze_units(engine: SparkTables, config, source: str, spans: list[tuple[int | None, int, int]]):
     """``(xid, [(seq, payload), ...])`` per span, read from bronze in one query."""
     from pyspark.sql import functions as F
 
@@ -117,7 +118,7 @@ def bronze_units(spark: SparkSession, config, source: str, spans: list[tuple[int
     if not spans:
         return []
     within = reduce(lambda a, b: a | b, [F.col("seq").between(first, last) for _, first, last in spans])
-    rows = (bronze_ref(config).read(spark).where((F.col("source") == source) & within)
+    rows = (engine.read(bronze_ref(config)).where((F.col("source") == source) & within)
             .select("seq", "payload").orderBy("seq").collect())
     seqs = [(int(r.seq), r.payload) for r in rows]
     return [(xid, [(s, p) for s, p in seqs if first <= s <= last])

@@ -22,7 +22,8 @@ from cdc_apply.verification import compare as cmp
 from cdc_apply.verification import silver as sv
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+
+    from cdc_apply.delta.engine import SparkTables
 
 _STREAM_COMMIT_OF_SNAPSHOTS = "6300000002"   # hex of 'c' and the lander's snapshot xid (2): its Stream Commit
 
@@ -48,7 +49,7 @@ def repair_targets(plans) -> tuple[list[str], list[tuple], list[str]]:
     return tables, ranges, entries
 
 
-def wait_repaired(spark: SparkSession, config: Config, entries: list[str], lsn: int, timeout: float,
+def wait_repaired(engine: SparkTables, config: Config, entries: list[str], lsn: int, timeout: float,
                   poll: float = 1.0) -> None:
     """Wait until bronze holds, past ``lsn``, the snapshots serving every entry and the apply job has applied
     the last one's Stream Commit; a :class:`VerifyError` after ``timeout`` seconds (is the lander running?)."""
@@ -60,22 +61,22 @@ def wait_repaired(spark: SparkSession, config: Config, entries: list[str], lsn: 
     floor = None
     while True:
         # The snapshot's own rows carry no WAL position: they follow the request's row, whose LSN is ``lsn``.
-        rows = bronze_ref(config).read(spark).where(F.col("source") == source)
+        rows = engine.read(bronze_ref(config)).where(F.col("source") == source)
         if floor is None:
-            floor = rows.where(F.col("lsn") >= lsn).agg(F.min("seq")).first()[0]
+            floor = rows.where(F.col("lsn") >= lsn).agg(F.min("seq")).collect()[0][0]
         bronze = rows.where(F.col("seq") > floor) if floor is not None else None
         if needed is None and bronze is not None:
             text = F.col("payload").cast("string")
             found = bronze.agg(*[F.min(F.when(text.contains(json.dumps(e)), F.col("seq"))).alias(f"e{i}")
-                                 for i, e in enumerate(entries)]).first()
+                                 for i, e in enumerate(entries)]).collect()[0]
             if all(v is not None for v in found):
                 last = max(found)
                 commit = (bronze.where((F.col("seq") > last) & (F.hex(F.substring("payload", 1, 5)) ==
                                                                  _STREAM_COMMIT_OF_SNAPSHOTS))
-                          .agg(F.min("seq")).first()[0])
+                          .agg(F.min("seq")).collect()[0][0])
                 needed = None if commit is None else int(commit)
         if needed is not None:
-            applied, _ = sv.applied_position(spark, config, source)
+            applied, _ = sv.applied_position(engine, config, source)
             if applied is not None and applied >= needed:
                 return
         if time.monotonic() >= deadline:

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
 
 from cdc_apply.config import Config
-from cdc_apply.delta.refs import history_ref, silver_ref, state_ref
+from cdc_apply.delta.refs import history_ref_for, silver_ref_for, state_ref
 from cdc_apply.errors import CdcApplyError, VerifyError
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lake.silver.soft_deletes import live_rows
@@ -54,6 +54,7 @@ from cdc_apply.verification.source import SourceSnapshot, SourceTable, excluded_
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from cdc_apply.delta.engine import SparkTables
     from cdc_apply.delta.refs import TableRef
     from cdc_apply.log import TextOut
     from cdc_apply.planning.schema import RelationHistory
@@ -150,14 +151,17 @@ def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = N
     ``max_source_rows_per_second`` default to the configuration's ``[verify]`` section. ``repair``: copy the
     differing ranges again through the lander (:mod:`cdc_apply.verification.repair`; the lander and the apply job
     must be running), wait for them to be applied, and verify those tables again (``repaired``)."""
+    from cdc_apply.delta.engine import spark_tables
+
     started = time.monotonic()
+    engine = spark_tables(spark)   # the verify entry point: the engine chosen here
     source = config.source.name
     dsn = dsn or resolve_dsn(config.source)
     rate = max_source_rows_per_second or config.verify.max_source_rows_per_second
     range_rows = range_rows or config.verify.range_rows
     wait_seconds = config.verify.wait_seconds if wait_seconds is None else wait_seconds
-    relations = _relations(spark, config, source, tables)
-    present = {name: ref.exists(spark) for name, ref, _ in relations}   # read once: the check below and the planning
+    relations = _relations(engine, config, source, tables)
+    present = {name: engine.exists(ref) for name, ref, _ in relations}   # read once: the check below and the planning
     if relations and not any(present.values()):
         # Nothing could be compared: say so now, not after waiting for the apply job.
         raise VerifyError(f"none of the {len(relations)} applied tables has a silver table (the first: "
@@ -170,37 +174,37 @@ def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = N
         options = TypeOptions(numeric=config.apply.numeric)
         # The source's sums are read while the apply job catches up with the point: both take seconds.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-source") as pool:
-            planned = pool.submit(lambda: [_plan_source(spark, config, snap, name, ref, rel, options, range_rows,
+            planned = pool.submit(lambda: [_plan_source(engine, config, snap, name, ref, rel, options, range_rows,
                                                         tables is not None, present[name])
                                            for name, ref, rel in relations])
             try:
-                run.applied_lsn = sv.wait_applied(spark, config, source, point.lsn, wait_seconds)
+                run.applied_lsn = sv.wait_applied(engine, config, source, point.lsn, wait_seconds)
             finally:
                 plans = planned.result()
         plans = [p for p in plans if not p.skipped]
         for plan in plans:
             if plan.result.status != cmp.ERROR:
-                _compare(spark, config, snap, plan, point.lsn, samples, wait_seconds)
+                _compare(engine, config, snap, plan, point.lsn, samples, wait_seconds)
         run.tables = [p.result for p in plans]
         run.source_rows_read = snap.limit.rows
     run.seconds = time.monotonic() - started
     if record:
-        record_run(spark, config, run)
+        record_run(engine, config, run)
     whole, ranges, entries = repair_targets(plans) if repair else ([], [], [])
     if entries:
         at = emit_request(config, whole, ranges)
         run.repair = {"tables": whole, "ranges": [list(r) for r in ranges], "lsn": at}
-        wait_repaired(spark, config, entries, parse_lsn(at), wait_seconds)
+        wait_repaired(engine, config, entries, parse_lsn(at), wait_seconds)
         run.repaired = verify(spark, config, [p.result.table for p in plans if p.result.status == cmp.DIFFERS],
                               range_rows, max_source_rows_per_second, wait_seconds, samples, record, dsn)
     return run
 
 
-def _relations(spark: SparkSession, config: Config, source: str, tables: Sequence[str] | None
+def _relations(engine: SparkTables, config: Config, source: str, tables: Sequence[str] | None
                ) -> list[tuple[str, TableRef, RelationHistory]]:
     """``(current qualified name, silver ref, relation history)`` of the tables to verify (default: every
     applied, selected one)."""
-    history = Bookkeeping(config).load_history(spark).get(source)
+    history = Bookkeeping(config).load_history(engine).get(source)
     known = {} if history is None else {r.latest.qualified_name: r for r in history.relations.values()}
     if tables is None:
         names = [n for n in sorted(known) if config.table_selected(n)]
@@ -215,12 +219,11 @@ def _relations(spark: SparkSession, config: Config, source: str, tables: Sequenc
             raise VerifyError(f"no relation of that name was applied: {', '.join(missing)}", source=source)
     out = []
     for name in names:
-        first = known[name].versions[0]
-        out.append((name, silver_ref(config, first.namespace, first.name, source), known[name]))
+        out.append((name, silver_ref_for(config, source, known[name].versions), known[name]))
     return out
 
 
-def _plan_source(spark: SparkSession, config: Config, snap: SourceSnapshot, name: str, ref, relation,
+def _plan_source(engine: SparkTables, config: Config, snap: SourceSnapshot, name: str, ref, relation,
                  options: TypeOptions, range_rows: int, named: bool, has_silver: bool) -> _Plan:
     """The table's source side; ``named``: the caller asked for this table (a partition is then verified
     too, against a silver table of its own); ``has_silver``: whether ``ref`` exists."""
@@ -240,7 +243,7 @@ def _plan_source(spark: SparkSession, config: Config, snap: SourceSnapshot, name
             raise VerifyError(f"the table has no silver table at {ref} (the silver location of the "
                               "configuration: [silver] path or table_template)", table=name)
         plan.shape, plan.silver = shape, ref
-        silver_types = sv.silver_columns(ref.read(spark), config.silver.metadata_prefix)
+        silver_types = sv.silver_columns(engine.read(ref), config.silver.metadata_prefix)
         masked = _masked_names(config, name, relation)
         masked_keys = [k for k in shape.key if k in masked]
         if masked_keys:   # silver's keys are hashes: no key range or key of silver names a source row
@@ -290,28 +293,27 @@ def _masked_names(config: Config, name: str, relation) -> set[str]:
     return {c.name for lin, c in zip(latest.lineage, latest.columns) if lin in masked}
 
 
-def _compare(spark: SparkSession, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int, samples: int,
+def _compare(engine: SparkTables, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int, samples: int,
              wait_seconds: float) -> None:
     started = time.monotonic()
     result = plan.result
     shape, silver, relation = plan.found()
     key = list(shape.key)
     try:
-        result.silver_version, frame = sv.pin(spark, silver)
+        result.silver_version, frame = sv.pin(engine, silver)
         frame = live_rows(frame, config.silver.metadata_prefix)   # soft-deleted rows are rows the source lacks
-        first = relation.versions[0]
-        history = history_ref(config, first.namespace, first.name, config.source.name)
-        if config.history_for(result.table) is not None and history.exists(spark):
-            excluded = sv.changed_keys(spark, history, config.silver.metadata_prefix, lsn, plan.columns, key)
+        history = history_ref_for(config, config.source.name, relation.versions)
+        if config.history_for(result.table) is not None and engine.exists(history):
+            excluded = sv.changed_keys(engine, history, config.silver.metadata_prefix, lsn, plan.columns, key)
         else:
-            excluded = _changed_from_bronze(spark, config, plan, lsn, key, wait_seconds)
+            excluded = _changed_from_bronze(engine, config, plan, lsn, key, wait_seconds)
         result.excluded_keys = len(excluded)
         source_sums = plan.sums
         if excluded:
             where, params = excluded_predicate(shape, plan.columns, excluded)
             source_sums = cmp.subtract(source_sums, snap.rows(shape, plan.columns, key, where, params), plan.index_of)
         range_sql = spark_range_index(key[0], plan.kind, plan.bounds) if key and plan.kind and plan.bounds else None
-        rows = sv.without(spark, sv.prepared(frame, plan.columns, key, range_sql, plan.buckets), key, excluded)
+        rows = sv.without(engine, sv.prepared(frame, plan.columns, key, range_sql, plan.buckets), key, excluded)
         silver_sums = sv.range_sums(rows)
         result.source_rows = sum(n for n, _ in source_sums.values())
         result.silver_rows = sum(n for n, _ in silver_sums.values())
@@ -336,7 +338,7 @@ def _compare(spark: SparkSession, config: Config, snap: SourceSnapshot, plan: _P
     result.seconds += time.monotonic() - started
 
 
-def _changed_from_bronze(spark: SparkSession, config: Config, plan: _Plan, lsn: int, key: list[str],
+def _changed_from_bronze(engine: SparkTables, config: Config, plan: _Plan, lsn: int, key: list[str],
                          wait_seconds: float) -> list:
     """Without a history table: the keys the logged transactions committed at or past ``lsn`` changed, decoded
     from their bronze rows (:mod:`cdc_apply.verification.bronze_keys`), once the batch that wrote the pinned silver
@@ -350,10 +352,10 @@ def _changed_from_bronze(spark: SparkSession, config: Config, plan: _Plan, lsn: 
     _, silver, relation = plan.found()
     version = plan.result.silver_version
     assert version is not None  # _compare pinned silver before asking
-    sv.wait_logged(spark, config, silver, version, wait_seconds)
+    sv.wait_logged(engine, config, silver, version, wait_seconds)
     names = sorted({v.qualified_name for v in relation.versions})
-    spans = bronze_keys.transactions_past(spark, config, source, names, lsn)
-    units = bronze_keys.bronze_units(spark, config, source, spans)
+    spans = bronze_keys.transactions_past(engine, config, source, names, lsn)
+    units = bronze_keys.bronze_units(engine, config, source, spans)
     return sorted(bronze_keys.changed_keys(units, relation, bronze_keys.key_positions(relation, key)))
 
 
@@ -364,7 +366,7 @@ _COLUMNS = [("run_id", "STRING"), ("verified_at", "TIMESTAMP"), ("source", "STRI
             ("unhashed_columns", "STRING"), ("error", "STRING"), ("seconds", "DOUBLE")]
 
 
-def record_run(spark: SparkSession, config: Config, run: Verification) -> None:
+def record_run(engine: SparkTables, config: Config, run: Verification) -> None:
     """Append one row per table to the ``verifications`` state table (made by the first run)."""
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     rows = [(run.run_id, now, run.source, t.table, run.lsn, run.applied_lsn, t.silver_version, t.status, t.ranges,
@@ -372,7 +374,7 @@ def record_run(spark: SparkSession, config: Config, run: Verification) -> None:
              json.dumps([s.text() for s in t.samples]), ",".join(t.unhashed_columns), t.error, t.seconds)
             for t in run.tables]
     schema = ", ".join(f"{name} {kind}" for name, kind in _COLUMNS)
-    state_ref(config, VERIFICATIONS).append(spark.createDataFrame(rows, schema), None, 0)
+    state_ref(config, VERIFICATIONS).append(engine.spark.createDataFrame(rows, schema), None, 0)
 
 
 def print_run(run: Verification, as_json: bool = False, out: TextOut | None = None) -> None:

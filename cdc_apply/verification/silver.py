@@ -16,56 +16,57 @@ from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.verification.encoding import ColumnEncoding, spark_key_text, spark_row_hash, spark_row_text
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+
+    from cdc_apply.delta.engine import SparkTables
 
 KEY = "_verify_k"      # key texts: _verify_k0, _verify_k1, ...
 HASH = "_verify_h"
 RANGE = "_verify_r"
 
 
-def applied_position(spark: SparkSession, config: Config, source: str) -> tuple[int | None, int | None]:
+def applied_position(engine: SparkTables, config: Config, source: str) -> tuple[int | None, int | None]:
     """``(applied seq, applied commit LSN)`` of the source's newest progress row (None, None before any)."""
     from pyspark.sql import functions as F
 
     ref = Bookkeeping(config).ref("progress")
-    if not ref.exists(spark):
+    if not engine.exists(ref):
         return None, None
-    row = (ref.read(spark).where(F.col("source") == source).orderBy(F.desc("apply_version"))
+    row = (engine.read(ref).where(F.col("source") == source).orderBy(F.desc("apply_version"))
            .select("applied_seq", "applied_commit_lsn").first())
     if row is None:
         return None, None
     return row[0], row[1]
 
 
-def passed(spark: SparkSession, config: Config, source: str, lsn: int) -> tuple[bool, int | None]:
+def passed(engine: SparkTables, config: Config, source: str, lsn: int) -> tuple[bool, int | None]:
     """Whether every commit below ``lsn`` is applied, and the applied commit LSN. True when a commit at or past
     ``lsn`` is applied, or when the applied seq covers a bronze row the server sent from a WAL position at or
     past ``lsn``: the walsender decodes WAL in order, so every commit below ``lsn`` was sent — and landed —
     before it (a quiet source, whose transaction past the point changed no table, or one the apply skips)."""
     from pyspark.sql import functions as F
 
-    seq, applied = applied_position(spark, config, source)
+    seq, applied = applied_position(engine, config, source)
     if applied is not None and applied >= lsn:
         return True, applied
     if seq is None:
         return False, applied
-    bronze = bronze_ref(config).read(spark)
-    first = bronze.where((F.col("source") == source) & (F.col("lsn") >= lsn)).agg(F.min("seq")).first()[0]
+    bronze = engine.read(bronze_ref(config))
+    first = bronze.where((F.col("source") == source) & (F.col("lsn") >= lsn)).agg(F.min("seq")).collect()[0][0]
     return first is not None and int(first) <= int(seq), applied
 
 
-def wait_applied(spark: SparkSession, config: Config, source: str, lsn: int, timeout: float,
+def wait_applied(engine: SparkTables, config: Config, source: str, lsn: int, timeout: float,
                  poll: float = 1.0) -> int | None:
     """Wait until every commit below ``lsn`` is applied (:func:`passed`); returns the applied commit LSN then,
     a :class:`VerifyError` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
-        done, applied = passed(spark, config, source, lsn)
+        done, applied = passed(engine, config, source, lsn)
         if done:
             return applied
         if time.monotonic() >= deadline:
             shown = format_lsn(applied) if applied is not None else "nothing"
-            landed = landed_lsn(spark, config, source)
+            landed = landed_lsn(engine, config, source)
             if landed is None or landed < lsn:
                 raise VerifyError(f"bronze did not receive the source's point within {timeout:g} s (landed: "
                                   f"{format_lsn(landed) if landed is not None else 'nothing'}); is the lander "
@@ -76,15 +77,15 @@ def wait_applied(spark: SparkSession, config: Config, source: str, lsn: int, tim
         time.sleep(poll)
 
 
-def landed_lsn(spark: SparkSession, config: Config, source: str) -> int | None:
+def landed_lsn(engine: SparkTables, config: Config, source: str) -> int | None:
     """The newest LSN bronze holds for ``source`` (None: no row)."""
     from pyspark.sql import functions as F
 
 
-    return bronze_ref(config).read(spark).where(F.col("source") == source).agg(F.max("lsn")).first()[0]
+    return engine.read(bronze_ref(config)).where(F.col("source") == source).agg(F.max("lsn")).collect()[0][0]
 
 
-def wait_logged(spark: SparkSession, config: Config, ref: TableRef, version: int, timeout: float,
+def wait_logged(engine: SparkTables, config: Config, ref: TableRef, version: int, timeout: float,
                 poll: float = 1.0) -> None:
     """Wait until the batch that wrote silver version ``version`` (the newest tagged commit at or below it) has
     its progress row: its transactions log rows, written before that row, are then all there."""
@@ -93,7 +94,7 @@ def wait_logged(spark: SparkSession, config: Config, ref: TableRef, version: int
     from cdc_apply.lake.books.commit_tag import decode_tag
     from cdc_apply.lake.books.ledger import STEPS_PER_VERSION
 
-    commits = (spark.sql(f"DESCRIBE HISTORY {ref.sql}").where(F.col("version") <= version)
+    commits = (engine.spark.sql(f"DESCRIBE HISTORY {ref.sql}").where(F.col("version") <= version)
                .orderBy(F.desc("version")).select("userMetadata").limit(100).collect())
     step = next((tag["apply_step"] for tag in (decode_tag(r.userMetadata) for r in commits)
                  if tag and "apply_step" in tag), None)
@@ -102,19 +103,19 @@ def wait_logged(spark: SparkSession, config: Config, ref: TableRef, version: int
     wanted = int(step) // STEPS_PER_VERSION
     progress = Bookkeeping(config).ref("progress")
     deadline = time.monotonic() + timeout
-    while (progress.read(spark).agg(F.max("apply_version")).first()[0] or -1) < wanted:
+    while (engine.read(progress).agg(F.max("apply_version")).collect()[0][0] or -1) < wanted:
         if time.monotonic() >= deadline:
             raise VerifyError(f"the batch that wrote silver version {version} did not finish within {timeout:g} s",
                               table=str(ref))
         time.sleep(poll)
 
 
-def pin(spark: SparkSession, ref: TableRef):
+def pin(engine: SparkTables, ref: TableRef):
     """``(version, DataFrame)``: the table's newest Delta version, read at that version whatever comes later."""
-    newest = spark.sql(f"DESCRIBE HISTORY {ref.sql} LIMIT 1").first()
+    newest = engine.spark.sql(f"DESCRIBE HISTORY {ref.sql} LIMIT 1").first()
     assert newest is not None  # a Delta table's history holds at least the commit that made it
     version = int(newest["version"])
-    reader = spark.read.format("delta").option("versionAsOf", version)
+    reader = engine.spark.read.format("delta").option("versionAsOf", version)
     return version, (ref.load(reader))
 
 
@@ -132,7 +133,7 @@ def prepared(frame, columns: list[ColumnEncoding], key: list[str], range_sql: st
     return out.withColumn(RANGE, index.cast("int"))
 
 
-def without(spark: SparkSession, rows, key: list[str], excluded: list[tuple]):
+def without(engine: SparkTables, rows, key: list[str], excluded: list[tuple]):
     """``rows`` less the excluded keys (keyless: row hashes): a broadcast anti-join."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -145,7 +146,7 @@ def without(spark: SparkSession, rows, key: list[str], excluded: list[tuple]):
         data = [tuple(k) for k in excluded]
     else:
         schema, cols, data = StructType([StructField(HASH, LongType())]), [HASH], [(int(k[0]),) for k in excluded]
-    return rows.join(F.broadcast(spark.createDataFrame(data, schema)), cols, "left_anti")
+    return rows.join(F.broadcast(engine.spark.createDataFrame(data, schema)), cols, "left_anti")
 
 
 def range_sums(rows) -> dict[int, tuple[int, int]]:
@@ -164,7 +165,7 @@ def range_rows(rows, ranges: list[int], key_count: int) -> list[tuple]:
     return [tuple(r) for r in rows.where(F.col(RANGE).isin(ranges)).select(*cols).collect()]
 
 
-def changed_keys(spark: SparkSession, history: TableRef, prefix: str, lsn: int, columns: list[ColumnEncoding],
+def changed_keys(engine: SparkTables, history: TableRef, prefix: str, lsn: int, columns: list[ColumnEncoding],
                  key: list[str]) -> list[tuple]:
     """Keys (keyless: row hashes) of the history table's versions made or ended by a commit at or after ``lsn``:
     every key a transaction committed at or past the point changed, deletes included. Read after silver is
@@ -172,7 +173,7 @@ def changed_keys(spark: SparkSession, history: TableRef, prefix: str, lsn: int, 
     from pyspark.sql import functions as F
 
     h = HistoryColumns(prefix)
-    df = history.read(spark).where((F.col(h.valid_from_lsn) >= lsn) | (F.col(h.valid_to_lsn) >= lsn))
+    df = engine.read(history).where((F.col(h.valid_from_lsn) >= lsn) | (F.col(h.valid_to_lsn) >= lsn))
     if key:
         out = df.select(*[F.expr(spark_key_text(k)).alias(f"k{i}") for i, k in enumerate(key)]).distinct()
         return [tuple(r) for r in out.collect()]

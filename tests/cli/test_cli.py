@@ -79,9 +79,9 @@ def test_configuring_logging_twice_keeps_one_handler():
 
 
 def test_the_api_functions_apply_and_land_are_not_shadowed_by_any_subpackage():
+    import cdc_apply.lake.pipeline  # noqa: F401
     import cdc_apply.lander.lander as lander_module
     import cdc_apply.planning.plan  # noqa: F401 - importing every layer is the point
-    import cdc_apply.lake.pipeline  # noqa: F401
 
     assert cdc_apply.apply.__module__ == "cdc_apply.api" and cdc_apply.land.__module__ == "cdc_apply.api"
     assert lander_module.__name__ == "cdc_apply.lander.lander"

@@ -26,7 +26,7 @@ def s3_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def spark(s3_server):
-    from cdc_apply.spark.session import spark_session
+    from cdc_apply.spark.session import classic_session as spark_session
 
     conf = s3_server[0].spark_conf(s3_server[1]) if s3_server else {}
     session = spark_session("cdc_apply-cluster-tests", **conf)

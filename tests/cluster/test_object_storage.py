@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.testing.object_store import write_spark_defaults
 from cdc_apply.testing.processes import CliProcess
 
@@ -165,7 +166,7 @@ def test_optimize_on_s3a_compacts_silver_and_bronze_and_leaves_silver_equal(appl
     # batch, was compacted.
     assert {line.split(":")[0] for line in run.stdout.splitlines()} >= {"public.customers", "public.events",
                                                                         "bronze"}, run.describe()
-    operations = [r.operation for r in bronze_ref(config).delta_table(spark).history().collect()]
+    operations = [r.operation for r in spark_tables(spark).delta_table(bronze_ref(config)).history().collect()]
     assert "OPTIMIZE" in operations, operations
     checks = _silver_checks(spark, postgres, root)
     assert all(c.equal for c in checks), "\n".join(c.line() for c in checks)

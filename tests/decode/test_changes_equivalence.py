@@ -18,19 +18,27 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 import pytest
+from golden.loader import list_configs, list_scenarios, load_capture
+from golden.oracle import options_for
 
 from cdc_apply.decode import changes
-from cdc_apply.planning.decode_plan import COMMON_FIELDS, SKIP, DecodePlan, Slot, SourcePlan, output_schema, pool_columns
 from cdc_apply.decode.changes_rows import _convert  # the stage's own per-column conversion
-from cdc_apply.planning.plan import plan_batch
-from cdc_apply.planning.schema import SchemaHistory
-from cdc_apply.planning.state import SourceState
 from cdc_apply.errors import CdcApplyError, DecodeError, SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.columnar import DmlBatch, walk_dml
 from cdc_apply.pgoutput.decoder import decode_message
-from golden.loader import list_configs, list_scenarios, load_capture
-from golden.oracle import options_for
+from cdc_apply.planning.decode_plan import (
+    COMMON_FIELDS,
+    SKIP,
+    DecodePlan,
+    Slot,
+    SourcePlan,
+    output_schema,
+    pool_columns,
+)
+from cdc_apply.planning.plan import plan_batch
+from cdc_apply.planning.schema import SchemaHistory
+from cdc_apply.planning.state import SourceState
 
 CONTROL = frozenset(b"BCORYSEcAbPKrp")
 CHANGE = frozenset(b"IUDTM")

@@ -20,17 +20,16 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from test_changes_equivalence import CHANGE, CONTROL, bronze, check_batches, first_change_seq
 
 from cdc_apply.decode.changes_vector import first_bytes, source_codes
+from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.decoder import decode_message
 from cdc_apply.planning.decode_plan import output_schema
 from cdc_apply.planning.plan import plan_batch
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.state import SourceState
-from cdc_apply.pgoutput import messages as m
-from cdc_apply.pgoutput.decoder import decode_message
 from cdc_apply.testing.stream import StreamBuilder
-
-from test_changes_equivalence import CHANGE, CONTROL, bronze, check_batches, first_change_seq
 
 PG_EPOCH_DAYS = 10957
 TYPES = {  # name -> (value strategy, text form, binary form or None)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from test_changes_equivalence import CHANGE, first_change_seq
+
 from cdc_apply.planning.decode_plan import SKIP
 from cdc_apply.planning.plan import plan_batch
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.state import SourceState
 from cdc_apply.testing.stream import StreamBuilder
-
-from test_changes_equivalence import CHANGE, first_change_seq
 
 
 def test_first_changes_of_every_aborted_subtransaction_are_looked_up_once_per_source():

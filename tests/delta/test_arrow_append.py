@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from cdc_apply.delta.commit import append_arrow
-from cdc_apply.delta.log import newest_added_max
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.refs import TableRef
 
 pytestmark = pytest.mark.spark
@@ -40,7 +40,7 @@ def _table(spark, path, properties: str = "") -> TableRef:
 
 
 def _versions(spark, ref: TableRef) -> int:
-    return ref.delta_table(spark).history().count()
+    return spark_tables(spark).delta_table(ref).history().count()
 
 
 def test_an_appended_arrow_table_reads_back_as_its_rows(spark, tmp_path):
@@ -56,10 +56,10 @@ def test_an_appended_arrow_table_reads_back_as_its_rows(spark, tmp_path):
 def test_the_commit_is_an_append_as_spark_s_writer_records_it_with_statistics(spark, tmp_path):
     ref = _table(spark, tmp_path / "t")
     append_arrow(spark, ref, _rows(7), user_metadata='{"k": 1}')
-    newest = ref.delta_table(spark).history(1).first()
+    newest = spark_tables(spark).delta_table(ref).history(1).first()
     assert (newest.operation, newest.operationParameters["mode"], newest.userMetadata) == ("WRITE", "Append", '{"k": 1}')
     assert newest.operationMetrics["numOutputRows"] == "3" and newest.operationMetrics["numFiles"] == "1"
-    assert newest_added_max(spark, ref, "apply_version") == 7
+    assert spark_tables(spark).newest_added_max(ref, "apply_version") == 7
     added = [json.loads(line)["add"] for line in
              open(tmp_path / "t" / "_delta_log" / f"{int(newest.version):020d}.json") if '"add"' in line]
     stats = json.loads(added[0]["stats"])

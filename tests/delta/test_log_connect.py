@@ -1,11 +1,11 @@
-"""Delta's log read over Spark Connect (SQL alone) gives what the JVM reads give a classic session, on the
-same table: the table is written by the classic ``spark`` session and read by both."""
+"""The Spark Connect engine's reads of Delta's log (SQL alone) give what the classic engine's JVM reads give, on
+the same table: the table is written by the classic ``spark`` session and read by both."""
 
 from __future__ import annotations
 
 import pytest
 
-from cdc_apply.delta.log import commit_user_metadata, delta_version, files_bytes, is_connect, newest_version
+from cdc_apply.delta.engine import ClassicTables, ConnectTables, spark_tables
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.testing.connect_server import connect_mode
 
@@ -31,32 +31,32 @@ def tagged_table(spark, tmp_path_factory):
     return TableRef(path=path)
 
 
-def test_a_connect_session_is_told_from_a_classic_one(spark, connect_session):
-    assert is_connect(connect_session)
-    assert not is_connect(spark)
+def test_the_engine_of_a_connect_session_is_told_from_a_classic_one_s(spark, connect_session):
+    assert type(spark_tables(connect_session)) is ConnectTables
+    assert type(spark_tables(spark)) is ClassicTables
 
 
 def test_the_newest_version_over_connect_is_the_one_the_jvm_reads(spark, connect_session, tagged_table):
-    classic = (newest_version(spark, tagged_table), delta_version(spark, tagged_table))
+    classic = (spark_tables(spark).newest_version(tagged_table), spark_tables(spark).version(tagged_table))
     with connect_mode():
-        over_connect = (newest_version(connect_session, tagged_table), delta_version(connect_session, tagged_table))
+        over_connect = (spark_tables(connect_session).newest_version(tagged_table), spark_tables(connect_session).version(tagged_table))
     assert classic == over_connect == (3, 3)
 
 
 def test_the_files_bytes_over_connect_are_the_ones_the_jvm_reads(spark, connect_session, tagged_table):
-    classic = files_bytes(spark, tagged_table)
+    classic = spark_tables(spark).files_bytes(tagged_table)
     with connect_mode():
-        over_connect = files_bytes(connect_session, tagged_table)
+        over_connect = spark_tables(connect_session).files_bytes(tagged_table)
     assert classic is not None and classic > 0
     assert over_connect == classic
 
 
 def test_each_commit_s_user_metadata_over_connect_is_the_one_delta_s_history_api_reads(spark, connect_session,
                                                                                        tagged_table):
-    classic = commit_user_metadata(spark, tagged_table)
+    classic = spark_tables(spark).commit_user_metadata(tagged_table)
     with connect_mode():
-        over_connect = commit_user_metadata(connect_session, tagged_table)
-        newest_two = commit_user_metadata(connect_session, tagged_table, 2)
+        over_connect = spark_tables(connect_session).commit_user_metadata(tagged_table)
+        newest_two = spark_tables(connect_session).commit_user_metadata(tagged_table, 2)
     assert classic == over_connect == [(3, '{"apply_step":3}'), (2, '{"apply_step":2}'), (1, '{"apply_step":1}'),
                                        (0, None)]
     assert newest_two == classic[:2]
@@ -65,5 +65,5 @@ def test_each_commit_s_user_metadata_over_connect_is_the_one_delta_s_history_api
 def test_a_path_without_a_table_has_no_version_and_no_bytes_over_connect(connect_session, tmp_path):
     missing = TableRef(path=str(tmp_path / "missing"))
     with connect_mode():
-        assert (newest_version(connect_session, missing), delta_version(connect_session, missing),
-                files_bytes(connect_session, missing)) == (None, None, None)
+        assert (spark_tables(connect_session).newest_version(missing), spark_tables(connect_session).version(missing),
+                spark_tables(connect_session).files_bytes(missing)) == (None, None, None)

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_apply.delta.ddl import create_statement, create_table, set_properties
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.names import pg_ident, pg_literal, quote_ident, quote_literal
 from cdc_apply.delta.refs import TableRef
 
@@ -61,7 +62,7 @@ def test_table_properties_and_the_comment_are_written_as_literals():
 
 def test_replacing_a_table_writes_its_properties_and_comment_as_literals():
     spark = RecordingSpark()
-    create_table(spark, TableRef(path="/p"), [("id", "INT")], {"k": "it's"}, comment="c\\", replace=True)
+    create_table(spark_tables(spark), TableRef(path="/p"), [("id", "INT")], {"k": "it's"}, comment="c\\", replace=True)
     (text,) = spark.statements
     assert text.startswith("REPLACE TABLE delta.`/p` (`id` INT) USING delta")
     assert f"COMMENT {quote_literal('c' + chr(92))}" in text and f"{quote_literal('k')} = {quote_literal('it' + chr(39) + 's')}" in text
@@ -81,10 +82,10 @@ def test_a_replaced_table_reads_its_hostile_properties_and_comment_back_exactly(
     from cdc_apply.delta.ddl import table_properties
 
     ref = TableRef(path=str(tmp_path / "t"))
-    create_table(spark, ref, [("id", "INT")], {"cdc_apply.relation": "public.first"}, comment="first")
+    create_table(spark_tables(spark), ref, [("id", "INT")], {"cdc_apply.relation": "public.first"}, comment="first")
     hostile = "it's \\ `x` \"y\" '; DROP TABLE x; -- \n ü \\"
     props = {"delta.columnMapping.mode": "name", "cdc_apply.relation": f"public.{hostile}"}
-    create_table(spark, ref, [("id", "BIGINT"), (hostile, "STRING")], props, comment=f"of src:public.{hostile}",
+    create_table(spark_tables(spark), ref, [("id", "BIGINT"), (hostile, "STRING")], props, comment=f"of src:public.{hostile}",
                  replace=True)
     assert table_properties(spark, ref)["cdc_apply.relation"] == f"public.{hostile}"
     (detail,) = spark.sql(f"DESCRIBE DETAIL {ref.sql}").collect()

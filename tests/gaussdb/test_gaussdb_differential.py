@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import random
 
+from gaussdb_workload import Workload, build, sort_rows  # noqa: E402
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_apply.planning.assemble import assemble_transactions
-from cdc_apply.planning.state import SourceState
 from cdc_apply.gaussdb import GaussdbTranscoder, decode_gaussdb_payload
 from cdc_apply.pgoutput.encoder import encode
+from cdc_apply.planning.assemble import assemble_transactions
+from cdc_apply.planning.state import SourceState
 from cdc_apply.testing.reference import ReferenceApplier
-
-from gaussdb_workload import Workload, build, sort_rows  # noqa: E402
 
 
 def apply_pgoutput(workload: Workload) -> ReferenceApplier:

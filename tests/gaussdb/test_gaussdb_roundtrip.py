@@ -5,16 +5,19 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
+from gaussdb_strategies import PG_MAX_TS, PG_MIN_TS, heartbeats, offsets, records  # noqa: E402
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cdc_apply.gaussdb import (
-    decode_gaussdb_payload, encode_gaussdb, format_timestamp, heartbeat_micros, parse_timestamp,
+    decode_gaussdb_payload,
+    encode_gaussdb,
+    format_timestamp,
+    heartbeat_micros,
+    parse_timestamp,
 )
 from cdc_apply.gaussdb.timestamps import INFINITY, NEG_INFINITY
 from cdc_apply.pgoutput.messages import PG_EPOCH
-
-from gaussdb_strategies import PG_MAX_TS, PG_MIN_TS, heartbeats, offsets, records  # noqa: E402
 
 
 @settings(print_blob=True, max_examples=300, deadline=None)

@@ -7,8 +7,6 @@ from dataclasses import replace
 import pytest
 
 import cdc_apply.gaussdb.tables as tables_module
-from cdc_apply.planning.assemble import assemble_transactions
-from cdc_apply.planning.state import SourceState
 from cdc_apply.errors import ConfigError, DecodeError, SchemaError
 from cdc_apply.gaussdb import (
     USER_MESSAGE_PREFIX,
@@ -26,6 +24,8 @@ from cdc_apply.gaussdb.tables import relation_id_for
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.decoder import StreamDecoder
 from cdc_apply.pgoutput.encoder import encode
+from cdc_apply.planning.assemble import assemble_transactions
+from cdc_apply.planning.state import SourceState
 
 TS = "2024-05-20 10:00:00.5+08"
 ID, V = ("id", 23), ("v", 25)

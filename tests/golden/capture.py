@@ -28,8 +28,18 @@ if __package__ in (None, ""):  # run as a script: make `golden` importable
 
 from cdc_apply.pgoutput.messages import format_lsn
 
-from .harness import (CONFIGS, PUBLICATION, SESSION_SETTINGS, CaptureConfig, Scenario, Workload,
-                      connect, create_slot, drop_slot, read_slot)
+from .harness import (
+    CONFIGS,
+    PUBLICATION,
+    SESSION_SETTINGS,
+    CaptureConfig,
+    Scenario,
+    Workload,
+    connect,
+    create_slot,
+    drop_slot,
+    read_slot,
+)
 from .scenarios import SCENARIOS
 from .snapshot import dumps, table_state, value_oracle
 from .walsender import SlotReader, frame_xids, wait_for_senders

@@ -12,8 +12,17 @@ import pytest
 
 from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
 
-from .loader import (Message, list_configs, list_scenarios, load_capture, load_expected, load_meta,
-                     load_option_matrix, load_values, read_capture)
+from .loader import (
+    Message,
+    list_configs,
+    list_scenarios,
+    load_capture,
+    load_expected,
+    load_meta,
+    load_option_matrix,
+    load_values,
+    read_capture,
+)
 
 KNOWN_KINDS = set("BCOMRYIUDTSEcAbPKrp")
 STREAM_KINDS = set("SEcA")

@@ -10,6 +10,7 @@ import pytest
 
 from cdc_apply.config import Config, parse_config
 from cdc_apply.delta.bronze_schema import create_bronze_table
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.lake.pipeline import ApplyPipeline
 from cdc_apply.testing.pytest_plugin import append_bronze
 
@@ -32,12 +33,12 @@ class Lake:
 
     def land(self, rows) -> None:
         """Append bronze rows ``(source, seq, lsn, payload)`` as one Delta commit (one micro-batch)."""
-        create_bronze_table(self.spark, str(self.root / "bronze"))
+        create_bronze_table(spark_tables(self.spark), str(self.root / "bronze"))
         append_bronze(self.spark, str(self.root / "bronze"), rows)
 
     def apply(self, **kwargs) -> tuple[ApplyPipeline, str]:
         out = io.StringIO()
-        pipeline = ApplyPipeline(self.spark, self.config, out=out, **kwargs)
+        pipeline = ApplyPipeline.open(spark_tables(self.spark), self.config, out=out, **kwargs)
         pipeline.run(once=True)
         return pipeline, out.getvalue()
 

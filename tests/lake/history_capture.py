@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.pgoutput import UNCHANGED_TOAST
 from cdc_apply.testing.reference import ReferenceApplier
 from cdc_apply.testing.stream import StreamBuilder
@@ -153,7 +154,7 @@ def apply_history(lake, crashes=(), batches: int = 3):
             if at == point and holder["pipeline"].version + 1 == version:
                 raise Crash(f"injected crash at {at}")
 
-        holder["pipeline"] = ApplyPipeline(lake.spark, lake.config, fault_hook=hook)
+        holder["pipeline"] = ApplyPipeline.open(spark_tables(lake.spark), lake.config, fault_hook=hook)
         try:
             holder["pipeline"].run(once=True)
         except Exception as exc:  # noqa: BLE001 - the injected crash, as Spark reports it

@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 
 from cdc_apply.config import parse_config
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.testing.history_check import SourceRecord
 
 
@@ -35,7 +36,7 @@ class PgLake:
             "create_slot": True, "create_publication": True,
             "snapshot": "initial", "ddl_events": ddl_events},
             "land": {"idle_exit_seconds": 0.5, "batch_seconds": 60.0}})
-        create_bronze_table(spark, self.config.bronze.path)
+        create_bronze_table(spark_tables(spark), self.config.bronze.path)
         self.conn = postgres.connect(dbname)
         self.record = SourceRecord(("public",))
 
@@ -60,7 +61,7 @@ class PgLake:
         from cdc_apply.lake.pipeline import ApplyPipeline
 
         out = io.StringIO()
-        ApplyPipeline(self.spark, self.config, out=out).run(once=True)
+        ApplyPipeline.open(spark_tables(self.spark), self.config, out=out).run(once=True)
         return out.getvalue()
 
     def silver_differences(self) -> list[str]:

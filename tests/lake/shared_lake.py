@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 from cdc_apply.config import Config, parse_config
 from cdc_apply.delta.bronze_schema import create_bronze_table
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.lake.pipeline import ApplyPipeline
 from cdc_apply.testing.pytest_plugin import append_bronze
 
@@ -45,7 +46,7 @@ class SharedLake:
 
     def land(self, rows, bronze: str = "main"):
         """Append bronze rows ``(source, seq, lsn, payload)`` as one commit; returns its micro-batch."""
-        create_bronze_table(self.spark, str(self.bronze_path(bronze)))
+        create_bronze_table(spark_tables(self.spark), str(self.bronze_path(bronze)))
         append_bronze(self.spark, str(self.bronze_path(bronze)), rows)
         return self.newest_commit(bronze)
 
@@ -67,7 +68,7 @@ class SharedLake:
     def pipeline(self, bronze: str = "main", fault_hook=None, **extra) -> ApplyPipeline:
         """A new apply job over the lake, as a process starting ``cdc-apply apply`` builds it: it reads
         what the state tables hold."""
-        return ApplyPipeline(self.spark, self.config(bronze, **extra), out=io.StringIO(), fault_hook=fault_hook)
+        return ApplyPipeline.open(spark_tables(self.spark), self.config(bronze, **extra), out=io.StringIO(), fault_hook=fault_hook)
 
     def process(self, batch, bronze: str = "main", pipeline: ApplyPipeline | None = None, **extra):
         """Apply the micro-batch ``batch`` as one batch of a new job (or of ``pipeline``); returns the job

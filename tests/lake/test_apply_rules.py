@@ -17,12 +17,12 @@ from collections import Counter
 
 import pytest
 from pyspark.sql import functions as F
+from rules_capture import apply_rules, build_rules, reference_rules
 
+from cdc_apply.lake.silver import collapse as collapse_module
+from cdc_apply.lake.silver import merge
 from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.testing.reference import ReferenceApplier
-
-from cdc_apply.lake.silver import collapse as collapse_module, merge
-from rules_capture import apply_rules, build_rules, reference_rules
 
 pytestmark = pytest.mark.spark
 

@@ -6,10 +6,10 @@ an update of each."""
 from __future__ import annotations
 
 import pytest
+from pg_lake import PgLake
 
 from cdc_apply import read_as_of
 from cdc_apply.testing.history_check import check_as_of
-from pg_lake import PgLake
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

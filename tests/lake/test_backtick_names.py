@@ -8,10 +8,11 @@ the history tables and silver's change feed against PostgreSQL. One module: the 
 from __future__ import annotations
 
 import pytest
+from pg_lake import PgLake
 
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.lake.silver import replace_rows
 from cdc_apply.lake.silver.merge import NEW_KEYS_APPEND_MIN
-from pg_lake import PgLake
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -114,7 +115,7 @@ def test_a_crash_between_the_replacing_write_and_the_delete_leaves_each_commit_w
     import json
 
     lake, _, crashed = applied
-    tags = [json.loads(r.userMetadata)["cdc_apply"] for r in crashed.delta_table(lake.spark).history()
+    tags = [json.loads(r.userMetadata)["cdc_apply"] for r in spark_tables(lake.spark).delta_table(crashed).history()
             .where("userMetadata IS NOT NULL").select("userMetadata").collect()]
     replaced = [t["replaces_for_step"] for t in tags if "replaces_for_step" in t]
     steps = [t["apply_step"] for t in tags if "apply_step" in t]
@@ -125,8 +126,8 @@ def test_a_crash_between_the_replacing_write_and_the_delete_leaves_each_commit_w
 def test_a_backtick_column_of_a_table_without_deletion_vectors_stops_the_batch_naming_the_remedy(spark, tmp_path):
     from types import SimpleNamespace
 
-    from cdc_apply.errors import ApplyError
     from cdc_apply.delta.refs import TableRef
+    from cdc_apply.errors import ApplyError
 
     ref = TableRef(path=str(tmp_path / "n`dv"))
     spark.sql(f"CREATE TABLE {ref.sql} (`id``` INT, `v``` STRING) USING delta TBLPROPERTIES ("

@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 import pytest
 
 from cdc_apply.config import parse_config
-from cdc_apply.lake.books.bookkeeping import SCHEMAS, Bookkeeping
 from cdc_apply.delta.ddl import create_table
-from cdc_apply.delta.log import newest_added_max
+from cdc_apply.delta.engine import spark_tables
+from cdc_apply.lake.books.bookkeeping import SCHEMAS, Bookkeeping
 
 pytestmark = pytest.mark.spark
 
@@ -26,9 +26,9 @@ def _bookkeeping(tmp_path) -> Bookkeeping:
 def _written(spark, tmp_path, versions) -> tuple[Bookkeeping, object]:
     """Bookkeeping tables with ``type_cache`` rows of ``versions``, each version one append; the table's ref."""
     books = _bookkeeping(tmp_path)
-    create_table(spark, books.ref("type_cache"), SCHEMAS["type_cache"], {"delta.appendOnly": "true"})
+    create_table(spark_tables(spark), books.ref("type_cache"), SCHEMAS["type_cache"], {"delta.appendOnly": "true"})
     for version in versions:
-        books.append(spark, "type_cache", _types(version), version)
+        books.append(spark_tables(spark), "type_cache", _types(version), version)
     return books, books.ref("type_cache")
 
 
@@ -42,13 +42,13 @@ def _versions(spark, books: Bookkeeping) -> list[int]:
 
 def test_a_version_written_before_is_not_appended_again_by_another_process(spark, tmp_path):
     books, ref = _written(spark, tmp_path, ())
-    assert newest_added_max(spark, ref, "apply_version") == -1
+    assert spark_tables(spark).newest_added_max(ref, "apply_version") == -1
     for version in (1, 2):
-        books.append(spark, "type_cache", _types(version), version)
-    assert newest_added_max(spark, ref, "apply_version") == 2
+        books.append(spark_tables(spark), "type_cache", _types(version), version)
+    assert spark_tables(spark).newest_added_max(ref, "apply_version") == 2
     again = _bookkeeping(tmp_path)            # a re-run after a crash: knows nothing of what was written
-    again.append(spark, "type_cache", _types(2), 2)
-    again.append(spark, "type_cache", _types(3), 3)
+    again.append(spark_tables(spark), "type_cache", _types(2), 2)
+    again.append(spark_tables(spark), "type_cache", _types(3), 3)
     assert _versions(spark, books) == [1, 2, 3]
 
 
@@ -56,12 +56,12 @@ def test_commits_that_add_no_rows_and_compactions_leave_the_newest_version_reada
     books, ref = _written(spark, tmp_path, (1, 2, 3))
     spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('cdc_apply.note' = 'a')")
     assert spark.sql(f"OPTIMIZE {ref.sql}").first().metrics.numFilesRemoved == 3
-    assert newest_added_max(spark, ref, "apply_version") == 3
+    assert spark_tables(spark).newest_added_max(ref, "apply_version") == 3
     for note in "bcd":                        # the newest append is now further back than the commits read
         spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('cdc_apply.note' = '{note}')")
-    assert newest_added_max(spark, ref, "apply_version") is None
+    assert spark_tables(spark).newest_added_max(ref, "apply_version") is None
     again = _bookkeeping(tmp_path)            # answered by the query instead
-    again.append(spark, "type_cache", _types(3), 3)
+    again.append(spark_tables(spark), "type_cache", _types(3), 3)
     assert _versions(spark, books) == [1, 2, 3]
 
 
@@ -71,9 +71,9 @@ def test_files_without_statistics_are_answered_by_the_query(spark, tmp_path):
         books, ref = _written(spark, tmp_path, (1,))
     finally:
         spark.conf.unset("spark.databricks.delta.stats.collect")
-    assert newest_added_max(spark, ref, "apply_version") is None
+    assert spark_tables(spark).newest_added_max(ref, "apply_version") is None
     again = _bookkeeping(tmp_path)
-    again.append(spark, "type_cache", _types(1), 1)
+    again.append(spark_tables(spark), "type_cache", _types(1), 1)
     assert _versions(spark, books) == [1]
 
 
@@ -81,11 +81,11 @@ def test_create_all_names_the_tables_it_created_and_only_those(spark, tmp_path):
     import shutil
 
     books = _bookkeeping(tmp_path)
-    assert books.create_all(spark) == frozenset(SCHEMAS)
-    assert all(books.ref(table).exists(spark) for table in SCHEMAS)
-    assert _bookkeeping(tmp_path).create_all(spark) == frozenset()
+    assert books.create_all(spark_tables(spark)) == frozenset(SCHEMAS)
+    assert all(spark_tables(spark).exists(books.ref(table)) for table in SCHEMAS)
+    assert _bookkeeping(tmp_path).create_all(spark_tables(spark)) == frozenset()
     shutil.rmtree(books.ref("quarantine").path)       # a table lost (or one a newer cdc_apply adds)
-    assert _bookkeeping(tmp_path).create_all(spark) == {"quarantine"}
+    assert _bookkeeping(tmp_path).create_all(spark_tables(spark)) == {"quarantine"}
 
 
 def test_the_state_a_job_loads_from_local_tables_without_spark_equals_spark_s_read(lake, monkeypatch):
@@ -110,8 +110,8 @@ def test_the_state_a_job_loads_from_local_tables_without_spark_equals_spark_s_re
     books = Bookkeeping(lake.config)
     for table in ("progress", "schema_history", "type_cache"):   # read by delta-rs, not by Spark's fallback
         assert bookkeeping.local_rows(books.ref(table), ("source",)), table
-    local = (books.load_progress(lake.spark), books.load_written(), books.load_history(lake.spark),
-             books.load_history(lake.spark, through_version=1))
+    local = (books.load_progress(spark_tables(lake.spark)), books.load_written(), books.load_history(spark_tables(lake.spark)),
+             books.load_history(spark_tables(lake.spark), through_version=1))
     assert local[0][0] == 2 and sorted(local[0][1]) == ["a", "b"] and local[2]["b"].types
     monkeypatch.setattr(bookkeeping, "local_rows", lambda *args: None)
     monkeypatch.setattr(bookkeeping, "newest_rows_per_source", lambda *args: None)
@@ -128,14 +128,14 @@ def test_a_later_run_finds_its_local_state_tables_and_adds_the_columns_an_older_
     from cdc_apply.delta.refs import TableRef
 
     books = _bookkeeping(tmp_path)
-    assert books.create_all(spark) == frozenset(SCHEMAS)
+    assert books.create_all(spark_tables(spark)) == frozenset(SCHEMAS)
     older = SCHEMAS["quarantine"][:-1]   # the quarantine table as an older cdc_apply made it
     shutil.rmtree(books.ref("quarantine").path)
-    create_table(spark, books.ref("quarantine"), older, {"delta.appendOnly": "true"})
+    create_table(spark_tables(spark), books.ref("quarantine"), older, {"delta.appendOnly": "true"})
     asked = []
     exists = TableRef.exists
     monkeypatch.setattr(TableRef, "exists", lambda ref, s: asked.append(ref.path) or exists(ref, s))
-    assert _bookkeeping(tmp_path).create_all(spark) == frozenset()
+    assert _bookkeeping(tmp_path).create_all(spark_tables(spark)) == frozenset()
     assert asked == []   # delta-rs read every table's columns: no Spark snapshot of any
     names = [f.name for f in books.ref("quarantine").read(spark).schema.fields]
     assert names == [name for name, _ in SCHEMAS["quarantine"]]
@@ -145,12 +145,12 @@ def test_the_quarantined_sources_read_without_spark_are_those_spark_reads(spark,
     from cdc_apply.lake.books import bookkeeping
 
     books = _bookkeeping(tmp_path)
-    books.create_all(spark)
-    assert books.quarantined_sources(spark) == set()
+    books.create_all(spark_tables(spark))
+    assert books.quarantined_sources(spark_tables(spark)) == set()
     columns = [name for name, _ in SCHEMAS["quarantine"]]
     rows = spark.createDataFrame([{c: None for c in columns} | {"source": s} for s in ("a", "b", "a")],
                                  books.ref("quarantine").read(spark).schema)
     rows.write.format("delta").mode("append").save(books.ref("quarantine").path)
-    assert books.quarantined_sources(spark) == {"a", "b"}
+    assert books.quarantined_sources(spark_tables(spark)) == {"a", "b"}
     monkeypatch.setattr(bookkeeping, "local_rows", lambda *args: None)
-    assert books.quarantined_sources(spark) == {"a", "b"}
+    assert books.quarantined_sources(spark_tables(spark)) == {"a", "b"}

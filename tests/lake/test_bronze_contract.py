@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
+from shared_lake import SharedLake
 
 from cdc_apply.errors import CdcApplyError
 from cdc_apply.testing.stream import StreamBuilder
-from shared_lake import SharedLake
 
 pytestmark = pytest.mark.spark
 

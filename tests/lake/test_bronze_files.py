@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_apply.delta.bronze_schema import create_bronze_table, spark_schema
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.lake.sources import bronze_files
 from cdc_apply.lake.sources.bronze_tail import newest_seqs
@@ -20,14 +21,14 @@ def _append(spark, path: str, rows, files: int = 1) -> None:
 
 
 def _both(spark, path: str, floors: dict[str, int]) -> tuple[dict, dict]:
-    return bronze_files.newest_seqs(TableRef(path=path), floors), newest_seqs(spark, TableRef(path=path), floors)
+    return bronze_files.newest_seqs(TableRef(path=path), floors), newest_seqs(spark_tables(spark), TableRef(path=path), floors)
 
 
 def test_newest_seqs_without_a_jvm_equal_spark_s_through_compactions_and_deletes(spark, tmp_path):
     path = str(tmp_path / "bronze")
     floors = {"pg": 0, "gs": 0, "none": 0}
     assert bronze_files.newest_seqs(TableRef(path=path), floors) == {}   # no bronze yet
-    create_bronze_table(spark, path)
+    create_bronze_table(spark_tables(spark), path)
     _append(spark, path, [("pg", 0), ("pg", 1), ("gs", 0)], files=2)    # files by source (or one file of both)
     assert _both(spark, path, floors) == ({"pg": 1, "gs": 0},) * 2
     _append(spark, path, [("pg", 2), ("gs", 1), ("gs", 2)])             # one file of both sources: rows read
@@ -60,7 +61,7 @@ def test_the_job_s_ages_from_delta_rs_equal_spark_s_in_and_past_the_first_window
     from cdc_apply.lake.sources import bronze_tail
 
     path = str(tmp_path / "bronze")
-    create_bronze_table(spark, path)
+    create_bronze_table(spark_tables(spark), path)
     _commits(spark, path, "pg", [20], minute=1)
     _commits(spark, path, "pg", [40], minute=2)
     _commits(spark, path, "gs", [9], minute=3, landed=datetime(2026, 12, 1, 12, 4, tzinfo=timezone.utc))

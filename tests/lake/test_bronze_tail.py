@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from cdc_apply.delta.bronze_schema import create_bronze_table, spark_schema
-from cdc_apply.lake.sources.bronze_tail import BronzeTail, newest_seqs
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.refs import TableRef
+from cdc_apply.lake.sources.bronze_tail import BronzeTail, newest_seqs
 
 
 def _append(spark, path: str, rows, files: int = 1) -> None:
@@ -16,8 +17,8 @@ def _append(spark, path: str, rows, files: int = 1) -> None:
 
 def _bronze(spark, tmp_path) -> tuple[str, BronzeTail]:
     path = str(tmp_path / "bronze")
-    create_bronze_table(spark, path)
-    return path, BronzeTail(spark, TableRef(path=path))
+    create_bronze_table(spark_tables(spark), path)
+    return path, BronzeTail(spark_tables(spark), TableRef(path=path))
 
 
 def test_the_newest_seqs_are_followed_through_the_commits_after_one_query(spark, tmp_path):
@@ -100,8 +101,8 @@ def test_the_status_command_s_one_off_answer_equals_the_followed_one(spark, tmp_
     _append(spark, path, [("pg", 0), ("pg", 1)])
     tail.newest({"pg": 0})
     _append(spark, path, [("pg", 2)])
-    assert newest_seqs(spark, TableRef(path=path), {"pg": 1}) == tail.newest({"pg": 1}) == {"pg": 2}
-    assert newest_seqs(spark, TableRef(path=str(tmp_path / "none")), {"pg": 0}) == {}
+    assert newest_seqs(spark_tables(spark), TableRef(path=path), {"pg": 1}) == tail.newest({"pg": 1}) == {"pg": 2}
+    assert newest_seqs(spark_tables(spark), TableRef(path=str(tmp_path / "none")), {"pg": 0}) == {}
 
 
 def test_a_compaction_of_bronze_changes_no_row_and_is_followed_without_a_query(spark, tmp_path):

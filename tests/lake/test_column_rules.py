@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from pg_lake import PgLake
 
 from cdc_apply.errors import ConfigError
-from pg_lake import PgLake
 from tests.verify.test_verify_spark import verify_while_applying
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

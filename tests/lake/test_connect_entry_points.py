@@ -12,10 +12,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pg_lake import PgLake
 
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.testing.connect_server import connect_mode
 from cdc_apply.testing.history_check import check_as_of
-from pg_lake import PgLake
 
 # Minutes each (a Connect server of its own, the differential workload): run by make system.
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.connect, pytest.mark.system]
@@ -39,7 +40,7 @@ def _apply_over_connect(lake: PgLake, session) -> str:
     Lander(lake.lander_config, lake.spark, out=io.StringIO()).run(once=True)
     out = io.StringIO()
     with connect_mode():
-        ApplyPipeline(session, lake.config, out=out).run(once=True)
+        ApplyPipeline.open(spark_tables(session), lake.config, out=out).run(once=True)
     return out.getvalue()
 
 

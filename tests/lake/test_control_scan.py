@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_apply.delta.bronze_schema import create_bronze_table
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.lake.control_scan import scan_controls, scanned_rows
 from cdc_apply.lander.bronze_commit import stream_batch, write_file
@@ -39,8 +40,8 @@ def test_a_scan_of_bronze_skips_the_row_groups_of_inserts_only_and_keeps_every_c
     rows = [(seq, lsn, payload) for _, seq, lsn, payload in b.rows()]
     assert [p[:1] for _, _, p in rows[:2]] == [b"R", b"B"] and rows[-1][2][:1] == b"C"
     path = str(tmp_path / "bronze")
-    create_bronze_table(spark, path)
-    writer = BronzeWriter(spark, TableRef(path=path), "src", direct=True)
+    create_bronze_table(spark_tables(spark), path)
+    writer = BronzeWriter(spark_tables(spark), TableRef(path=path), "src", direct=True)
     state = writer.open()
     now = datetime.now(timezone.utc)
     groups = [rows[:2], rows[2:-1], rows[-1:]]   # one row group each, as ParquetWriter writes each batch

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.pgoutput import UNCHANGED_TOAST
 from cdc_apply.testing.reference import ReferenceApplier
 from cdc_apply.testing.stream import StreamBuilder
@@ -75,7 +76,7 @@ def test_crashes_between_merges_and_before_progress_change_nothing_twice(lake_fa
     for point, version in (("table:public.bag", 1), ("progress", 2)):
         hook, calls = _crash_at(point, version)
         from cdc_apply.lake.pipeline import ApplyPipeline
-        pipeline = ApplyPipeline(lake.spark, lake.config, fault_hook=hook)
+        pipeline = ApplyPipeline.open(spark_tables(lake.spark), lake.config, fault_hook=hook)
         calls["pipeline"] = pipeline
         with pytest.raises(Exception, match="injected crash"):
             pipeline.run(once=True)
@@ -101,7 +102,7 @@ def test_a_crash_in_the_logs_written_beside_the_tables_is_raised_and_the_rerun_w
     lake = lake_factory("crash_logs", apply={"parallelism": 2})
     rows = _land_stream(lake)
     hook, calls = _crash_at("logs", 2)
-    pipeline = ApplyPipeline(lake.spark, lake.config, fault_hook=hook)
+    pipeline = ApplyPipeline.open(spark_tables(lake.spark), lake.config, fault_hook=hook)
     calls["pipeline"] = pipeline
     with pytest.raises(Exception, match="injected crash at logs"):
         pipeline.run(once=True)
@@ -140,7 +141,7 @@ def test_a_crash_after_a_batchs_schema_history_reruns_its_relation_messages_in_o
 
     from cdc_apply.lake.pipeline import ApplyPipeline
     hook, calls = _crash_at("table:public.t", 2)
-    pipeline = ApplyPipeline(lake.spark, lake.config, fault_hook=hook)
+    pipeline = ApplyPipeline.open(spark_tables(lake.spark), lake.config, fault_hook=hook)
     calls["pipeline"] = pipeline
     with pytest.raises(Exception, match="injected crash"):
         pipeline.run(once=True)

@@ -7,12 +7,12 @@ each history table read once. (Crashes: test_history_crash.py.)"""
 from __future__ import annotations
 
 import pytest
+from history_capture import COLUMNS, DOC, as_of, expected, reference_states
 
 from cdc_apply import read_as_of
+from cdc_apply.errors import AsOfError
 from cdc_apply.lake.history.as_of import as_of_views
 from cdc_apply.lake.history.lsn import lsn_text, register_lsn_functions
-from cdc_apply.errors import AsOfError
-from history_capture import COLUMNS, DOC, as_of, expected, reference_states
 
 pytestmark = pytest.mark.spark
 

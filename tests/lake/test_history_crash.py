@@ -10,8 +10,9 @@ import json
 from collections import Counter
 
 import pytest
-
 from history_capture import as_of, expected, reference_states
+
+from cdc_apply.delta.engine import spark_tables
 
 pytestmark = pytest.mark.spark
 
@@ -43,7 +44,7 @@ def test_a_batch_run_again_after_a_crash_writes_each_tables_history_once_under_o
         assert len(steps) == len(set(steps)), name       # no history write twice
         assert sorted(step // STEPS_PER_VERSION for step in steps) == [1, 2], name
         assert len({tag["app"] for tag in tags}) == 1 and tags[0]["app"].startswith(prefix), name
-    assert not history_ref(lake.config, "public", "plain").exists(lake.spark)
+    assert not spark_tables(lake.spark).exists(history_ref(lake.config, "public", "plain"))
 
 
 def test_the_history_written_through_crashes_equals_the_reference_state_after_every_commit(crashed_run):

@@ -6,10 +6,10 @@ time. One lake: each scenario its own tables of one source, applied in the same 
 from __future__ import annotations
 
 import pytest
+from history_capture import as_of, expected, reference_states
 
 from cdc_apply.pgoutput import UNCHANGED_TOAST as U
 from cdc_apply.testing.stream import StreamBuilder
-from history_capture import as_of, expected, reference_states
 
 pytestmark = pytest.mark.spark
 
@@ -102,9 +102,9 @@ def _history_rows(lake, name):
 
 def test_a_history_enabled_later_starts_from_silvers_rows_and_reads_from_before_it_time_travel(seeded_lake):
     from cdc_apply import read_as_of
-    from cdc_apply.lake.history.tables import PROP_COMPLETE_FROM
     from cdc_apply.delta.ddl import table_properties
     from cdc_apply.delta.refs import history_ref
+    from cdc_apply.lake.history.tables import PROP_COMPLETE_FROM
 
     lake, rows, marks = seeded_lake
     first_end = marks["first batch end"]

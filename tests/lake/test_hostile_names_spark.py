@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_apply.lake.silver_tables import PROP_RELATION, PROP_SOURCE
 from cdc_apply.delta.ddl import table_properties
 from cdc_apply.delta.refs import silver_ref
+from cdc_apply.lake.silver_tables import PROP_RELATION, PROP_SOURCE
 from cdc_apply.testing.stream import StreamBuilder
 
 pytestmark = pytest.mark.spark

@@ -9,6 +9,7 @@ import pytest
 from golden.loader import load_capture, load_expected
 from golden.oracle import canonical, column_types, options_for, skipped_columns, typed_expected
 
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.errors import BronzeError
 from cdc_apply.lake.local_batch import Bounds, bounds_of, count_local
 from cdc_apply.pgoutput import decode_message, parse_lsn
@@ -352,7 +353,7 @@ def test_a_capture_applied_over_spark_connect_runs_its_small_batches_on_the_driv
     for start in range(0, len(rows), size):
         remote.land(rows[start:start + size])   # landed through the classic session
         with connect_mode():
-            ApplyPipeline(connect_session, remote.config, out=io.StringIO()).run(once=True)
+            ApplyPipeline.open(spark_tables(connect_session), remote.config, out=io.StringIO()).run(once=True)
     assert sum(rows is not None for rows in collected) == 3   # each batch's rows, once its bounds were known
     expected, got = _tables(classic), _tables(remote)
     assert sorted(got) == sorted(expected)

@@ -8,8 +8,8 @@ from contextlib import redirect_stdout
 import pytest
 
 from cdc_apply.cli.main import main
-from cdc_apply.lake.maintenance import optimize_silver
 from cdc_apply.delta.refs import history_ref
+from cdc_apply.lake.maintenance import optimize_silver
 from cdc_apply.testing.stream import StreamBuilder
 
 pytestmark = pytest.mark.spark

@@ -8,7 +8,6 @@ from cdc_apply.lake.silver import appends
 from cdc_apply.lake.silver.merge import collapse_partitions, writes_deletion_vectors
 
 
-
 def test_a_collapse_takes_more_partitions_only_when_its_values_outgrow_the_default():
     assert collapse_partitions(1_000, 10, default=4) is None
     assert collapse_partitions(100_000, 7, default=4) is None            # the bench's narrow tables
@@ -27,10 +26,10 @@ def test_an_append_takes_one_file_per_eight_million_values():
 def test_an_insert_only_load_into_an_empty_table_writes_files_by_rows_not_by_decode_partition(spark, tmp_path):
     from pyspark.sql import functions as F
 
-    from cdc_apply.planning.tables import SilverColumn
+    from cdc_apply.delta.refs import TableRef
     from cdc_apply.lake.silver.appends import append_rows
     from cdc_apply.planning.table_plan import TableWork
-    from cdc_apply.delta.refs import TableRef
+    from cdc_apply.planning.tables import SilverColumn
 
     ref = TableRef(path=str(tmp_path / "t"))
     work = TableWork(source="s", relation_id=1, qualified_name="public.t", ref=ref,

@@ -7,6 +7,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from cdc_apply.delta.bronze_schema import create_bronze_table
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.lake.sources.micro_batch import micro_batch_bounds, scanned_files
 from cdc_apply.testing.pytest_plugin import append_bronze
@@ -20,7 +21,7 @@ def _rows(source: str, first: int, last: int) -> list[tuple]:
 
 def _bronze(spark, tmp_path, *commits) -> TableRef:
     path = str(tmp_path / "bronze")
-    create_bronze_table(spark, path)
+    create_bronze_table(spark_tables(spark), path)
     for rows in commits:
         append_bronze(spark, path, rows)
     return TableRef(path=path)
@@ -48,7 +49,7 @@ def _as_tuples(bounds) -> dict[str, tuple] | None:
 def test_each_micro_batch_s_bounds_from_its_files_statistics_equal_the_bounds_query(spark, tmp_path):
     bronze = _bronze(spark, tmp_path, _rows("a", 1, 40), _rows("b", 1, 7), _rows("a", 41, 45), _rows("b", 8, 8))
     seen = _each_batch(spark, bronze, tmp_path,
-                       lambda df: (_as_tuples(micro_batch_bounds(spark, df, bronze, None)), _queried(df)), 2)
+                       lambda df: (_as_tuples(micro_batch_bounds(spark_tables(spark), df, bronze, None)), _queried(df)), 2)
     assert [stats for stats, _ in seen] == [queried for _, queried in seen]
     assert [stats for stats, _ in seen] == [{"a": (40, 1, 40), "b": (7, 1, 7)}, {"a": (45, 41, 5), "b": (8, 8, 1)}]
 
@@ -56,14 +57,14 @@ def test_each_micro_batch_s_bounds_from_its_files_statistics_equal_the_bounds_qu
 def test_the_bounds_keep_only_the_sources_the_job_reads(spark, tmp_path):
     bronze = _bronze(spark, tmp_path, _rows("a", 1, 3), _rows("b", 1, 2))
     seen = _each_batch(spark, bronze, tmp_path,
-                       lambda df: _as_tuples(micro_batch_bounds(spark, df, bronze, {"b"})), 2)
+                       lambda df: _as_tuples(micro_batch_bounds(spark_tables(spark), df, bronze, {"b"})), 2)
     assert seen == [{"b": (2, 1, 2)}]
 
 
 def test_a_file_of_two_sources_leaves_the_bounds_to_the_query(spark, tmp_path):
     bronze = _bronze(spark, tmp_path, _rows("a", 1, 3) + _rows("b", 1, 2))
     seen = _each_batch(spark, bronze, tmp_path,
-                       lambda df: (len(scanned_files(df)), micro_batch_bounds(spark, df, bronze, None)))
+                       lambda df: (len(scanned_files(df)), micro_batch_bounds(spark_tables(spark), df, bronze, None)))
     assert seen == [(1, None)]
 
 
@@ -73,7 +74,7 @@ def test_a_file_with_a_deletion_vector_leaves_the_bounds_to_the_query(spark, tmp
               "'delta.enableDeletionVectors' = 'true')")
     spark.sql(f"DELETE FROM {bronze.sql} WHERE seq = 10")
     seen = _each_batch(spark, bronze, tmp_path,
-                       lambda df: (micro_batch_bounds(spark, df, bronze, None), _queried(df)))
+                       lambda df: (micro_batch_bounds(spark_tables(spark), df, bronze, None), _queried(df)))
     assert seen == [(None, {"a": (9, 1, 9)})]
 
 
@@ -82,6 +83,6 @@ def test_a_file_compacted_away_since_its_micro_batch_leaves_the_bounds_to_the_qu
 
     def look(df):
         spark.sql(f"OPTIMIZE {bronze.sql}")   # the micro-batch's files are no longer live
-        return micro_batch_bounds(spark, df, bronze, None), _queried(df)
+        return micro_batch_bounds(spark_tables(spark), df, bronze, None), _queried(df)
 
     assert _each_batch(spark, bronze, tmp_path, look, 2) == [(None, {"a": (9, 1, 9)})]

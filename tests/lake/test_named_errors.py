@@ -6,8 +6,9 @@ import io
 
 import pytest
 
-from cdc_apply.lake.pipeline import ApplyPipeline
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.errors import ApplyError, StateError
+from cdc_apply.lake.pipeline import ApplyPipeline
 from cdc_apply.testing.stream import StreamBuilder
 
 pytestmark = pytest.mark.spark
@@ -42,10 +43,10 @@ def test_a_second_apply_job_of_the_same_pipeline_is_a_state_error(lake_factory):
     lake = lake_factory("two_jobs")
     b, _ = _one_table()
     lake.land(b.rows())
-    running = ApplyPipeline(lake.spark, lake.config, out=io.StringIO()).run(await_termination=False)
+    running = ApplyPipeline.open(spark_tables(lake.spark), lake.config, out=io.StringIO()).run(await_termination=False)
     try:
         with pytest.raises(StateError) as info:
-            ApplyPipeline(lake.spark, lake.config, out=io.StringIO()).run(once=True)
+            ApplyPipeline.open(spark_tables(lake.spark), lake.config, out=io.StringIO()).run(once=True)
         assert "run one apply job per pipeline" in str(info.value)
     finally:
         running.stop()

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.pgoutput import UNCHANGED_TOAST
 from cdc_apply.testing.reference import ReferenceApplier
 from cdc_apply.testing.stream import StreamBuilder
@@ -71,7 +72,7 @@ def test_a_snapshot_is_loaded_by_one_append_after_its_truncate_and_later_changes
     assert (2, "two", DOC + "2") in _silver(lake)[0]
     from cdc_apply.delta.refs import silver_ref
 
-    history = (silver_ref(lake.config, "public", "t").delta_table(lake.spark).history()
+    history = (spark_tables(lake.spark).delta_table(silver_ref(lake.config, "public", "t")).history()
                .where("userMetadata IS NOT NULL").orderBy("version").collect())
     steps = [(h.operation, json.loads(h.userMetadata)["cdc_apply"].get("apply_step", 0) % 64) for h in history]
     # The batch: the snapshot's Truncate (1), its rows in one append (2), the later changes' MERGE (3).
@@ -94,7 +95,7 @@ def test_a_batch_run_again_after_its_snapshot_load_loads_nothing_twice(lake_fact
         if point == "logs" and state["pipeline"].version == 1:
             raise Crash("injected crash after the tables")
 
-    pipeline = ApplyPipeline(lake.spark, lake.config, fault_hook=hook)
+    pipeline = ApplyPipeline.open(spark_tables(lake.spark), lake.config, fault_hook=hook)
     state["pipeline"] = pipeline
     with pytest.raises(Exception, match="injected crash"):
         pipeline.run(once=True)
@@ -163,7 +164,7 @@ def test_chunks_landed_in_one_batch_with_their_changes_load_in_one_append(lake_f
     assert len(got) == 100 and got[10] == "changed" and got[60] == "b60" and got[99] == "b99"
     from cdc_apply.delta.refs import silver_ref
 
-    history = (silver_ref(lake.config, "public", "t").delta_table(lake.spark).history()
+    history = (spark_tables(lake.spark).delta_table(silver_ref(lake.config, "public", "t")).history()
                .where("userMetadata IS NOT NULL").orderBy("version").collect())
     assert [h.operation for h in history] == ["WRITE", "MERGE"]   # a new table: nothing to empty
 

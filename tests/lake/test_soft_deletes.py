@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from pg_lake import PgLake
 
 from cdc_apply.config import TableConfig
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.errors import SchemaError
 from cdc_apply.testing.history_check import check_as_of
-from pg_lake import PgLake
 from tests.verify.test_verify_spark import verify_while_applying
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -143,11 +144,12 @@ def test_a_table_holding_marked_rows_refuses_hard_deletes_naming_the_key(soft):
 
     lake = soft[0]
     lake.run("DELETE FROM k WHERE id = 3")
-    from cdc_apply.lander.lander import Lander
     import io
+
+    from cdc_apply.lander.lander import Lander
 
     Lander(lake.lander_config, lake.spark, out=io.StringIO()).run(once=True)
     hard = replace(lake.config, tables={"public.k": TableConfig(deletes="hard")})
     with pytest.raises(SchemaError) as info:
-        ApplyPipeline(lake.spark, hard, out=io.StringIO()).run(once=True)
+        ApplyPipeline.open(spark_tables(lake.spark), hard, out=io.StringIO()).run(once=True)
     assert "key=tables.public.k.deletes" in str(info.value)

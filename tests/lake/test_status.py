@@ -20,15 +20,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from status_helpers import CLOCK_KEYS, Landing, Status, assert_same, commit_at, config_file, source
 
 from cdc_apply.config import load_config
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.errors import ConfigError, DecodeError, error_from_text
 from cdc_apply.lake.books.bookkeeping import failed_source
 from cdc_apply.lake.books.status_files import read_status_files
 from cdc_apply.lake.pipeline import ApplyPipeline
 from cdc_apply.planning.state import SourceState
-
-from status_helpers import CLOCK_KEYS, Landing, Status, assert_same, commit_at, config_file, source
 
 pytestmark = pytest.mark.spark
 
@@ -275,7 +275,7 @@ def test_status_json_on_local_paths_answers_with_pyspark_unimportable(story):
 def test_a_missing_bronze_path_is_an_error_naming_it_and_creates_nothing(lake_factory):
     lake = lake_factory("no_bronze")
     with pytest.raises(ConfigError) as info:
-        ApplyPipeline(lake.spark, lake.config)
+        ApplyPipeline.open(spark_tables(lake.spark), lake.config)
     assert info.value.context["key"] == "bronze.path" and "no bronze Delta table" in str(info.value)
     assert not (lake.root / "state").exists()
 
@@ -284,6 +284,6 @@ def test_a_bronze_table_without_the_bronze_columns_is_refused_before_anything_is
     lake = lake_factory("foreign_bronze")
     lake.spark.createDataFrame([(1, "x")], "id INT, v STRING").write.format("delta").save(str(lake.root / "bronze"))
     with pytest.raises(ConfigError) as info:
-        ApplyPipeline(lake.spark, lake.config)
+        ApplyPipeline.open(spark_tables(lake.spark), lake.config)
     assert info.value.context["key"] == "bronze.path" and "no column 'source'" in str(info.value)
     assert not (lake.root / "state").exists()

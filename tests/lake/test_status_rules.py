@@ -10,8 +10,16 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cdc_apply.lake.books.status_rules import (
-    KEYS, current_failure, entries, health, lag_seq, newest_failure, newest_progress, shown_sources,
-    source_states, worst_exit_code,
+    KEYS,
+    current_failure,
+    entries,
+    health,
+    lag_seq,
+    newest_failure,
+    newest_progress,
+    shown_sources,
+    source_states,
+    worst_exit_code,
 )
 from cdc_apply.planning.state import OpenTxn, PreparedTxn, SourceState
 

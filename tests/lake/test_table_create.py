@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from cdc_apply.errors import StateError
 from cdc_apply.delta.bronze_schema import create_bronze_table
-from cdc_apply.delta.table_create import ensure_table
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.refs import TableRef
+from cdc_apply.delta.table_create import ensure_path_table
+from cdc_apply.errors import StateError
 from cdc_apply.testing.stream import StreamBuilder
 
 pytestmark = pytest.mark.spark
@@ -48,7 +49,7 @@ def test_state_silver_and_history_tables_killed_before_their_first_commit_are_cr
 
 def test_a_bronze_killed_before_its_first_commit_is_created_by_the_next_lander(spark, tmp_path):
     _killed_creation(tmp_path / "bronze")
-    create_bronze_table(spark, str(tmp_path / "bronze"))
+    create_bronze_table(spark_tables(spark), str(tmp_path / "bronze"))
     assert spark.read.format("delta").load(str(tmp_path / "bronze")).columns[:4] == ["source", "seq", "lsn", "payload"]
 
 
@@ -67,16 +68,15 @@ def test_a_folder_of_files_that_is_no_delta_table_is_named_and_left_as_it_is(spa
     folder.mkdir()
     (folder / "part-0.parquet").write_bytes(b"PAR1")
     with pytest.raises(StateError) as info:
-        ensure_table(spark, TableRef(path=str(folder)),
+        ensure_path_table(spark, TableRef(path=str(folder)),
                      lambda: spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{folder}` (a INT) USING delta"))
     assert "holds files but no Delta table" in str(info.value) and "part-0.parquet" in str(info.value)
     assert sorted(p.name for p in folder.iterdir()) == ["part-0.parquet"]
 
 
 def test_a_log_folder_younger_than_the_settling_time_is_left_to_its_creator_until_it_commits(spark, tmp_path):
-    import threading
-
     import shutil
+    import threading
 
     made_elsewhere = tmp_path / "elsewhere"
     spark.sql(f"CREATE TABLE delta.`{made_elsewhere}` (a INT) USING delta")
@@ -86,6 +86,6 @@ def test_a_log_folder_younger_than_the_settling_time_is_left_to_its_creator_unti
     # The other process: its folder now, its first commit two seconds later.
     other = threading.Timer(2.0, lambda: shutil.copy(commit, table / "_delta_log" / commit.name))
     other.start()
-    made = ensure_table(spark, TableRef(path=str(table)), lambda: pytest.fail("the other creator's folder was taken"))
+    made = ensure_path_table(spark, TableRef(path=str(table)), lambda: pytest.fail("the other creator's folder was taken"))
     other.join()
     assert made is False and spark.read.format("delta").load(str(table)).columns == ["a"]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_apply.planning.tables import SchemaOp
 from cdc_apply.delta.ddl import create_table
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.lake.silver.schema_changes import apply_schema_ops
+from cdc_apply.planning.tables import SchemaOp
 
 pytestmark = pytest.mark.spark
 
@@ -17,7 +18,7 @@ DROP_A_RENAME_B_TO_A = [SchemaOp("drop", "a"), SchemaOp("rename", "b", new_name=
 
 def _table(spark, tmp_path) -> TableRef:
     ref = TableRef(path=str(tmp_path / "t"))
-    create_table(spark, ref, [("id", "INT"), ("a", "STRING"), ("b", "STRING")], PROPS)
+    create_table(spark_tables(spark), ref, [("id", "INT"), ("a", "STRING"), ("b", "STRING")], PROPS)
     spark.sql(f"INSERT INTO {ref.sql} VALUES (1, 'old a', 'was b')")
     return ref
 
@@ -29,16 +30,16 @@ def _state(spark, ref: TableRef):
 
 def test_a_chain_that_reuses_a_dropped_name_run_twice_keeps_the_renamed_columns_values(spark, tmp_path):
     ref = _table(spark, tmp_path)
-    apply_schema_ops(spark, ref, DROP_A_RENAME_B_TO_A, chain="1->3")
+    apply_schema_ops(spark_tables(spark), ref, DROP_A_RENAME_B_TO_A, chain="1->3")
     assert _state(spark, ref) == (["id", "a"], [(1, "was b")])
-    apply_schema_ops(spark, ref, DROP_A_RENAME_B_TO_A, chain="1->3")   # the batch re-run after a crash
+    apply_schema_ops(spark_tables(spark), ref, DROP_A_RENAME_B_TO_A, chain="1->3")   # the batch re-run after a crash
     assert _state(spark, ref) == (["id", "a"], [(1, "was b")])
 
 
 def test_a_chain_cut_short_by_a_crash_resumes_at_the_first_step_not_done(spark, tmp_path):
     ref = _table(spark, tmp_path)
-    apply_schema_ops(spark, ref, DROP_A_RENAME_B_TO_A[:1], chain="1->3")  # died after the drop
-    apply_schema_ops(spark, ref, DROP_A_RENAME_B_TO_A, chain="1->3")
+    apply_schema_ops(spark_tables(spark), ref, DROP_A_RENAME_B_TO_A[:1], chain="1->3")  # died after the drop
+    apply_schema_ops(spark_tables(spark), ref, DROP_A_RENAME_B_TO_A, chain="1->3")
     assert _state(spark, ref) == (["id", "a"], [(1, "was b")])
     history = spark.sql(f"DESCRIBE HISTORY {ref.sql}").select("operation").collect()
     assert [r.operation for r in history].count("DROP COLUMNS") == 1
@@ -46,7 +47,7 @@ def test_a_chain_cut_short_by_a_crash_resumes_at_the_first_step_not_done(spark, 
 
 def test_schema_steps_leave_no_commit_metadata_behind_for_later_writes(spark, tmp_path):
     ref = _table(spark, tmp_path)
-    apply_schema_ops(spark, ref, [SchemaOp("add", "c", spark_ddl="INT")], chain="1->2")
+    apply_schema_ops(spark_tables(spark), ref, [SchemaOp("add", "c", spark_ddl="INT")], chain="1->2")
     spark.sql(f"INSERT INTO {ref.sql} VALUES (2, 'x', 'y', 3)")
     last = spark.sql(f"DESCRIBE HISTORY {ref.sql} LIMIT 1").collect()[0]
     assert last.operation == "WRITE" and last.userMetadata is None

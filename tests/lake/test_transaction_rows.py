@@ -79,9 +79,8 @@ def _counted(groups: pa.Table) -> list[tuple]:
 
 
 def test_rows_counted_per_transaction_and_relation_version_equal_a_count_of_each_group():
-    from collections import Counter
-
     import random
+    from collections import Counter
 
     rng = random.Random(7)
     rows = [(rng.choice("ab"), rng.randrange(40), rng.choice([0, 1, 2, None]), rng.choice("IUD"))

@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pyarrow as pa
 import pytest
+from golden.loader import load_capture, load_expected
 
 import cdc_apply.lake.books.batch_logs as batch_logs
 from cdc_apply.pgoutput import decode_message, parse_lsn
-from golden.loader import load_capture, load_expected
 
 pytestmark = pytest.mark.spark
 

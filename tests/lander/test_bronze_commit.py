@@ -9,8 +9,9 @@ import os
 import pytest
 
 import cdc_apply.lander.bronze_commit as bronze_commit
-from cdc_apply.errors import LandError
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.refs import TableRef
+from cdc_apply.errors import LandError
 from cdc_apply.lander.bronze_writer import BronzeWriter
 from cdc_apply.lander.sequencer import Batch
 from cdc_apply.lander.state import ResumeState
@@ -24,7 +25,7 @@ def _batch(state: ResumeState, first_seq: int, n: int, lsn: int = 1000) -> Batch
 
 
 def _writer(spark, path, direct=True, source="pg") -> tuple[BronzeWriter, ResumeState]:
-    writer = BronzeWriter(spark, TableRef(path=str(path)), source, direct=direct)
+    writer = BronzeWriter(spark_tables(spark), TableRef(path=str(path)), source, direct=direct)
     return writer, writer.open()
 
 
@@ -202,7 +203,7 @@ def test_the_test_lakes_plain_appends_run_no_spark_job_and_record_no_lander_stat
     from cdc_apply.testing.pytest_plugin import append_bronze
 
     path = str(tmp_path / "bronze")
-    create_bronze_table(spark, path)
+    create_bronze_table(spark_tables(spark), path)
     before = _jobs(spark)
     append_bronze(spark, path, [("a", 0, 10, b"x"), ("b", 0, 11, b"y")])
     append_bronze(spark, path, [("a", 1, 12, bytearray(b"z"))])

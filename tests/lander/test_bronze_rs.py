@@ -12,6 +12,7 @@ import pytest
 import cdc_apply.lander.bronze_rs as bronze_rs
 from cdc_apply.delta import rs_commit
 from cdc_apply.delta.bronze_schema import ARROW_SCHEMA
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.files import live_files
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import LandError
@@ -63,7 +64,7 @@ def test_spark_reads_the_rows_and_describe_history_shows_the_resume_state(spark,
 def test_spark_s_writer_and_delta_rs_agree_on_the_landed_batch_and_the_resume_state(spark, tmp_path):
     writer, state = _writer(tmp_path / "bronze")
     state, landed = _land(writer, state, 2)
-    jvm = BronzeWriter(spark, TableRef(path=str(tmp_path / "bronze")), "pg")
+    jvm = BronzeWriter(spark_tables(spark), TableRef(path=str(tmp_path / "bronze")), "pg")
     assert jvm.open() == state and jvm._txn_version() == 2 and not jvm.rebuilt_from_rows
     batch = _batch(state, state.last_seq + 1, 4)
     jvm.append(batch)                       # Spark commits the next batch; delta-rs resumes after it
@@ -94,7 +95,7 @@ def test_spark_reads_a_table_past_the_checkpoints_delta_rs_writes(spark, tmp_pat
     state, landed = _land(writer, state, 7, n=3)
     assert glob.glob(os.path.join(path, "_delta_log", "*.checkpoint.parquet")), "delta-rs wrote a checkpoint"
     assert _rows(spark, path) == landed
-    jvm = BronzeWriter(spark, TableRef(path=path), "pg")
+    jvm = BronzeWriter(spark_tables(spark), TableRef(path=path), "pg")
     assert jvm.open() == state and jvm._txn_version() == 7
     assert _writer(path)[1] == state
 
@@ -191,7 +192,7 @@ def test_a_bronze_spark_created_plainly_is_written_by_delta_rs(spark, tmp_path):
     from cdc_apply.delta.bronze_schema import create_bronze_table
 
     path = str(tmp_path / "bronze")
-    create_bronze_table(spark, path)
+    create_bronze_table(spark_tables(spark), path)
     assert spark_reason(TableRef(path=path)) is None
     writer = open_writer(None, TableRef(path=path), "pg")
     state, landed = _land(writer, writer.open(), 2)

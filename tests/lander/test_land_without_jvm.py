@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-
 from lander_helpers import bronze_rows, create_slot, make_config, peek, run_lander, slot_options
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

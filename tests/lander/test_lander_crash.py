@@ -12,9 +12,20 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+from lander_helpers import (
+    apply_reference,
+    bronze_rows,
+    change_counts,
+    create_slot,
+    make_config,
+    peek,
+    run_lander,
+    slot_confirmed,
+    slot_options,
+    units,
+)
 
-from lander_helpers import (apply_reference, bronze_rows, change_counts, create_slot, make_config, peek, run_lander, slot_confirmed,
-                            slot_options, units)
+from cdc_apply.delta.engine import spark_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -238,12 +249,12 @@ def test_crashing_again_and_again_at_random_points_still_lands_everything_once(s
 
 
 def test_silver_after_crashed_landings_holds_the_keyless_table_as_postgresql_does(spark, setup, dups, crashed_often):
-    from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.delta.refs import silver_ref
+    from cdc_apply.lake.pipeline import ApplyPipeline
 
     root, config, _, _ = setup
     rows, _ = crashed_often
     applied = replace(config("crash_often"), apply=replace(config("crash_often").apply, tables=("public.dups",)))
-    ApplyPipeline(spark, applied, out=io.StringIO()).run(once=True)
+    ApplyPipeline.open(spark_tables(spark), applied, out=io.StringIO()).run(once=True)
     silver = silver_ref(applied, "public", "dups").read(spark).select("a", "b").collect()
     assert Counter((r.a, r.b) for r in silver) == decoded_dups(rows) == dups

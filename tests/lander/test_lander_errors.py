@@ -7,8 +7,8 @@ import socket
 from pathlib import Path
 
 import pytest
-
 from lander_helpers import make_config
+
 from cdc_apply.cli.main import main
 from cdc_apply.config import SourceConfig, parse_config
 from cdc_apply.errors import ConfigError, LandError

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import pytest
-
-from lander_helpers import (apply_reference, bronze_rows, canonical, create_slot, make_config, peek, run_lander,
-                            slot_confirmed, slot_options)
+from lander_helpers import (
+    apply_reference,
+    bronze_rows,
+    canonical,
+    create_slot,
+    make_config,
+    peek,
+    run_lander,
+    slot_confirmed,
+    slot_options,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

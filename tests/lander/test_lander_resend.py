@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from lander_helpers import apply_reference, bronze_rows, create_slot, make_config, run_lander
+
 from cdc_apply.lander import framing as f
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from lander_helpers import bronze_rows, change_counts, create_slot, make_config, run_lander, units
+
 from cdc_apply.testing.postgres import start_postgres
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

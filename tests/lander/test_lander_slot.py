@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from lander_helpers import bronze_rows, create_slot, make_config, run_lander, slot_confirmed
+
 from cdc_apply.errors import LandError
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]

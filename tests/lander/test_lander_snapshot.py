@@ -16,11 +16,20 @@ import time
 from dataclasses import replace
 
 import pytest
-
 from lander_helpers import bronze_rows, make_config, run_lander
 from snapshot_helpers import (
-    PRELOAD, PUBLISHED, SETUP, Workload, committed_ranges, covers_once, expected_tables, framing_rows, snapshot_outcomes,
+    PRELOAD,
+    PUBLISHED,
+    SETUP,
+    Workload,
+    committed_ranges,
+    covers_once,
+    expected_tables,
+    framing_rows,
+    snapshot_outcomes,
 )
+
+from cdc_apply.delta.engine import spark_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -42,7 +51,7 @@ def apply_and_compare(spark, config, pg, tables: tuple[str, ...] = ()) -> None:
     from cdc_apply.testing.compare import compare_with_postgres
 
     started = time.monotonic()
-    ApplyPipeline(spark, replace(config, apply=replace(config.apply, tables=tables)), out=io.StringIO()).run(once=True)
+    ApplyPipeline.open(spark_tables(spark), replace(config, apply=replace(config.apply, tables=tables)), out=io.StringIO()).run(once=True)
     applied = time.monotonic()
     conn = pg.connect(DB)
     try:

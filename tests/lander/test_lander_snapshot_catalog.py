@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from lander_helpers import create_slot, peek
+
 from cdc_apply.errors import LandError
 from cdc_apply.lander.snapshots import catalog
 from cdc_apply.pgoutput import messages as m

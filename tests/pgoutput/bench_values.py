@@ -14,11 +14,10 @@ import uuid
 from decimal import Decimal
 
 import pyarrow as pa
+from value_vectors import numeric_send  # noqa: E402  (the script's folder, tests/pgoutput, is on sys.path)
 
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
-
-from value_vectors import numeric_send  # noqa: E402  (the script's folder, tests/pgoutput, is on sys.path)
 
 EPOCH_SHIFT_US = 946_684_800_000_000
 

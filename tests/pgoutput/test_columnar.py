@@ -5,17 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from golden.loader import list_configs, list_scenarios, load_capture
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import column_value, deletes, names, tuples, u32, updates
 
 from cdc_apply.errors import DecodeError
-from cdc_apply.pgoutput import UNCHANGED_TOAST, Delete, Insert, Update, decode_message, encode
-from cdc_apply.pgoutput import columnar
+from cdc_apply.pgoutput import UNCHANGED_TOAST, Delete, Insert, Update, columnar, decode_message, encode
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.columnar import DmlBatch, walk_dml, walk_dml_reference
-
-from golden.loader import list_configs, list_scenarios, load_capture
-from strategies import column_value, deletes, names, tuples, u32, updates
 
 
 def assert_same(fast: DmlBatch, ref: DmlBatch) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import messages  # noqa: E402  (tests/pgoutput is on sys.path under pytest's rootdir mode)
 
 from cdc_apply.errors import DecodeError
 from cdc_apply.pgoutput import (
@@ -21,8 +22,6 @@ from cdc_apply.pgoutput import (
     decode_message,
     encode,
 )
-
-from strategies import messages  # noqa: E402  (tests/pgoutput is on sys.path under pytest's rootdir mode)
 
 STREAM_ABORT_SHORT = 9  # 'A', Int32 xid, Int32 subxid
 STREAMED = {"Relation", "Type", "Insert", "Update", "Delete", "Truncate", "Message"}

@@ -22,13 +22,12 @@ import time
 
 import numpy as np
 import pyarrow as pa
+from golden.loader import list_configs, list_scenarios, load_capture
+from test_columnar import assert_same
 
 from cdc_apply.errors import DecodeError
 from cdc_apply.pgoutput import UNCHANGED_TOAST, Delete, Insert, Update, decode_message
 from cdc_apply.pgoutput.columnar import walk_dml, walk_dml_reference
-
-from golden.loader import list_configs, list_scenarios, load_capture
-from test_columnar import assert_same
 
 SEED = int(os.environ.get("CDC_FUZZ_SEED", "1729"))
 TARGET = 110_000          # mutated messages

@@ -6,8 +6,14 @@ import pyarrow as pa
 import pytest
 
 from cdc_apply.errors import ConfigError
-from cdc_apply.pgoutput.types import (ARRAY_ELEMENT, INTERVAL_ARROW, ColumnType, TypeOptions, numeric_typmod,
-                                      resolve_column_type)
+from cdc_apply.pgoutput.types import (
+    ARRAY_ELEMENT,
+    INTERVAL_ARROW,
+    ColumnType,
+    TypeOptions,
+    numeric_typmod,
+    resolve_column_type,
+)
 
 
 def numeric_typmod_of(precision: int, scale: int) -> int:

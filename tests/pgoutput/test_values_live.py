@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from value_vectors import load_groups  # noqa: E402  (tests/pgoutput is on sys.path)
 
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
-
-from value_vectors import load_groups  # noqa: E402  (tests/pgoutput is on sys.path)
 
 pytestmark = pytest.mark.postgres
 

@@ -6,12 +6,11 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from value_vectors import column_type_of, load_groups  # noqa: E402  (tests/pgoutput is on sys.path)
 
 from cdc_apply.errors import DecodeError
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
-
-from value_vectors import column_type_of, load_groups  # noqa: E402  (tests/pgoutput is on sys.path)
 
 pytestmark = pytest.mark.usefixtures("conversion_path")
 SETTINGS = settings(print_blob=True, deadline=None, max_examples=25,

@@ -10,13 +10,12 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from value_vectors import numeric_send  # noqa: E402  (tests/pgoutput is on sys.path)
 
 from cdc_apply.pgoutput.gregorian import civil_from_days, days_from_civil
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.pgoutput.values import convert_binary, convert_text
 from cdc_apply.pgoutput.values.array_text import parse_array_text
-
-from value_vectors import numeric_send  # noqa: E402  (tests/pgoutput is on sys.path)
 
 pytestmark = pytest.mark.usefixtures("conversion_path")
 SETTINGS = settings(print_blob=True, deadline=None, max_examples=200,

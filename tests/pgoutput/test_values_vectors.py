@@ -13,12 +13,11 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
+from value_vectors import column_type_of, load_groups  # noqa: E402  (tests/pgoutput is on sys.path)
 
 from cdc_apply.errors import DecodeError
 from cdc_apply.pgoutput.types import ColumnType
 from cdc_apply.pgoutput.values import convert_binary, convert_binary_value, convert_text, convert_text_value
-
-from value_vectors import column_type_of, load_groups  # noqa: E402  (tests/pgoutput is on sys.path)
 
 pytestmark = pytest.mark.usefixtures("conversion_path")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_apply.planning.assemble import assemble_transactions, excluded_ranges, merge_ranges
-from cdc_apply.planning.state import SourceState
 from cdc_apply.errors import DecodeError
 from cdc_apply.pgoutput import messages as m
+from cdc_apply.planning.assemble import assemble_transactions, excluded_ranges, merge_ranges
+from cdc_apply.planning.state import SourceState
 from cdc_apply.testing.stream import StreamBuilder
 
 

@@ -10,11 +10,11 @@ import pytest
 from cdc_apply.config import parse_config
 from cdc_apply.config.columns import ColumnPolicy
 from cdc_apply.errors import ConfigError
+from cdc_apply.pgoutput import messages as m
 from cdc_apply.planning.masks import mask_value
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.table_plan import check_key_rules
 from cdc_apply.planning.tables import evolve, identity_of, resolve_rules
-from cdc_apply.pgoutput import messages as m
 
 INT4, TEXT = 23, 25
 DDL = {INT4: "INT", TEXT: "STRING"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from cdc_apply.planning.decode_plan import DecodePlan, Slot, output_ddl, output_schema, pool_columns
 from cdc_apply.pgoutput.types import resolve_column_type
+from cdc_apply.planning.decode_plan import DecodePlan, Slot, output_ddl, output_schema, pool_columns
 
 INT4, INT8, TEXT, NUMERIC = 23, 20, 25, 1700
 

@@ -8,13 +8,12 @@ two-phase) and checks every table at every checkpoint.
 from __future__ import annotations
 
 import pytest
+from golden.loader import list_configs, list_scenarios, load_capture, load_expected
+from golden.oracle import canonical, column_types, convert_one, options_for, recast_one, skipped_columns, typed_expected
 
 from cdc_apply.errors import DecodeError
 from cdc_apply.pgoutput import decode_message, parse_lsn
 from cdc_apply.testing.reference import ReferenceApplier
-from golden.loader import list_configs, list_scenarios, load_capture, load_expected
-from golden.oracle import (canonical, column_types, convert_one, options_for, recast_one, skipped_columns,
-                           typed_expected)
 
 CASES = [(s, c) for s in list_scenarios() for c in list_configs(s)]
 # Documented policy: a multi-dimensional array value is a DecodeError (quarantined or failing the batch).

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
+from cdc_apply.pgoutput import messages as m
 from cdc_apply.planning.schema import SchemaHistory, match_columns
 from cdc_apply.planning.tables import SchemaOp, evolve, identity_of, slot_mapping, widens
-from cdc_apply.pgoutput import messages as m
 
 INT4, INT8, TEXT = 23, 20, 25
 DDL = {INT4: "INT", INT8: "BIGINT", TEXT: "STRING"}

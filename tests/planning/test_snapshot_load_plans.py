@@ -81,9 +81,9 @@ def test_snapshots_of_unwanted_tables_and_snapshots_without_a_relation_of_their_
 
 
 def test_a_snapshot_whose_rows_span_two_versions_of_its_relation_is_left_to_the_decode():
-    from cdc_apply.pgoutput import messages as m
     from dataclasses import replace
 
+    from cdc_apply.pgoutput import messages as m
     from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, snapshot_head
 
     b = StreamBuilder("src")

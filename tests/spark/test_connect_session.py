@@ -78,7 +78,7 @@ def test_a_child_session_over_connect_is_a_clone_kept_and_handed_out_again_with_
     import gc
     import weakref
 
-    from cdc_apply.spark.connect import child_session
+    from cdc_apply.spark.connect import connect_clone as child_session
 
     dvs = "spark.databricks.delta.merge.deletionVectors.persistent"
     with child_session(connect_spark, (dvs,)) as first:

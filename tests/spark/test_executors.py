@@ -14,7 +14,14 @@ import pytest
 from cdc_apply.errors import SetupError
 from cdc_apply.spark import executors
 from cdc_apply.spark.executors import (
-    ExecutorSetup, _cause_line, _compiled, _require_needs, is_local_master, package_dir, package_hash, package_zip,
+    ExecutorSetup,
+    _cause_line,
+    _compiled,
+    _require_needs,
+    is_local_master,
+    package_dir,
+    package_hash,
+    package_zip,
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
-from cdc_apply.spark.connect import planned_bytes
+from cdc_apply.delta.engine import ClassicTables
 
 
 def _size(frame) -> int:
@@ -18,6 +18,6 @@ def test_the_planned_bytes_of_a_delta_read_are_the_sizes_of_its_live_files(spark
     spark.range(1000).selectExpr("id", "repeat('x', 50) AS v").write.format("delta").save(path)
     spark.range(1000, 1500).selectExpr("id", "repeat('y', 50) AS v").write.format("delta").mode("append").save(path)
     df = spark.read.format("delta").load(path)
-    assert planned_bytes(df) == _size(df)
+    assert ClassicTables(spark).planned_bytes(df) == _size(df)
     first = df.where("id < 10")   # Delta skips the second append's files by their statistics
-    assert planned_bytes(first) == _size(first) < _size(df)
+    assert ClassicTables(spark).planned_bytes(first) == _size(first) < _size(df)

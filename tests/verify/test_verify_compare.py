@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.verification import compare as cmp
-from cdc_apply.verification.encoding import (cut_bounds, encode_column, pg_range_predicate, range_kind,
-                                             spark_range_index)
+from cdc_apply.verification.encoding import cut_bounds, encode_column, pg_range_predicate, range_kind, spark_range_index
 
 
 def test_text_cut_points_follow_utf8_byte_order_not_a_locale():

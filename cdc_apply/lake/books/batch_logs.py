@@ -21,7 +21,7 @@ from cdc_apply.pgoutput import messages as m
 from cdc_apply.planning.plan import BatchPlan
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from cdc_apply.delta.engine import SparkTables
 
 
 DML_OPS = frozenset(chr(t) for t in m.DML_TYPES)  # the decode's ``op`` column holds the type as a letter
@@ -117,9 +117,10 @@ class TableCounts:
 class BatchLogs:
     """Writes one pipeline's per-batch logs (``type_name(source)`` names a source's column types)."""
 
-    def __init__(self, spark: SparkSession, config: Config, books: Bookkeeping, names_of: Callable,
+    def __init__(self, tables: SparkTables, config: Config, books: Bookkeeping, names_of: Callable,
                  type_name: Callable[[str], Callable]) -> None:
-        self.spark = spark
+        self.tables = tables
+        self.spark = tables.spark
         self.config = config
         self.books = books
         self.names_of = names_of      # (source, relation ids) -> silver table names
@@ -133,8 +134,8 @@ class BatchLogs:
             rel_rows += [relation_row(source, v, type_name, version, at) for v in batch.new_versions]
             type_rows += [(source, t.type_oid, t.namespace, t.name, seq, lsn, version, at)
                           for seq, lsn, t in batch.new_types]
-        self.books.append(self.spark, "schema_history", rel_rows, version)
-        self.books.append(self.spark, "type_cache", type_rows, version)
+        self.books.append(self.tables, "schema_history", rel_rows, version)
+        self.books.append(self.tables, "type_cache", type_rows, version)
 
     def write_logs(self, plan: BatchPlan, decoded, counts, truncates, version: int, loaded=()) -> None:
         """The transactions log, the messages and the quarantine of a batch that decoded changes.
@@ -154,12 +155,12 @@ class BatchLogs:
                 "source", "seq", "lsn", "xid", F.col("msg_transactional").alias("transactional"),
                 F.col("msg_prefix").alias("prefix"), F.col("msg_content").alias("content"), "commit_lsn",
                 "commit_ts", F.lit(version).cast("long").alias("apply_version"))
-            self.books.append_df(msgs, "messages", version)
+            self.books.append_df(self.tables, msgs, "messages", version)
         transactions = self._transactions(plan, decoded, counts, truncates, version, loaded, has_messages)
         if isinstance(transactions, pa.Table):   # built on the driver
-            self.books.append_table(self.spark, "transactions", transactions, version)
+            self.books.append_table(self.tables, "transactions", transactions, version)
         elif transactions is not None:
-            self.books.append_df(transactions, "transactions", version)
+            self.books.append_df(self.tables, transactions, "transactions", version)
         self.write_quarantine(plan, decoded if any(r.errors for r in counts) else None, version)
 
     def _transactions(self, plan: BatchPlan, decoded, counts, truncates, version: int, loaded, has_messages: bool):
@@ -308,6 +309,6 @@ class BatchLogs:
                 bad_controls, "source STRING, seq BIGINT, lsn BIGINT, payload BINARY, error STRING"))
         if parts:
             rows = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-            self.books.append_df(rows.select("*", F.lit(version).cast("long").alias("apply_version"),
+            self.books.append_df(self.tables, rows.select("*", F.lit(version).cast("long").alias("apply_version"),
                                              F.current_timestamp().alias("quarantined_at")), "quarantine", version)
         return len(bad_controls)

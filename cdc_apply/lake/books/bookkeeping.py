@@ -30,9 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
 from cdc_apply.config import Config
-from cdc_apply.delta.commit import append_arrow
 from cdc_apply.delta.ddl import column_list, create_table
-from cdc_apply.delta.log import newest_added_max
 from cdc_apply.delta.refs import TableRef, state_ref
 from cdc_apply.errors import CdcApplyError
 from cdc_apply.lake.books.state_files import local_columns, local_rows, newest_rows_per_source
@@ -45,6 +43,8 @@ from cdc_apply.planning.state import SourceState
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession  # pyarrow is imported where it is used
+
+    from cdc_apply.delta.engine import SparkTables
 
 COLUMN_STRUCT = "STRUCT<name: STRING, type_oid: BIGINT, type_name: STRING, type_modifier: INT, key: BOOLEAN>"
 
@@ -111,83 +111,83 @@ class Bookkeeping:
     def ref(self, table: str) -> TableRef:
         return state_ref(self.config, table)
 
-    def create_all(self, spark: SparkSession) -> frozenset[str]:
+    def create_all(self, tables: SparkTables) -> frozenset[str]:
         """Create the tables that are missing; add the columns a newer cdc_apply writes to older ones.
         Returns the tables this call created (empty: nothing to read from them yet)."""
         # A new pipeline's seven creates are seven Delta commits of driver work each (~0.2 s warm): run
         # side by side they take ~0.9 s instead of ~1.5 s.
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="cdc_apply-books") as pool:
-            made = list(pool.map(lambda table: self._create(spark, table), SCHEMAS))
+            made = list(pool.map(lambda table: self._create(tables, table), SCHEMAS))
         return frozenset(table for table, created in zip(SCHEMAS, made) if created)
 
-    def _create(self, spark: SparkSession, table: str) -> bool:
+    def _create(self, tables: SparkTables, table: str) -> bool:
         ref, columns = self.ref(table), SCHEMAS[table]
         have = local_columns(ref)   # a local table's, without two Spark snapshot loads (~0.3 s a run)
-        if have is None and ref.exists(spark):
-            have = frozenset(f.name for f in ref.read(spark).schema.fields)
+        if have is None and tables.exists(ref):
+            have = frozenset(f.name for f in tables.read(ref).schema.fields)
         if have is not None:
             missing = [(n, t) for n, t in columns if n not in have]
             if missing:
-                spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({column_list(missing)})")
+                tables.spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({column_list(missing)})")
             return False
-        return create_table(spark, ref, columns, {"delta.appendOnly": "true"},
+        return create_table(tables, ref, columns, {"delta.appendOnly": "true"},
                             comment=f"cdc_apply {table} of pipeline {self.config.pipeline}")
 
-    def quarantined_sources(self, spark: SparkSession) -> set[str]:
+    def quarantined_sources(self, tables: SparkTables) -> set[str]:
         """The sources with a row in the quarantine table (read by delta-rs when the table is local)."""
         rows = local_rows(self.ref("quarantine"), ("source",))
         if rows is None:
-            rows = self.ref("quarantine").read(spark).select("source").distinct().collect()
+            rows = tables.read(self.ref("quarantine")).select("source").distinct().collect()
         return {r.source for r in rows}
 
-    def append(self, spark: SparkSession, table: str, rows: list[tuple], version: int) -> None:
+    def append(self, tables: SparkTables, table: str, rows: list[tuple], version: int) -> None:
         """Append rows (tuples in the table's column order); idempotent per apply version."""
-        if rows and self._not_written(spark, table, version):
-            self._append_rows(spark, table, rows, version)
+        if rows and self._not_written(tables, table, version):
+            self._append_rows(tables, table, rows, version)
             self._written[table] = version
 
-    def append_table(self, spark: SparkSession, table: str, rows, version: int) -> None:
+    def append_table(self, tables: SparkTables, table: str, rows, version: int) -> None:
         """Append an Arrow table of rows (the table's columns, in its order); idempotent per apply version."""
-        if rows.num_rows and self._not_written(spark, table, version):
-            if not append_arrow(spark, self.ref(table), rows):
-                self.ref(table).append(spark.createDataFrame(rows), None, version)
+        if rows.num_rows and self._not_written(tables, table, version):
+            if not tables.append_arrow(self.ref(table), rows):
+                self.ref(table).append(tables.spark.createDataFrame(rows), None, version)
             self._written[table] = version
 
-    def _append_rows(self, spark: SparkSession, table: str, rows: list[tuple], version: int) -> None:
+    def _append_rows(self, tables: SparkTables, table: str, rows: list[tuple], version: int) -> None:
         """One commit of ``rows``: a Parquet file pyarrow wrote where the table takes one (no Spark job:
         ``delta.commit.append_arrow``), else Spark's writer."""
-        arrow = arrow_rows(spark, SCHEMAS[table], rows)
-        if arrow is None or not append_arrow(spark, self.ref(table), arrow):
-            self.ref(table).append(local_frame(spark, SCHEMAS[table], rows, arrow), None, version)
+        arrow = arrow_rows(tables.spark, SCHEMAS[table], rows)
+        if arrow is None or not tables.append_arrow(self.ref(table), arrow):
+            self.ref(table).append(local_frame(tables.spark, SCHEMAS[table], rows, arrow), None, version)
 
-    def _not_written(self, spark: SparkSession, table: str, version: int) -> bool:
+    def _not_written(self, tables: SparkTables, table: str, version: int) -> bool:
         if table not in self._written:
             from pyspark.sql import functions as F
 
             ref = self.ref(table)
             # From the newest append's file statistics when they say it; a query otherwise.
-            newest = newest_added_max(spark, ref, "apply_version")
+            newest = tables.newest_added_max(ref, "apply_version")
             if newest is None:
-                found = ref.read(spark).agg(F.max("apply_version")).first()[0]
+                found = tables.read(ref).agg(F.max("apply_version")).collect()[0][0]
                 newest = -1 if found is None else int(found)
             self._written[table] = newest
         return version > self._written[table]
 
-    def record_failure(self, spark: SparkSession, sources, version: int, error: str) -> None:
+    def record_failure(self, tables: SparkTables, sources, version: int, error: str) -> None:
         """A failed batch attempt, for ``cdc-apply status`` (an attempt may fail many times: no txn guard);
         ``sources``: those its error names (``[None]``: none)."""
         from datetime import datetime, timezone
 
         now = datetime.now(timezone.utc)
-        self._append_rows(spark, "failures", [(source, version, error, now) for source in sources], version)
+        self._append_rows(tables, "failures", [(source, version, error, now) for source in sources], version)
 
-    def append_df(self, df, table: str, version: int) -> None:
-        if self._not_written(df.sparkSession, table, version):
+    def append_df(self, tables: SparkTables, df, table: str, version: int) -> None:
+        if self._not_written(tables, table, version):
             self.ref(table).append(df.select(*[n for n, _ in SCHEMAS[table]]), None, version)
             self._written[table] = version
 
     # -- loading ---------------------------------------------------------------
-    def load_progress(self, spark: SparkSession) -> tuple[int, dict[str, SourceState]]:
+    def load_progress(self, tables: SparkTables) -> tuple[int, dict[str, SourceState]]:
         """The latest apply version and every source's carried state at it (and, kept for
         :meth:`load_written`, the table versions its row records)."""
         from pyspark.sql import functions as F
@@ -195,7 +195,7 @@ class Bookkeeping:
 
         latest = newest_rows_per_source(self.ref("progress"), ("source", "apply_version", "state", "table_versions"))
         if latest is None:   # not a local table delta-rs reads: Spark's query
-            df = self.ref("progress").read(spark)
+            df = tables.read(self.ref("progress"))
             newest_first = Window.partitionBy("source").orderBy(F.desc("apply_version"))
             latest = (df.withColumn("_r", F.row_number().over(newest_first))
                       .where("_r = 1").select("source", "apply_version", "state", "table_versions").collect())
@@ -204,7 +204,7 @@ class Bookkeeping:
         self._table_versions.update({r.source: None if r.table_versions is None else json.loads(r.table_versions)
                                      for r in latest})
         if any(v is None for v in self._table_versions.values()):   # rows from before the column: ask them all
-            for (source, rid, kind), found in self._query_written(spark).items():
+            for (source, rid, kind), found in self._query_written(tables).items():
                 pair = (self._table_versions.get(source) or {}).get(str(rid), [None, None])
                 pair[0 if kind == "silver table" else 1] = found
                 self._table_versions[source] = {**(self._table_versions.get(source) or {}), str(rid): pair}
@@ -230,10 +230,10 @@ class Bookkeeping:
                         out[(source, int(rid), kind)] = int(found)
         return out
 
-    def _query_written(self, spark: SparkSession) -> dict[tuple[str, int, str], int]:
+    def _query_written(self, tables: SparkTables) -> dict[tuple[str, int, str], int]:
         from pyspark.sql import functions as F
 
-        rows = (self.ref("progress").read(spark).select("source", F.explode("tables").alias("t"))
+        rows = (tables.read(self.ref("progress")).select("source", F.explode("tables").alias("t"))
                 .groupBy("source", F.col("t.relation_id").alias("relation_id"))
                 .agg(F.max("t.silver_version").alias("silver"), F.max("t.history_version").alias("history"))
                 .collect())
@@ -244,7 +244,7 @@ class Bookkeeping:
                     out[(r.source, int(r.relation_id), kind)] = int(found)
         return out
 
-    def load_history(self, spark: SparkSession, sources: Iterable[str] | None = None,
+    def load_history(self, tables: SparkTables, sources: Iterable[str] | None = None,
                      through_version: int | None = None) -> dict[str, SchemaHistory]:
         """Every source's relation versions and types; with ``through_version``, only those recorded by apply
         versions up to it: a batch killed after its schema history append and before its progress left rows
@@ -257,8 +257,8 @@ class Bookkeeping:
         rows = local_rows(self.ref("schema_history"), history_columns, through)
         types = local_rows(self.ref("type_cache"), type_columns, through)
         if rows is None or types is None:   # not local tables delta-rs reads: Spark's reads
-            history_rows = self.ref("schema_history").read(spark)
-            type_rows = self.ref("type_cache").read(spark)
+            history_rows = tables.read(self.ref("schema_history"))
+            type_rows = tables.read(self.ref("type_cache"))
             if through is not None:
                 history_rows, type_rows = history_rows.where(through), type_rows.where(through)
             rows = history_rows.select(*history_columns).collect()

@@ -25,14 +25,13 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from cdc_apply.delta.ddl import USER_METADATA
-from cdc_apply.delta.log import recorded_txn_version
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import StateError
 from cdc_apply.lake.books.commit_tag import app_marker, decode_tag, encode_tag
 from cdc_apply.pgoutput.messages import format_lsn
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from cdc_apply.delta.engine import SparkTables
 
 STEPS_PER_VERSION = 64
 HISTORY_PROBES = (32, 512, None)  # commits read back when looking for the newest step (None: all)
@@ -84,22 +83,22 @@ class SilverLedger:
         with self._lock:
             self._expected[app_id] = (version, (int(seqs[0]), int(seqs[1])))
 
-    def newest(self, spark: SparkSession, ref: TableRef, app_id: str) -> int:
+    def newest(self, tables: SparkTables, ref: TableRef, app_id: str) -> int:
         """The newest step the table records for ``app_id`` (-1: none)."""
         key = f"{ref}|{app_id}"
         with self._lock:
             known = self._steps.get(key)
         if known is None:
-            known, seqs = _read_newest(spark, ref, app_id) if ref.exists(spark) else (-1, None)
+            known, seqs = _read_newest(tables, ref, app_id) if tables.exists(ref) else (-1, None)
             with self._lock:
                 if known >= self._steps.get(key, -1):
                     self._steps[key], self._seqs[key] = known, seqs
         return known
 
-    def check_batch(self, spark: SparkSession, ref: TableRef, app_id: str, what: str, **context) -> None:
+    def check_batch(self, tables: SparkTables, ref: TableRef, app_id: str, what: str, **context) -> None:
         """Raise :class:`StateError` when the table holds a write of the expected batch's apply version made
         from other bronze seqs: a state that does not match the table (see the module's docstring)."""
-        newest = self.newest(spark, ref, app_id)
+        newest = self.newest(tables, ref, app_id)
         with self._lock:
             expected = self._expected.get(app_id)
             seqs = self._seqs.get(f"{ref}|{app_id}")
@@ -113,26 +112,26 @@ class SilverLedger:
             "that goes with the tables, or remove the silver (and history) tables together with the state to "
             "rebuild them from bronze", **context)
 
-    def write(self, session, ref: TableRef, app_id: str, step: int, tag: Mapping[str, Any],
+    def write(self, tables: SparkTables, ref: TableRef, app_id: str, step: int, tag: Mapping[str, Any],
               action: Callable[[str], T]) -> T | None:
         """Run ``action(metadata)`` as the write of ``step`` unless the table has it (a re-run): ``None``
         then. ``metadata``, the ``userMetadata`` of its commits (``tag`` plus the app id, step and batch
-        seqs), is set on ``session`` while it runs; a writer that takes its own option gets it too."""
-        metadata = self._claim(session, ref, app_id, step, tag)
+        seqs), is set on ``tables``' session while it runs; a writer that takes its own option gets it too."""
+        metadata = self._claim(tables, ref, app_id, step, tag)
         if metadata is None:
             return None
-        session.conf.set(USER_METADATA, metadata)
+        tables.spark.conf.set(USER_METADATA, metadata)
         try:
             result = action(metadata)
         finally:
-            session.conf.unset(USER_METADATA)
+            tables.spark.conf.unset(USER_METADATA)
         self.wrote(ref, app_id, step)
         return result
 
-    def _claim(self, spark: SparkSession, ref: TableRef, app_id: str, step: int, tag: Mapping[str, Any]) -> str | None:
+    def _claim(self, tables: SparkTables, ref: TableRef, app_id: str, step: int, tag: Mapping[str, Any]) -> str | None:
         """The ``userMetadata`` for a write of ``step`` (``tag`` plus the app id, step and batch seqs), or
         ``None`` when the table already has it: skip the write."""
-        if step <= self.newest(spark, ref, app_id):
+        if step <= self.newest(tables, ref, app_id):
             return None
         body = {**tag, "app": app_id, "apply_step": step}
         with self._lock:
@@ -150,11 +149,11 @@ class SilverLedger:
                 self._seqs[key] = expected[1] if expected and expected[0] == step // STEPS_PER_VERSION else None
 
 
-def _read_newest(spark: SparkSession, ref: TableRef, app_id: str) -> tuple[int, tuple[int, int] | None]:
+def _read_newest(tables: SparkTables, ref: TableRef, app_id: str) -> tuple[int, tuple[int, int] | None]:
     """The newest step the table's commits record for ``app_id`` and that commit's batch seqs."""
     from pyspark.sql import functions as F
 
-    table = ref.delta_table(spark)
+    table = tables.delta_table(ref)
     needle = app_marker(app_id)
     for limit in HISTORY_PROBES:
         history = table.history(limit) if limit else table.history()
@@ -164,7 +163,7 @@ def _read_newest(spark: SparkSession, ref: TableRef, app_id: str) -> tuple[int, 
             return max(tags, key=lambda t: t[0])
         if limit is not None and history.count() < limit:
             break
-    recorded = recorded_txn_version(spark, ref, app_id)  # written before steps were recorded
+    recorded = tables.recorded_txn_version(ref, app_id)  # written before steps were recorded
     return (-1 if recorded is None else recorded), None
 
 

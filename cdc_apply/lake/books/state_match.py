@@ -18,19 +18,18 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from cdc_apply.delta.log import newest_version
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import StateError
 from cdc_apply.lake.books.ledger import STEPS_PER_VERSION, SilverLedger
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from cdc_apply.delta.engine import SparkTables
 
 REMEDY = ("Restore the state folder that goes with the tables, or remove the silver (and history) tables "
           "together with the state to rebuild them from bronze")
 
 
-def check_tables(spark: SparkSession, ledger: SilverLedger, targets, version: int,
+def check_tables(tables: SparkTables, ledger: SilverLedger, targets, version: int,
                  bounds: Mapping[str, tuple[int, int]],
                  written: Callable[[], Mapping[tuple[str, int, str], int]], state_at: str | None,
                  parallelism: int = 4) -> None:
@@ -48,14 +47,14 @@ def check_tables(spark: SparkSession, ledger: SilverLedger, targets, version: in
     def one(target) -> None:
         kind, ref, app_id, work = target
         context = {"table": work.qualified_name, "source": work.source}
-        newest = ledger.newest(spark, ref, app_id)
+        newest = ledger.newest(tables, ref, app_id)
         if newest // STEPS_PER_VERSION > version:
             raise StateError(
                 f"{kind} {ref} holds writes of apply version {newest // STEPS_PER_VERSION}, but the state at "
                 f"{state_at} is about to apply version {version}: the state was lost or restored from an older "
                 f"copy, and applying now would skip writes. {REMEDY}", **context)
-        ledger.check_batch(spark, ref, app_id, kind, **context)
-        _check_present(spark, kind, ref, recorded_versions().get((work.source, work.relation_id, kind)), context)
+        ledger.check_batch(tables, ref, app_id, kind, **context)
+        _check_present(tables, kind, ref, recorded_versions().get((work.source, work.relation_id, kind)), context)
 
     if len(targets) <= 1:
         for target in targets:
@@ -66,10 +65,10 @@ def check_tables(spark: SparkSession, ledger: SilverLedger, targets, version: in
             pass
 
 
-def _check_present(spark: SparkSession, kind: str, ref: TableRef, recorded: int | None, context: dict) -> None:
+def _check_present(tables: SparkTables, kind: str, ref: TableRef, recorded: int | None, context: dict) -> None:
     if recorded is None:
         return
-    current = newest_version(spark, ref)
+    current = tables.newest_version(ref)
     if current is None:
         raise StateError(
             f"{kind} {ref} does not exist, but the state says a batch left it at Delta version {recorded}: the "

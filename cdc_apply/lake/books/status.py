@@ -32,6 +32,8 @@ from cdc_apply.lake.sources.formats import SourceFormats
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from cdc_apply.delta.engine import SparkTables
+
 __all__ = ["EXIT_CODES", "KEYS", "SEVERITY", "StatusEntry", "needs_spark", "read_status", "read_status_spark",
            "worst_exit_code"]
 
@@ -81,15 +83,19 @@ def read_status_spark(spark: SparkSession, config: Config, quarantine_window: ti
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
+    from cdc_apply.delta.engine import spark_tables
+
+    tables = spark_tables(spark)   # status on Spark: the entry point picks the engine
+
     books = Bookkeeping(config)
-    if not books.ref("progress").exists(spark):
+    if not tables.exists(books.ref("progress")):
         return []
     now = datetime.now(timezone.utc)
     latest = {row.source: row.asDict() for row in (
-        books.ref("progress").read(spark).select(*rules.PROGRESS_COLUMNS)
+        tables.read(books.ref("progress")).select(*rules.PROGRESS_COLUMNS)
         .withColumn("_r", F.row_number().over(Window.partitionBy("source").orderBy(F.desc("apply_version"))))
         .where("_r = 1").drop("_r").collect())}
-    failure = rules.current_failure(_newest_failure(spark, books), latest)
+    failure = rules.current_failure(_newest_failure(tables, books), latest)
     sources = rules.shown_sources(latest, failure)
     states = rules.source_states(latest, sources)
     formats = SourceFormats(config)
@@ -97,34 +103,34 @@ def read_status_spark(spark: SparkSession, config: Config, quarantine_window: ti
     # a seq space of their own; their bronze position is kept in the format state).
     applied = {s: formats.of(s).bronze_seq(states[s]) for s in sources}
     bronze = bronze_ref(config)
-    bronze_max = newest_seqs(spark, bronze, applied)
-    ages = unapplied_ages(spark, bronze, applied, bronze_max, now,
+    bronze_max = newest_seqs(tables, bronze, applied)
+    ages = unapplied_ages(tables.spark, bronze, applied, bronze_max, now,
                           landed_only={s for s in sources if formats.of(s).name != "pgoutput"})
-    quarantined = _quarantined(spark, books, now - quarantine_window)
+    quarantined = _quarantined(tables, books, now - quarantine_window)
     return rules.entries(latest, failure, sources, states, applied, bronze_max, ages, quarantined, now,
                          max_lag_seconds)
 
 
-def _quarantined(spark: SparkSession, books: Bookkeeping, since: datetime) -> dict[str, tuple[int, int]]:
+def _quarantined(tables: SparkTables, books: Bookkeeping, since: datetime) -> dict[str, tuple[int, int]]:
     from pyspark.sql import functions as F
 
     ref = books.ref("quarantine")
-    if not ref.exists(spark):
+    if not tables.exists(ref):
         return {}
-    rows = ref.read(spark).groupBy("source").agg(
+    rows = tables.read(ref).groupBy("source").agg(
         F.count(F.lit(1)).alias("total"),
         F.count(F.when(F.col("quarantined_at") >= F.lit(since), True)).alias("recent")).collect()
     return {r.source: (int(r.total), int(r.recent)) for r in rows}
 
 
-def _newest_failure(spark: SparkSession, books: Bookkeeping) -> dict | None:
+def _newest_failure(tables: SparkTables, books: Bookkeeping) -> dict | None:
     """The newest failed attempt: the rows of the latest ``failed_at``, chosen among by the shared rule."""
     from pyspark.sql import functions as F
 
     ref = books.ref("failures")
-    if not ref.exists(spark):
+    if not tables.exists(ref):
         return None
-    df = ref.read(spark).select(*rules.FAILURE_COLUMNS)
-    last = df.agg(F.max("failed_at")).first()[0]
+    df = tables.read(ref).select(*rules.FAILURE_COLUMNS)
+    last = df.agg(F.max("failed_at")).collect()[0][0]
     rows = (df if last is None else df.where(F.col("failed_at") == F.lit(last))).collect()
     return rules.newest_failure(r.asDict() for r in rows)

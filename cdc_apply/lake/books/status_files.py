@@ -11,8 +11,8 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 
 from cdc_apply.config import Config
-from cdc_apply.delta.files import open_table, read_rows
 from cdc_apply.delta.refs import bronze_ref, state_ref
+from cdc_apply.delta.rs_tables import RsTables
 from cdc_apply.lake.books import status_rules as rules
 from cdc_apply.lake.books.status_rules import StatusEntry
 from cdc_apply.lake.sources import bronze_files
@@ -23,13 +23,14 @@ def read_status_files(config: Config, quarantine_window: timedelta = timedelta(h
                       max_lag_seconds: float | None = None) -> list[StatusEntry]:
     """:func:`cdc_apply.lake.books.status.read_status`'s entries, read without Spark (state and bronze at
     local paths)."""
-    progress = open_table(state_ref(config, "progress"))
+    tables = RsTables()   # the entry point's engine: delta-rs, the tables being local (status.needs_spark)
+    progress = tables.read_rows(state_ref(config, "progress"), rules.PROGRESS_COLUMNS)
     if progress is None:
         return []
     now = datetime.now(timezone.utc)
-    latest = rules.newest_progress(_rows(progress, rules.PROGRESS_COLUMNS))
-    failures = open_table(state_ref(config, "failures"))
-    newest = rules.newest_failure(_rows(failures, rules.FAILURE_COLUMNS)) if failures is not None else None
+    latest = rules.newest_progress(_rows(progress))
+    failures = tables.read_rows(state_ref(config, "failures"), rules.FAILURE_COLUMNS)
+    newest = rules.newest_failure(_rows(failures)) if failures is not None else None
     failure = rules.current_failure(newest, latest)
     sources = rules.shown_sources(latest, failure)
     states = rules.source_states(latest, sources)
@@ -39,16 +40,15 @@ def read_status_files(config: Config, quarantine_window: timedelta = timedelta(h
     bronze_max = bronze_files.newest_seqs(bronze, applied)
     ages = bronze_files.unapplied_ages(bronze, applied, bronze_max, now,
                                        landed_only={s for s in sources if formats.of(s).name != "pgoutput"})
-    quarantined = _quarantined(config, now - quarantine_window)
+    quarantined = _quarantined(tables, config, now - quarantine_window)
     return rules.entries(latest, failure, sources, states, applied, bronze_max, ages, quarantined, now,
                          max_lag_seconds)
 
 
-def _quarantined(config: Config, since: datetime) -> dict[str, tuple[int, int]]:
-    table = open_table(state_ref(config, "quarantine"))
-    if table is None:
+def _quarantined(tables: RsTables, config: Config, since: datetime) -> dict[str, tuple[int, int]]:
+    rows = tables.read_rows(state_ref(config, "quarantine"), ["source", "quarantined_at"])
+    if rows is None:
         return {}
-    rows = read_rows(table, ["source", "quarantined_at"])
     counts: dict[str, tuple[int, int]] = {}
     for source, at in zip(rows.column("source").to_pylist(), rows.column("quarantined_at").to_pylist()):
         total, recent = counts.get(source, (0, 0))
@@ -56,9 +56,8 @@ def _quarantined(config: Config, since: datetime) -> dict[str, tuple[int, int]]:
     return counts
 
 
-def _rows(table, columns: tuple[str, ...]) -> list[dict]:
-    """The table's rows as dicts; timestamps as Spark collects them (naive, this process's local time)."""
-    got = read_rows(table, list(columns))
+def _rows(got: pa.Table) -> list[dict]:
+    """Rows as dicts; timestamps as Spark collects them (naive, this process's local time)."""
     out = {}
     for name in got.column_names:
         column = got.column(name)

@@ -27,7 +27,7 @@ from cdc_apply.config import Config
 from cdc_apply.config.choices import Retype
 from cdc_apply.delta.ddl import table_properties
 from cdc_apply.delta.names import quote_ident
-from cdc_apply.delta.refs import TableRef, history_ref, silver_ref
+from cdc_apply.delta.refs import TableRef, history_ref_for, silver_ref_for
 from cdc_apply.errors import AsOfError
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.lake.history.lsn import lsn_text, lsn_value
@@ -37,6 +37,8 @@ from cdc_apply.lake.silver.soft_deletes import live_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from cdc_apply.delta.engine import SparkTables
 
 AsOfMethod = Literal["auto", "history", "time travel"]   # asked for; a result shows "history" or "time travel"
 METHODS: tuple[AsOfMethod, ...] = ("auto", "history", "time travel")
@@ -74,6 +76,9 @@ def read_as_of(spark: SparkSession, config: Config, lsn: int | str, tables: Sequ
     """
     from pyspark.sql import functions as F
 
+    from cdc_apply.delta.engine import spark_tables
+
+    engine = spark_tables(spark)   # the as-of entry point: the engine chosen here
     if method not in METHODS:
         raise AsOfError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
     try:
@@ -81,11 +86,11 @@ def read_as_of(spark: SparkSession, config: Config, lsn: int | str, tables: Sequ
     except (ValueError, TypeError):
         raise AsOfError(f"not an LSN: {lsn!r} (a number, or PostgreSQL's X/Y text)") from None
     books = Bookkeeping(config)
-    if not books.ref("progress").exists(spark):
+    if not engine.exists(books.ref("progress")):
         raise AsOfError("nothing was applied yet (no progress table)", state=config.state.path or config.state.schema)
     progress = books.ref("progress").read(spark)
     source = _source(progress, source)
-    relations = _relations(books.load_history(spark).get(source), tables, config, source)
+    relations = _relations(books.load_history(engine).get(source), tables, config, source)
     mine = progress.where(F.col("source") == source)
     newest = mine.agg(F.max("applied_commit_lsn")).first()[0]
     cap = min(wanted, newest) if newest is not None else None
@@ -93,7 +98,7 @@ def read_as_of(spark: SparkSession, config: Config, lsn: int | str, tables: Sequ
     usable = {}
     if method != "time travel":
         for name, rel in relations.items():
-            ref = _history_of(spark, config, source, rel)
+            ref = _history_of(engine, config, source, rel)
             if ref is not None and applied is not None and _complete_from(spark, ref) <= applied:
                 usable[name] = ref
     if method == "history" and len(usable) < len(relations):
@@ -107,11 +112,10 @@ def read_as_of(spark: SparkSession, config: Config, lsn: int | str, tables: Sequ
     end, version = _batch_end(mine, wanted)
     result = AsOf(source, wanted, end, end == applied, "time travel")
     for name, rel in relations.items():
-        first = rel.versions[0]
-        ref = silver_ref(config, first.namespace, first.name, source)
-        if not ref.exists(spark):
+        ref = silver_ref_for(config, source, rel.versions)
+        if not engine.exists(ref):
             raise AsOfError("the table has no silver table", table=name, source=source)
-        delta_version = _silver_version(spark, mine, rel.relation_id, ref, version, end)
+        delta_version = _silver_version(engine, mine, rel.relation_id, ref, version, end)
         result.versions[name] = delta_version
         frame = _time_travel(spark, ref, delta_version, name)
         # A soft table's marked rows are rows the source lacked then, as in its history table.
@@ -168,14 +172,13 @@ def _newest_commit(spark: SparkSession, books: Bookkeeping, source: str, cap: in
     return log.where((F.col("source") == source) & (F.col("commit_lsn") <= cap)).agg(F.max("commit_lsn")).first()[0]
 
 
-def _history_of(spark: SparkSession, config: Config, source: str, rel) -> TableRef | None:
+def _history_of(engine: SparkTables, config: Config, source: str, rel) -> TableRef | None:
     """The relation's history table, when the configuration keeps one (a history no longer kept stops
     at the batch it was turned off: it cannot answer later LSNs)."""
     if config.history_for(rel.latest.qualified_name) is None:
         return None
-    first = rel.versions[0]
-    ref = history_ref(config, first.namespace, first.name, source)
-    return ref if ref.exists(spark) else None
+    ref = history_ref_for(config, source, rel.versions)
+    return ref if engine.exists(ref) else None
 
 
 def _complete_from(spark: SparkSession, ref: TableRef) -> int:
@@ -252,7 +255,7 @@ def _batch_end(progress, lsn: int) -> tuple[int | None, int]:
     return (None, 0) if row is None else (int(row.applied_commit_lsn), int(row.apply_version))
 
 
-def _silver_version(spark: SparkSession, progress, relation_id: int, ref: TableRef, version: int,
+def _silver_version(engine: SparkTables, progress, relation_id: int, ref: TableRef, version: int,
                     end: int | None) -> int | None:
     """The silver table's Delta version at the end of apply version ``version``: the newest the progress
     rows record for it up to then; for batches applied before progress recorded versions, the newest
@@ -269,7 +272,7 @@ def _silver_version(spark: SparkSession, progress, relation_id: int, ref: TableR
     from cdc_apply.lake.history.lsn import lsn_value as value
 
     best = None
-    for row in ref.delta_table(spark).history().select("version", "userMetadata").collect():
+    for row in engine.delta_table(ref).history().select("version", "userMetadata").collect():
         tag = decode_tag(row.userMetadata) or {}
         if "last_commit_lsn" in tag and value(tag["last_commit_lsn"]) <= end:
             best = max(best or -1, int(row.version))
@@ -288,54 +291,3 @@ def _time_travel(spark: SparkSession, ref: TableRef, version: int | None, name: 
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise AsOfError(f"Delta version {version} of {ref} cannot be read ({first[:300]}); it may have been "
                         "vacuumed: keep a history table for reads this far back", table=name) from None
-
-
-def add_arguments(parser) -> None:
-    """The options of ``cdc-apply as-of`` (and ``python -m cdc_apply.lake.history.as_of``)."""
-    parser.add_argument("--config", required=True, metavar="FILE")
-    parser.add_argument("--lsn", required=True, help="X/Y (as PostgreSQL prints it) or a number")
-    parser.add_argument("--tables", default=None, help="comma-separated qualified names (default: every table)")
-    parser.add_argument("--source", default=None, help="needed when the pipeline applies several sources")
-    parser.add_argument("--method", choices=METHODS, default="auto")
-    parser.add_argument("--show", type=int, default=20, metavar="N", help="rows printed per table (default 20)")
-    parser.add_argument("--out", default=None, metavar="DIR", help="write each table as Parquet under DIR instead")
-
-
-def run_cli(args) -> int:
-    """Print (or write under ``--out``) each table as of the LSN; a :class:`CdcApplyError` propagates."""
-    from cdc_apply.config import load_config
-    from cdc_apply.spark import spark_session
-
-    config = load_config(args.config)
-    result = read_as_of(spark_session(f"cdc_apply-as-of-{config.pipeline}"), config, args.lsn,
-                        args.tables.split(",") if args.tables else None, args.source, args.method)
-    print(f"source {result.source}: as of {result.lsn_text} ({result.lsn}), asked {lsn_text(result.requested_lsn)}, "
-          f"by {result.method}"
-          f"{'' if result.exact else ' (a batch end: later commits up to the LSN asked are not shown)'}")
-    for name, frame in result.frames.items():
-        if args.out:
-            frame.write.mode("overwrite").parquet(f"{args.out.rstrip('/')}/{name}")
-            print(f"{name}: written to {args.out.rstrip('/')}/{name}")
-        else:
-            print(f"{name}:")
-            frame.show(args.show, truncate=False)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from cdc_apply.errors import CdcApplyError
-
-    parser = argparse.ArgumentParser(prog="python -m cdc_apply.lake.history.as_of",
-                                     description="silver tables of one source as of one PostgreSQL commit LSN")
-    add_arguments(parser)
-    try:
-        return run_cli(parser.parse_args(argv))
-    except CdcApplyError as err:
-        print(f"as_of: error: {err}")
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -24,14 +24,12 @@ records (0: complete from the table's first change).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config, HistorySpec
 from cdc_apply.delta.ddl import column_list, property_list, set_properties, table_properties
-from cdc_apply.delta.log import delta_version
 from cdc_apply.delta.names import quote_ident, quote_literal
-from cdc_apply.delta.refs import TableRef, history_ref
-from cdc_apply.delta.sql_table import is_connect
-from cdc_apply.delta.table_create import ensure_table
+from cdc_apply.delta.refs import TableRef, history_ref_for
 from cdc_apply.errors import ApplyError, ConfigError, SchemaError, StateError
 from cdc_apply.lake.books.ledger import STEPS_PER_VERSION, SilverLedger, batch_tag
 from cdc_apply.lake.history.versions import (
@@ -51,6 +49,9 @@ from cdc_apply.lake.silver.soft_deletes import live_rows
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
 from cdc_apply.planning.tables import evolve
+
+if TYPE_CHECKING:
+    from cdc_apply.delta.engine import SparkTables
 
 PROP_HISTORY_OF = "cdc_apply.history_of"
 PROP_COMPLETE_FROM = "cdc_apply.history_complete_from_lsn"
@@ -75,11 +76,10 @@ class HistoryTables:
         self._known: dict[str, tuple] = {}        # history table -> (source, relation id, version seq) it has
 
     def ref(self, planned) -> TableRef:
-        first = planned.chain[0]
-        return history_ref(self.config, first.namespace, first.name, planned.work.source)
+        return history_ref_for(self.config, planned.work.source, planned.chain)
 
     # -- one table, one batch -------------------------------------------------------------
-    def apply(self, session, decoded, planned, version: int, silver_recorded: int | None,
+    def apply(self, tables: SparkTables, decoded, planned, version: int, silver_recorded: int | None,
               previous_lsn: int | None, new_keys_are_new: bool = False) -> int | None:
         """Write the batch's versions of ``planned``'s table; returns the history table's Delta version
         after it (None when the history starts with the next batch).
@@ -94,20 +94,20 @@ class HistoryTables:
         self.check_spec(planned)
         ref = self.ref(planned)
         app_id = history_app_id(self.config, work.source, work.relation_id)
-        self._ensure_table(session, planned, ref)
-        recorded = self._recorded_version(session, ref, app_id, work, version)
+        self._ensure_table(tables, planned, ref)
+        recorded = self._recorded_version(tables, ref, app_id, work, version)
         steps = len(planned.segments)
         if recorded is not None and recorded >= version * STEPS_PER_VERSION + FIRST_STEP + steps - 1:
-            return delta_version(session, ref)  # this batch's history is written already
+            return tables.version(ref)  # this batch's history is written already
         if recorded is None:
             if silver_recorded is not None and silver_recorded // STEPS_PER_VERSION >= version:
                 return None  # silver holds part of this batch already: history starts with the next one
             # Silver holding rows of earlier batches: history starts from them, complete from their end.
             complete_from = str(previous_lsn or 0) if silver_recorded is not None else "0"
-            if table_properties(session, ref).get(PROP_COMPLETE_FROM) != complete_from:
-                set_properties(session, ref, {PROP_COMPLETE_FROM: complete_from})  # first: a re-run seeds again
+            if table_properties(tables.spark, ref).get(PROP_COMPLETE_FROM) != complete_from:
+                set_properties(tables.spark, ref, {PROP_COMPLETE_FROM: complete_from})  # first: a re-run seeds again
             if silver_recorded is not None:
-                self._seed(session, planned, ref, app_id, version)
+                self._seed(tables, planned, ref, app_id, version)
         truncates = Truncates(tuple(planned.truncates), tuple(c.spark_ddl for c in work.columns))
         if work.key is None and any(p[4] is not None for p in planned.truncates):
             raise ApplyError(f"a key-range snapshot chunk of {work.qualified_name}, whose history is kept without "
@@ -118,17 +118,17 @@ class HistoryTables:
         for index, segment in enumerate(planned.segments):
             def write(metadata: str, segment: TableWork = segment) -> None:
                 if inserts_only and segment.key is not None:
-                    self._append_inserts(session, decoded, segment, planned.inserts, ref, metadata)
+                    self._append_inserts(tables, decoded, segment, planned.inserts, ref, metadata)
                 else:   # one MERGE: its userMetadata is the session's
-                    self._write_segment(session, decoded, planned, segment, ref, truncates, spec)
+                    self._write_segment(tables, decoded, planned, segment, ref, truncates, spec)
 
             # Skipped when written by a run that crashed before silver's writes or progress.
-            self.ledger.write(session, ref, app_id, version * STEPS_PER_VERSION + FIRST_STEP + index, tag, write)
-        self._set_shape(session, planned, ref)
-        return delta_version(session, ref)
+            self.ledger.write(tables, ref, app_id, version * STEPS_PER_VERSION + FIRST_STEP + index, tag, write)
+        self._set_shape(tables, planned, ref)
+        return tables.version(ref)
 
-    def _write_segment(self, session, decoded, planned, work: TableWork, ref: TableRef, truncates: Truncates,
-                       spec: HistorySpec) -> None:
+    def _write_segment(self, tables: SparkTables, decoded, planned, work: TableWork, ref: TableRef,
+                       truncates: Truncates, spec: HistorySpec) -> None:
         """The segment's versions in one MERGE (its ``userMetadata``, with the step, is set on ``session``)."""
         from pyspark.sql import functions as F
 
@@ -136,7 +136,7 @@ class HistoryTables:
         # Every change of the batch counts, those before a truncate too: each transaction is a version.
         projected = project(decoded, replace(work, truncate_after=None))
         # Over Spark Connect two sessions' DataFrames cannot be joined: read in the decoded rows' session.
-        history = ref.read(decoded.sparkSession if is_connect(session) else session)
+        history = tables.on(tables.session_of(decoded)).read(ref)
         small = planned.rows <= BROADCAST_KEYS
         if work.key is None:
             versions = keyless_versions(projected, history, work, h, truncates, small)
@@ -151,9 +151,9 @@ class HistoryTables:
             versions = keyed_versions(events, open_rows, work, h, truncates, tracked)
         # Materialised: the MERGE reads its source twice, and the source reads the table it changes.
         versions = versions.localCheckpoint()
-        merge_versions(session, ref, versions, work, h, truncates, keyed=work.key is not None)
+        merge_versions(tables, ref, versions, work, h, truncates, keyed=work.key is not None)
 
-    def _append_inserts(self, session, decoded, work: TableWork, inserts: int, ref: TableRef,
+    def _append_inserts(self, tables: SparkTables, decoded, work: TableWork, inserts: int, ref: TableRef,
                         metadata: str) -> None:
         """A batch that only inserts keys of the relation's own identity: each insert is a new key's first
         version, still open. One append, no read of the history table."""
@@ -170,14 +170,14 @@ class HistoryTables:
         rows = rows.coalesce(append_files(inserts, len(work.columns)))
         ref.append(rows, None, 0, metadata)
 
-    def _seed(self, session, planned, ref: TableRef, app_id: str, version: int) -> None:
+    def _seed(self, tables: SparkTables, planned, ref: TableRef, app_id: str, version: int) -> None:
         """Silver's rows as the history's first open versions (one append, guarded like every write)."""
         from pyspark.sql import functions as F
 
         h = self.columns
         work = planned.segments[0]  # the identity silver's rows were written under
         p = self.config.silver.metadata_prefix
-        silver = live_rows(work.ref.read(session), p)   # a soft table's marked rows are no versions
+        silver = live_rows(tables.read(work.ref), p)   # a soft table's marked rows are no versions
         names = [c.name for c in work.columns if c.name in silver.columns]
         meta = [col for col, _ in work.meta if col in silver.columns]
         if work.key is None:
@@ -196,7 +196,7 @@ class HistoryTables:
                            F.lit(None).cast("string").alias(h.closed_by), F.lit(True).alias(h.is_current))
         # Skipped when seeded by a run that crashed before the batch's versions.
         tag = {"source": work.source, "relation": work.qualified_name, "history": True, "part": "seed from silver"}
-        self.ledger.write(session, ref, app_id, version * STEPS_PER_VERSION + SEED_STEP, tag,
+        self.ledger.write(tables, ref, app_id, version * STEPS_PER_VERSION + SEED_STEP, tag,
                           lambda metadata: ref.append(rows, None, 0, metadata))
 
     # -- the table itself -------------------------------------------------------------------
@@ -214,9 +214,10 @@ class HistoryTables:
         if missing:
             raise ConfigError(f"track_columns {missing} are not columns of {work.qualified_name}", key=key)
 
-    def _recorded_version(self, session, ref: TableRef, app_id: str, work: TableWork, version: int) -> int | None:
+    def _recorded_version(self, tables: SparkTables, ref: TableRef, app_id: str, work: TableWork,
+                          version: int) -> int | None:
         """The history table's newest ledger step (None: none; read once per process, kept by the ledger)."""
-        newest = self.ledger.newest(session, ref, app_id)
+        newest = self.ledger.newest(tables, ref, app_id)
         recorded = None if newest < 0 else newest
         if recorded is not None and recorded // STEPS_PER_VERSION > version:
             raise StateError(
@@ -226,22 +227,22 @@ class HistoryTables:
                 "together with the state to rebuild them from bronze", table=work.qualified_name, source=work.source)
         return recorded
 
-    def _ensure_table(self, session, planned, ref: TableRef) -> None:
+    def _ensure_table(self, tables: SparkTables, planned, ref: TableRef) -> None:
         """Create, replace or evolve the history table to the batch's silver columns."""
         work = planned.work
         if self._known.get(str(ref), (None,))[:2] == (work.source, work.relation_id) and \
                 self._known[str(ref)][2] == planned.chain[-1].seq:
             return
         owner = f"{work.source}:{work.relation_id}"
-        if not ref.exists(session):
-            self._create(session, planned, ref, replace_table=False)
+        if not tables.exists(ref):
+            self._create(tables, planned, ref, replace_table=False)
             return
-        props = table_properties(session, ref)
+        props = table_properties(tables.spark, ref)
         if PROP_HISTORY_OF not in props:
             raise ApplyError(f"{ref} exists and is not a cdc_apply history table; rename it or change "
                              "silver.history_suffix", table=work.qualified_name, source=work.source)
         if props[PROP_HISTORY_OF] != owner:  # a new relation under the name: its history starts anew
-            self._create(session, planned, ref, replace_table=True)
+            self._create(tables, planned, ref, replace_table=True)
             return
         reflected = props.get(PROP_VERSION_SEQ)
         chain = planned.chain
@@ -250,10 +251,10 @@ class HistoryTables:
                               start=start, rules=planned.rules)
         fills = [(columns[c], value) for c, added, value in work.defaults if added > chain[start].seq]
         if ops or fills:
-            apply_schema_ops(session, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills,
+            apply_schema_ops(tables, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills,
                              fill_where=f"{quote_ident(self.columns.is_current)}")
 
-    def _create(self, session, planned, ref: TableRef, replace_table: bool) -> None:
+    def _create(self, tables: SparkTables, planned, ref: TableRef, replace_table: bool) -> None:
         work = planned.work
         meta = [(c, t) for c, _, t in self.metadata]
         own = self.columns.ddl()
@@ -273,19 +274,19 @@ class HistoryTables:
                 f"PARTITIONED BY ({quote_ident(self.columns.is_current)}) COMMENT {quote_literal(comment)} "
                 f"TBLPROPERTIES ({property_list(props)})")
         if replace_table:
-            session.sql(text)
+            tables.spark.sql(text)
         else:
-            ensure_table(session, ref, lambda: session.sql(text))
+            tables.ensure_table(ref, lambda: tables.spark.sql(text))
 
-    def _set_shape(self, session, planned, ref: TableRef) -> None:
+    def _set_shape(self, tables: SparkTables, planned, ref: TableRef) -> None:
         work = planned.work
         shape = (work.source, work.relation_id, planned.chain[-1].seq)
         if self._known.get(str(ref)) == shape:
             return
         props = {PROP_RELATION: work.qualified_name, PROP_VERSION_SEQ: str(planned.chain[-1].seq)}
-        current = table_properties(session, ref)
+        current = table_properties(tables.spark, ref)
         if any(current.get(k) != v for k, v in props.items()):
-            set_properties(session, ref, props)
+            set_properties(tables.spark, ref, props)
         self._known[str(ref)] = shape
 
 

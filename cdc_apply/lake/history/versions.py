@@ -28,7 +28,6 @@ from functools import reduce
 from typing import TYPE_CHECKING, Sequence
 
 from cdc_apply.delta.names import quote_ident, sql_literal
-from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.errors import ApplyError
 from cdc_apply.lake.silver.merge import null_safe_equal
 from cdc_apply.lake.silver.merge_sql import truncate_closes_sql
@@ -37,7 +36,9 @@ from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import Column
+
+    from cdc_apply.delta.engine import SparkTables
 
 EVENT_META = cc.EVENT_META
 
@@ -332,11 +333,10 @@ def keyless_versions(projected, history, work: TableWork, h: HistoryColumns, tru
     return versions.select(*out).where(~F.col("_prior") | F.col(h.valid_to_lsn).isNotNull())
 
 
-def merge_versions(spark: SparkSession, target, versions, work: TableWork, h: HistoryColumns, truncates: Truncates,
+def merge_versions(tables: SparkTables, target, versions, work: TableWork, h: HistoryColumns, truncates: Truncates,
                    keyed: bool) -> None:
     """One MERGE into the history table ``target`` (a TableRef): the prior versions' updates, the new
     versions, and — when the batch truncates the table — the close of every other open version."""
-    from pyspark.sql import functions as F
 
     if keyed:
         match = [f"t.{quote_ident(work.columns[i].name)} = s.{quote_ident(work.columns[i].name)}"
@@ -349,34 +349,39 @@ def merge_versions(spark: SparkSession, target, versions, work: TableWork, h: Hi
                           h.closed_by, h.copies, h.is_current]
     closing = [h.valid_to_lsn, h.valid_to_ts, h.closed_by, h.is_current]
     updated = (names if keyed else []) + closing
-    column_of = str if is_connect(spark) else F.col   # a Connect MERGE is a statement: SQL text
-    builder = (target.delta_table(spark).alias("t").merge(versions.alias("s"), condition)
-               .whenMatchedUpdate(set={quote_ident(c): column_of(f"s.{quote_ident(c)}") for c in updated})
+    builder = (tables.delta_table(target).alias("t").merge(versions.alias("s"), condition)
+               .whenMatchedUpdate(set={quote_ident(c): tables.column(f"s.{quote_ident(c)}") for c in updated})
                .whenNotMatchedInsert(condition="NOT s._prior",
-                                     values={quote_ident(c): column_of(f"s.{quote_ident(c)}") for c in everything}))
-    if truncates.points and is_connect(spark):
-        closes_sql, assignments = truncate_closes_sql(truncates, work, h)
-        builder = builder.whenNotMatchedBySourceUpdate(condition=closes_sql, set=assignments)
-    elif truncates.points:
-        frm = F.col(f"t.{quote_ident(h.valid_from_lsn)}")
-        target_key = lambda i: F.col(f"t.{quote_ident(work.columns[i].name)}")  # noqa: E731
-        # Each point wraps the ones after it: the innermost (first) otherwise is NULL.
-        lsn: Column | None = None
-        ts: Column | None = None
-        cause: Column | None = None
-        closes = F.lit(False)
-        for point in reversed(truncates.points):
-            point_lsn, _, point_ts, point_cause = point[:4]
-            hit = (frm < point_lsn) & truncates._applies(point, target_key)
-            lsn = F.when(hit, F.lit(point_lsn).cast("bigint")).otherwise(lsn)
-            ts = F.when(hit, F.lit(point_ts).cast("timestamp")).otherwise(ts)
-            cause = F.when(hit, F.lit(point_cause)).otherwise(cause)
-            closes = closes | hit
-        builder = builder.whenNotMatchedBySourceUpdate(
-            condition=F.col(f"t.{quote_ident(h.is_current)}") & closes,
-            set={quote_ident(h.valid_to_lsn): lsn, quote_ident(h.valid_to_ts): ts,
-                 quote_ident(h.closed_by): cause, quote_ident(h.is_current): F.lit(False)})
+                                     values={quote_ident(c): tables.column(f"s.{quote_ident(c)}") for c in everything}))
+    if truncates.points:
+        closes, assignments = tables.in_form(lambda: truncate_closes_sql(truncates, work, h),
+                                             lambda: _truncate_closes(truncates, work, h))
+        builder = builder.whenNotMatchedBySourceUpdate(condition=closes, set=assignments)
     builder.execute()
+
+
+def _truncate_closes(truncates: Truncates, work: TableWork, h: HistoryColumns) -> tuple[Column, dict]:
+    """:func:`~cdc_apply.lake.silver.merge_sql.truncate_closes_sql` as Columns (a point's values need no SQL
+    literal then)."""
+    from pyspark.sql import functions as F
+
+    frm = F.col(f"t.{quote_ident(h.valid_from_lsn)}")
+    target_key = lambda i: F.col(f"t.{quote_ident(work.columns[i].name)}")  # noqa: E731
+    # Each point wraps the ones after it: the innermost (first) otherwise is NULL.
+    lsn: Column | None = None
+    ts: Column | None = None
+    cause: Column | None = None
+    closes = F.lit(False)
+    for point in reversed(truncates.points):
+        point_lsn, _, point_ts, point_cause = point[:4]
+        hit = (frm < point_lsn) & truncates._applies(point, target_key)
+        lsn = F.when(hit, F.lit(point_lsn).cast("bigint")).otherwise(lsn)
+        ts = F.when(hit, F.lit(point_ts).cast("timestamp")).otherwise(ts)
+        cause = F.when(hit, F.lit(point_cause)).otherwise(cause)
+        closes = closes | hit
+    return (F.col(f"t.{quote_ident(h.is_current)}") & closes,
+            {quote_ident(h.valid_to_lsn): lsn, quote_ident(h.valid_to_ts): ts,
+             quote_ident(h.closed_by): cause, quote_ident(h.is_current): F.lit(False)})
 
 
 def open_versions_of(history_df, keys_df, work: TableWork, h: HistoryColumns, keyed: bool, small: bool):

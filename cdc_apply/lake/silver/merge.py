@@ -25,7 +25,6 @@ from functools import reduce
 from typing import TYPE_CHECKING, Sequence
 
 from cdc_apply.delta.names import quote_ident
-from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.errors import ApplyError
 from cdc_apply.lake.silver.merge_result import MergeResult
 from cdc_apply.lake.silver.merge_sql import key_bounds_sql, keyed_assignments_sql
@@ -36,7 +35,9 @@ from cdc_apply.planning.masks import mask_sql
 from cdc_apply.planning.table_plan import TableWork
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import Column
+
+    from cdc_apply.delta.engine import SparkTables
 
 # The collapse's output is materialised (localCheckpoint) as row blocks, one per partition; a block
 # evicted to disk is read back whole, so a wide table's batch needs more partitions than the default.
@@ -196,29 +197,26 @@ def key_range(collapsed, work: TableWork):
     return row[0], row[1], row[2]
 
 
-def merge_keyed(spark: SparkSession, collapsed, work: TableWork, bounds: tuple | None = None) -> MergeResult:
+def merge_keyed(tables: SparkTables, collapsed, work: TableWork, bounds: tuple | None = None) -> MergeResult:
     """MERGE the collapsed rows: delete; update the columns each row carries (the rest keep silver's
     values); insert rows with nothing left to fill from silver. ``bounds`` (lowest, highest key of a
     single-column key) go into the join condition, so Delta skips silver files outside them — a
     batch of recent keys reads only the files that hold recent keys."""
 
-    if needs_replace(spark, work):
-        return replace_keyed(spark, collapsed, work, bounds)
+    if needs_replace(tables, work):
+        return replace_keyed(tables, collapsed, work, bounds)
     key_names = [work.columns[i].name for i in work.key_index]
     on = " AND ".join(f"t.{quote_ident(k)} = s.`{cc.key(p)}`" for p, k in enumerate(key_names))
     condition: str | Column = on
     ddl = work.columns[work.key_index[0]].spark_ddl
     if bounds is not None and bounds[0] is not None:
         condition = key_bounds_sql(on, f"t.{quote_ident(key_names[0])}", bounds, ddl)
-        if condition == on and not is_connect(spark):   # no SQL literal of the bounds: a Column has them
-            from pyspark.sql import functions as F
-
-            column = F.col(f"t.{quote_ident(key_names[0])}")
-            condition = F.expr(on) & column.between(F.lit(bounds[0]).cast(ddl), F.lit(bounds[1]).cast(ddl))
+        if condition == on:   # no SQL literal of the bounds: a Column has them, where the engine takes one
+            condition = tables.between(on, f"t.{quote_ident(key_names[0])}", bounds, ddl)
     # SQL text on both kinds of session (merge_sql.py): the Column API's form took ~200 Py4J round trips
     # a four-column table, every batch.
     assignments, values = keyed_assignments_sql(work)
-    merge = work.ref.delta_table(spark).alias("t").merge(collapsed.alias("s"), condition)
+    merge = tables.delta_table(work.ref).alias("t").merge(collapsed.alias("s"), condition)
     merge, upsert = (keyed_soft_delete(merge, work, assignments, values) if work.deleted is not None else
                      (merge.whenMatchedDelete(condition="s._action = 'delete'"), "s._action = 'upsert'"))
     metrics = (merge.whenMatchedUpdate(condition=upsert, set=assignments)
@@ -229,7 +227,7 @@ def merge_keyed(spark: SparkSession, collapsed, work: TableWork, bounds: tuple |
                        row.get("num_deleted_rows", 0) or 0)
 
 
-def merge_keyless(spark: SparkSession, projected, work: TableWork, target_empty: bool = False) -> MergeResult:
+def merge_keyless(tables: SparkTables, projected, work: TableWork, target_empty: bool = False) -> MergeResult:
     """Tables matched on all values: apply each distinct row's changes in commit order, duplicates exact.
 
     Each Insert adds one copy of its row, each Delete removes one copy of its
@@ -247,7 +245,7 @@ def merge_keyless(spark: SparkSession, projected, work: TableWork, target_empty:
 
 
     n = len(work.columns)
-    step = Step(spark, work.ref) if needs_replace(spark, work) else None
+    step = Step(tables, work.ref) if needs_replace(tables, work) else None
     meta_cols = list(cc.EVENT_META)
     if projected.where((F.col(cc.OP) == "U") & F.col(cc.OLD_KIND).isNull()).limit(1).count():
         raise ApplyError("an update without its old row on a table without a key: cannot tell which row changed; "
@@ -270,10 +268,10 @@ def merge_keyless(spark: SparkSession, projected, work: TableWork, target_empty:
     if target_empty:
         counted = net.withColumn("_c", F.lit(0).cast("long"))
     else:
-        # Over Spark Connect a join of two sessions' DataFrames is refused (SESSION_NOT_SAME): read silver
+        # Over Spark Connect a join of two sessions' DataFrames is refused (SESSION_NOT_SAME): silver is read
         # in the decoded rows' own session there.
-        own = projected.sparkSession if is_connect(spark) else spark
-        silver = work.ref.read(own) if step is None else silver_before(own, work.ref, step)
+        own = tables.on(tables.session_of(projected))
+        silver = own.read(work.ref) if step is None else silver_before(own, work.ref, step)
         silver = silver.where(f"NOT {is_deleted_sql(work.deleted)}") if work.deleted else silver  # live copies
         target = silver.select(*[F.col(quote_ident(c.name)).alias(cc.final(i))
                                                for i, c in enumerate(work.columns)])
@@ -286,7 +284,7 @@ def merge_keyless(spark: SparkSession, projected, work: TableWork, target_empty:
             F.coalesce(F.col("b._c"), F.lit(0)).alias("_c"))
     counted = counted.withColumn("_new", F.greatest(F.col("_c") + F.col("_d"), F.col("_d") - F.col("_low")))
     if step is not None:
-        return replace_keyless(spark, counted, work, values, step)
+        return replace_keyless(tables, counted, work, values, step)
     fewer = F.col("_new") < F.col("_c")
     deletes = counted.where(fewer).select(*values, *meta_cols, F.lit("del").alias(cc.KIND))
     copies = F.when(fewer, F.col("_new")).otherwise(F.col("_new") - F.col("_c"))
@@ -294,11 +292,10 @@ def merge_keyless(spark: SparkSession, projected, work: TableWork, target_empty:
                .select(*values, *meta_cols, F.lit("ins").alias(cc.KIND)))
     source = deletes.unionByName(inserts)
     condition = " AND ".join(f"t.{quote_ident(c.name)} <=> s.`{cc.final(i)}`" for i, c in enumerate(work.columns))
-    column_of = str if is_connect(spark) else F.col   # SQL text for a Connect MERGE statement (merge_sql.py)
-    meta_set = {quote_ident(col): column_of(f"s.`{src}`") for col, src in work.meta}
-    insert_values = {quote_ident(c.name): column_of(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
+    meta_set = {quote_ident(col): tables.column(f"s.`{src}`") for col, src in work.meta}
+    insert_values = {quote_ident(c.name): tables.column(f"s.`{cc.final(i)}`") for i, c in enumerate(work.columns)}
     insert_values.update(meta_set)
-    target = work.ref.delta_table(spark).alias("t")
+    target = tables.delta_table(work.ref).alias("t")
     merge = (keyless_soft_delete(target, source.alias("s"), condition, work, insert_values) if work.deleted else
              target.merge(source.alias("s"), f"({condition}) AND s._kind = 'del'").whenMatchedDelete())
     metrics = merge.whenNotMatchedInsert(condition="s._kind = 'ins'", values=insert_values).execute().collect()

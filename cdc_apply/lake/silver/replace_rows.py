@@ -34,18 +34,19 @@ from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+
+    from cdc_apply.delta.engine import SparkTables
 
 ALLOW_EXISTS = "spark.databricks.delta.delete.allowExistsSubquery"
 HISTORY_PROBE = 16   # commits read back for a first commit left by a crashed run (a step writes two)
 
 
-def needs_replace(spark: SparkSession, work: TableWork) -> bool:
+def needs_replace(tables: SparkTables, work: TableWork) -> bool:
     """Whether ``work``'s silver table must be written by :func:`replace_keyed` / :func:`replace_keyless`."""
     names = [c.name for c in work.columns] + [col for col, _ in work.meta]
     if not any("`" in name for name in names):
         return False
-    props = table_properties(spark, work.ref)
+    props = table_properties(tables.spark, work.ref)
     if props.get("delta.enableChangeDataFeed", "false").lower() != "true":
         return False
     if props.get("delta.enableDeletionVectors", "false").lower() != "true":
@@ -61,16 +62,16 @@ class Step:
     """The ledger step being written (from the ``userMetadata`` the session carries; none when the write
     is not one of a batch), and the first commit a crashed run of it left."""
 
-    def __init__(self, spark: SparkSession, ref: TableRef) -> None:
-        text = spark.conf.get(USER_METADATA, None)
+    def __init__(self, tables: SparkTables, ref: TableRef) -> None:
+        text = tables.spark.conf.get(USER_METADATA, None)
         self.metadata = text
         self.tag = decode_tag(text)
         self.step = None if self.tag is None else self.tag.get("apply_step")
-        self.first_version = (self._first_commit(spark, ref, self.tag.get("app"))
+        self.first_version = (self._first_commit(tables, ref, self.tag.get("app"))
                               if self.tag is not None and self.step is not None else None)
 
-    def _first_commit(self, spark: SparkSession, ref: TableRef, app: object) -> int | None:
-        for row in ref.delta_table(spark).history(HISTORY_PROBE).select("version", "userMetadata").collect():
+    def _first_commit(self, tables: SparkTables, ref: TableRef, app: object) -> int | None:
+        for row in tables.delta_table(ref).history(HISTORY_PROBE).select("version", "userMetadata").collect():
             tag = decode_tag(row.userMetadata)
             if tag is None:
                 continue
@@ -87,22 +88,22 @@ class Step:
         return encode_tag(tag)
 
 
-def silver_before(spark: SparkSession, ref: TableRef, step: Step):
+def silver_before(tables: SparkTables, ref: TableRef, step: Step):
     """Silver as the step's writes found it: as of the version before a first commit already made."""
     if step.first_version is None:
-        return ref.read(spark)
-    reader = spark.read.format("delta").option("versionAsOf", step.first_version - 1)
+        return tables.read(ref)
+    reader = tables.spark.read.format("delta").option("versionAsOf", step.first_version - 1)
     return ref.load(reader)
 
 
-def replace_keyed(spark: SparkSession, collapsed, work: TableWork, bounds: tuple | None = None):
+def replace_keyed(tables: SparkTables, collapsed, work: TableWork, bounds: tuple | None = None):
     """:func:`cdc_apply.lake.silver.merge.merge_keyed`'s writes: the kept rows replaced, the deleted removed."""
     from pyspark.sql import functions as F
 
 
-    step = Step(spark, work.ref)
+    step = Step(tables, work.ref)
     n = len(work.columns)
-    target = silver_before(spark, work.ref, step)
+    target = silver_before(tables, work.ref, step)
     if bounds is not None and bounds[0] is not None:   # read only the files that can hold the batch's keys
         key = work.columns[work.key_index[0]]
         target = target.where(F.col(quote_ident(key.name)).between(F.lit(bounds[0]).cast(key.spark_ddl),
@@ -134,12 +135,12 @@ def replace_keyed(spark: SparkSession, collapsed, work: TableWork, bounds: tuple
             *[F.col(src).alias(col) for col, src in work.meta], F.lit(True).alias(marker_of(work))))
         gone = gone.limit(0)
     key_names = [work.columns[i].name for i in work.key_index]
-    _write(spark, work.ref, step, kept, counts.updated + counts.inserted + counts.deleted * soft, key_names,
+    _write(tables, work.ref, step, kept, counts.updated + counts.inserted + counts.deleted * soft, key_names,
            gone, [cc.key(p) for p in range(len(key_names))], counts.deleted * (not soft))
     return MergeResult(counts.inserted, counts.updated, counts.deleted)
 
 
-def replace_keyless(spark: SparkSession, counted, work: TableWork, values: list[str], step: Step):
+def replace_keyless(tables: SparkTables, counted, work: TableWork, values: list[str], step: Step):
     """:func:`cdc_apply.lake.silver.merge.merge_keyless`'s writes from its per-value counts (``_c`` copies in
     silver, ``_new`` after the batch; read from :func:`silver_before`): each value whose count changes
     is replaced by its ``_new`` copies, or deleted when none is left. ``step``: the one ``counted`` read
@@ -163,13 +164,13 @@ def replace_keyless(spark: SparkSession, counted, work: TableWork, values: list[
             .select(*[F.col(v).alias(c.name) for v, c in zip(values, work.columns)],
                     *[F.col(src).alias(col) for col, src in work.meta]))
     gone = counted.where(F.col("_new") == 0).select(*values)
-    _write(spark, work.ref, step, kept, counts["values"], [c.name for c in work.columns], gone, values,
+    _write(tables, work.ref, step, kept, counts["values"], [c.name for c in work.columns], gone, values,
            counts.deleted or 0)
     written, replaced = counts.written or 0, counts.replaced or 0
     return MergeResult(written, 0, replaced + (counts.deleted or 0))
 
 
-def _write(spark: SparkSession, ref: TableRef, step: Step, kept, kept_rows: int, names: list[str], gone,
+def _write(tables: SparkTables, ref: TableRef, step: Step, kept, kept_rows: int, names: list[str], gone,
            gone_columns: list[str],
            gone_rows: int) -> None:
     """The step's two commits: ``kept`` replaces the silver rows whose ``names`` it holds (null-safe), then
@@ -184,10 +185,10 @@ def _write(spark: SparkSession, ref: TableRef, step: Step, kept, kept_rows: int,
             writer = writer.option("userMetadata", metadata)
         writer.save(ref.path) if ref.path else writer.saveAsTable(ref.name)
     if gone_rows:
-        _delete_matching(spark, ref, gone, gone_columns, names)
+        _delete_matching(tables, ref, gone, gone_columns, names)
 
 
-def _delete_matching(spark: SparkSession, ref: TableRef, rows, columns: list[str], names: list[str]) -> None:
+def _delete_matching(tables: SparkTables, ref: TableRef, rows, columns: list[str], names: list[str]) -> None:
     """DELETE the silver rows whose ``names`` equal (null-safe) those ``columns`` of a row of ``rows``: one
     commit, with the ``userMetadata`` the session carries (the step's)."""
     from pyspark.sql import functions as F
@@ -195,8 +196,8 @@ def _delete_matching(spark: SparkSession, ref: TableRef, rows, columns: list[str
     probe = rows.select(*[F.col(c).alias(f"_g_{j}") for j, c in enumerate(columns)]).alias("s")
     pairs = [F.col(f"s._g_{j}").eqNullSafe(F.col(f"t.{quote_ident(n)}").outer()) for j, n in enumerate(names)]
     exists = probe.where(reduce(lambda a, b: a & b, pairs)).exists()
-    spark.conf.set(ALLOW_EXISTS, "true")
+    tables.spark.conf.set(ALLOW_EXISTS, "true")
     try:
-        ref.delta_table(spark).alias("t").delete(exists)
+        tables.delta_table(ref).alias("t").delete(exists)
     finally:
-        spark.conf.unset(ALLOW_EXISTS)
+        tables.spark.conf.unset(ALLOW_EXISTS)

@@ -10,18 +10,20 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Sequence
 
 from cdc_apply.delta.ddl import USER_METADATA
-from cdc_apply.delta.names import quote_ident, sql_literal
+from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.refs import TableRef
-from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.lake.books.commit_tag import decode_tag, encode_tag
 from cdc_apply.planning.schema_net import net_schema_ops
 from cdc_apply.planning.tables import SchemaOp
 
 if TYPE_CHECKING:
+
     from pyspark.sql import SparkSession
 
+    from cdc_apply.delta.engine import SparkTables
 
-def apply_schema_ops(spark: SparkSession, ref: TableRef, ops: Sequence[SchemaOp], chain: str | None = None,
+
+def apply_schema_ops(tables: SparkTables, ref: TableRef, ops: Sequence[SchemaOp], chain: str | None = None,
                      fills: Sequence[tuple] = (), fill_where: str | None = None) -> None:
     """Run schema operations against the table, each guarded by its current schema.
 
@@ -47,42 +49,26 @@ def apply_schema_ops(spark: SparkSession, ref: TableRef, ops: Sequence[SchemaOp]
     if fills:
         steps.append([SchemaOp("fill", c.name, spark_ddl=c.spark_ddl) for c, _ in fills])
     values = {c.name: v for c, v in fills}
-    done = _steps_done(spark, ref, chain, len(steps)) if chain is not None else -1
+    done = _steps_done(tables.spark, ref, chain, len(steps)) if chain is not None else -1
     for step, run in enumerate(steps):
         if step < done or (step == done and run[0].kind != "retype"):
             continue
         if chain is not None:
-            spark.conf.set(USER_METADATA, encode_tag({"schema_chain": chain, "step": step}))
+            tables.spark.conf.set(USER_METADATA, encode_tag({"schema_chain": chain, "step": step}))
         try:
             if run[0].kind == "fill":
-                _fill(spark, ref, run, values, fill_where)
+                _fill(tables, ref, run, values, fill_where)
             else:
-                _apply_step(spark, ref, run)
+                _apply_step(tables.spark, ref, run)
         finally:
             if chain is not None:
-                spark.conf.unset(USER_METADATA)
+                tables.spark.conf.unset(USER_METADATA)
 
 
-def _fill(spark: SparkSession, ref: TableRef, run: Sequence[SchemaOp], values: dict, where: str | None = None) -> None:
+def _fill(tables: SparkTables, ref: TableRef, run: Sequence[SchemaOp], values: dict, where: str | None = None) -> None:
     """Set columns just added to their missing values in every row (or those ``where`` holds for; one UPDATE)."""
-    literal = _literal if is_connect(spark) else _column
-    ref.delta_table(spark).update(condition=where, set={quote_ident(o.column): literal(values[o.column], o.ddl)
-                                                        for o in run})
-
-
-def _column(value, ddl: str):
-    from pyspark.sql import functions as F
-
-    return F.lit(value).cast(ddl)
-
-
-def _literal(value, ddl: str):
-    """SQL text (what a Spark Connect UPDATE statement takes); a value SQL text cannot hold here (an
-    array) stays a Column, which the statement refuses with a named error."""
-    try:
-        return sql_literal(value, ddl)
-    except TypeError:
-        return _column(value, ddl)
+    tables.delta_table(ref).update(condition=where, set={quote_ident(o.column): tables.value(values[o.column], o.ddl)
+                                                         for o in run})
 
 
 def _steps_done(spark: SparkSession, ref: TableRef, chain: str, steps: int) -> int:

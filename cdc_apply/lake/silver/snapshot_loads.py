@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial, reduce
+from typing import TYPE_CHECKING
 
 from cdc_apply.decode.snapshot_rows import decode_snapshot_rows, insert_columns
 from cdc_apply.delta.names import quote_ident
-from cdc_apply.delta.sql_table import is_connect
 from cdc_apply.lake.silver.appends import append_rows
 from cdc_apply.lake.silver.merge import project
 from cdc_apply.lake.silver.merge_sql import key_ranges_sql
@@ -25,6 +25,9 @@ from cdc_apply.planning.assemble import merge_ranges
 from cdc_apply.planning.decode_plan import output_ddl, output_ddls, pool_columns
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, merge_loads
 from cdc_apply.planning.table_plan import Clear, SlotCount, SlotMap, TableWork
+
+if TYPE_CHECKING:
+    from cdc_apply.delta.engine import SparkTables
 
 # A load's tasks each read a split of bronze, decode it in Python and write one file, all CPU-bound.
 # Spark cuts a scan into about one split per task slot, so a 10M-row load ran 5 tasks on 2 slots, the
@@ -90,25 +93,21 @@ def in_range(column, low, high, ddl: str):
     return reduce(lambda a, b: a & b, parts, F.lit(True))
 
 
-def clear_ranges(session, work: TableWork, points=()) -> None:
+def clear_ranges(tables: SparkTables, work: TableWork, points=()) -> None:
     """Delete silver's rows in the key ranges of the batch's chunks (``work.clears``), one DELETE; in a
     soft-deleting table mark them deleted at the last chunk's commit (``points``: the plan's truncates)."""
     if work.deleted is not None:
         last = work.clears[-1]
         ts = next((p[2] for p in points if p[:2] == (last.commit_lsn, last.seq)), None)
-        mark_deleted(session, work, last.commit_lsn, ts, key_ranges_sql(work))
+        mark_deleted(tables, work, last.commit_lsn, ts, key_ranges_sql(work))
         return
-    table = work.ref.delta_table(session)
-    if is_connect(session):   # a DELETE statement: its condition as SQL text
-        table.delete(key_ranges_sql(work))
-        return
-    conds = []
-    for c in work.clears:
-        column = work.columns[c.column]
+
+    def ranges():
         from pyspark.sql import functions as F
 
-        conds.append(in_range(F.col(quote_ident(column.name)), c.low, c.high, column.spark_ddl))
-    table.delete(reduce(lambda a, b: a | b, conds))
+        return reduce(lambda a, b: a | b, [in_range(F.col(quote_ident(work.columns[c.column].name)), c.low, c.high,
+                                                    work.columns[c.column].spark_ddl) for c in work.clears])
+    tables.delta_table(work.ref).delete(tables.in_form(lambda: key_ranges_sql(work), ranges))
 
 
 def drop_cleared(events, work: TableWork):
@@ -135,7 +134,7 @@ def drop_cleared(events, work: TableWork):
     return events.where(~gone)
 
 
-def load_snapshots(session, messages, loads: list[SnapshotLoad], clears: tuple[Clear, ...],
+def load_snapshots(tables: SparkTables, messages, loads: list[SnapshotLoad], clears: tuple[Clear, ...],
                    segments: tuple[TableWork, ...], metadata: str, revive: bool = False) -> int:
     """Append the rows of ``loads`` (one table's snapshots in force after the batch's last truncate) to its
     silver table, emptied just before; returns how many rows it wrote. A row a later chunk of the batch
@@ -177,10 +176,10 @@ def load_snapshots(session, messages, loads: list[SnapshotLoad], clears: tuple[C
         copied = union.where(F.col(cc.OP) == "I").select(
             *[F.col(cc.value(i)).alias(c.name) for i, c in enumerate(work.columns)],
             *[F.col(src).alias(col) for col, src in work.meta])
-        return revive_copied(session, copied, work)
+        return revive_copied(tables, copied, work)
     # One file per bronze split read (no shuffle to size them): a snapshot's splits hold ~1M rows each.
-    append_rows(session, union, work, metadata, inserts=None)
-    metrics = work.ref.delta_table(session).history(1).select("operationMetrics").first()[0] or {}
+    append_rows(tables.spark, union, work, metadata, inserts=None)
+    metrics = tables.delta_table(work.ref).history(1).select("operationMetrics").first()[0] or {}
     return int(metrics.get("numOutputRows", 0))
 
 

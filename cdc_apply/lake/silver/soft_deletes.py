@@ -12,11 +12,16 @@ test comparisons) read the live rows only (:func:`live_rows`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cdc_apply.delta.names import quote_ident, sql_literal
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import SchemaError
 from cdc_apply.planning import columns as cc
 from cdc_apply.planning.table_plan import TableWork
+
+if TYPE_CHECKING:
+    from cdc_apply.delta.engine import SparkTables
 
 DELETED = "deleted"   # the marker's name after silver.metadata_prefix
 
@@ -84,16 +89,16 @@ def keyless_soft_delete(target, source, condition: str, work: TableWork, insert_
         set=tombstone_set(work, f"s.`{cc.COMMIT_LSN}`", f"s.`{cc.COMMIT_TS}`", "s"))
 
 
-def mark_deleted(session, work: TableWork, lsn: int, ts, ranges_sql: str | None = None) -> None:
+def mark_deleted(tables: SparkTables, work: TableWork, lsn: int, ts, ranges_sql: str | None = None) -> None:
     """Every live row marked deleted at a commit: a TRUNCATE of a soft table (``ranges_sql`` None), or the
     rows in key-range snapshot chunks' ranges (the chunks' copies then revive those the source still
     has: see :func:`revive_copied`)."""
     stamp = tombstone_set(work, f"CAST({int(lsn)} AS BIGINT)", None if ts is None else sql_literal(ts, "timestamp"))
     live = f"NOT {is_deleted_sql(marker_of(work))}"
-    work.ref.delta_table(session).update(live if ranges_sql is None else f"({ranges_sql}) AND {live}", stamp)
+    tables.delta_table(work.ref).update(live if ranges_sql is None else f"({ranges_sql}) AND {live}", stamp)
 
 
-def revive_copied(session, rows, work: TableWork) -> int:
+def revive_copied(tables: SparkTables, rows, work: TableWork) -> int:
     """A snapshot's copied rows into a soft table whose copied range was marked deleted: one MERGE on the
     key (a copied key revives its row with the copy's values, a new one is inserted). A keyless table
     takes them as new rows (:func:`cdc_apply.lake.silver.appends.append_rows`'s rule for keyless rows).
@@ -103,7 +108,7 @@ def revive_copied(session, rows, work: TableWork) -> int:
                              for i in work.key_index)
     values = {quote_ident(n): f"s.{quote_ident(n)}" for n in names}
     values[quote_ident(marker_of(work))] = "false"
-    metrics = (work.ref.delta_table(session).alias("t").merge(rows.alias("s"), condition)
+    metrics = (tables.delta_table(work.ref).alias("t").merge(rows.alias("s"), condition)
                .whenMatchedUpdate(set=values).whenNotMatchedInsert(values=values).execute().collect())
     row = metrics[0].asDict() if metrics else {}
     return int(row.get("num_inserted_rows", 0) or 0) + int(row.get("num_updated_rows", 0) or 0)

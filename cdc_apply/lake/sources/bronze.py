@@ -10,17 +10,17 @@ from cdc_apply.errors import ConfigError
 from cdc_apply.pgoutput import messages as m
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from cdc_apply.delta.engine import SparkTables
 
 _START, _STOP = m.StreamStart.TYPE.encode(), m.StreamStop.TYPE.encode()
 
 
-def check_bronze(spark: SparkSession, ref, key: str) -> None:
+def check_bronze(tables: SparkTables, ref, key: str) -> None:
     """Raise :class:`ConfigError` naming ``key`` unless ``ref`` is a Delta table with the bronze columns."""
-    if not ref.exists(spark):
+    if not tables.exists(ref):
         raise ConfigError("no bronze Delta table there: land into it first (cdc-apply land) or fix the setting",
                           key=key, table=str(ref))
-    check_bronze_schema(ref.read(spark).schema, str(ref), key)
+    check_bronze_schema(tables.read(ref).schema, str(ref), key)
 
 
 def read_bronze_messages(path: str, source: str | None = None, from_seq: int = 0,

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Iterable
 
 from cdc_apply.delta.files import LiveFile
-from cdc_apply.delta.log import delta_log, delta_version, files_with_stats, log_changes
+from cdc_apply.delta.log import log_changes
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import CdcApplyError
 from cdc_apply.pgoutput import messages as m
@@ -30,6 +30,8 @@ from cdc_apply.pgoutput.decoder import decode_message
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from cdc_apply.delta.engine import SparkTables
 
 # The messages that make a transaction's changes due in silver (Rollback Prepared and Stream Abort make
 # none due), as Spark shows a payload's first byte (``hex``).
@@ -44,8 +46,9 @@ FIRST_DUE_WINDOW = 100_000
 class BronzeTail:
     """The newest seq of each source in one bronze table (one per job; calls may come from any thread)."""
 
-    def __init__(self, spark: SparkSession, ref: TableRef) -> None:
-        self.spark = spark
+    def __init__(self, tables: SparkTables, ref: TableRef) -> None:
+        self.tables = tables
+        self.spark = tables.spark
         self.ref = ref
         self.queries = 0                  # how often the tail was answered afresh (for tests and diagnostics)
         self.scans = 0                    # of those, how often by a scan of bronze's rows
@@ -66,7 +69,7 @@ class BronzeTail:
 
     def _follow(self) -> bool:
         """Read the commits after ``_version``; False when only the query can answer."""
-        log = delta_log(self.spark, self.ref)
+        log = self.tables.delta_log(self.ref)
         if log is None:
             return False
         assert self._version is not None  # newest() follows only from a version it has read
@@ -91,8 +94,8 @@ class BronzeTail:
 
         self.queries += 1
         # The JVM's cached snapshot may be a little behind: the commits after it are followed next time.
-        version = delta_version(self.spark, self.ref)
-        newest = None if version is None else newest_in_files(self.spark, self.ref, version, floors)
+        version = self.tables.version(self.ref)
+        newest = None if version is None else newest_in_files(self.tables, self.ref, version, floors)
         if newest is None:
             self.scans += 1
             df = self.ref.read(self.spark) if version is None else _read_version(self.spark, self.ref, version)
@@ -107,13 +110,13 @@ class BronzeTail:
         self._version = version
 
 
-def newest_in_files(spark: SparkSession, ref: TableRef, version: int, floors: dict[str, int]) -> dict[str, int] | None:
+def newest_in_files(tables: SparkTables, ref: TableRef, version: int, floors: dict[str, int]) -> dict[str, int] | None:
     """:func:`newest_in_stats` of bronze's live files at ``version``, their statistics read by one query over
     the snapshot's state (only the files that may hold a row at or past a floor come to the driver); None
     where only the rows can answer, or no JVM can be asked."""
     from pyspark.sql import functions as F
 
-    files = files_with_stats(spark, ref, version)
+    files = tables.files_with_stats(ref, version)
     if files is None:
         return None
     low, high = F.col("stats.minValues"), F.col("stats.maxValues")
@@ -157,11 +160,11 @@ def _may_hold(file: LiveFile, floors: dict[str, int]) -> bool:
     return any(low <= s <= high and int(file.high["seq"]) >= floor for s, floor in floors.items())
 
 
-def newest_seqs(spark: SparkSession, ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
+def newest_seqs(tables: SparkTables, ref: TableRef, floors: dict[str, int]) -> dict[str, int]:
     """One query for bronze's newest seq per source (see :class:`BronzeTail` for a job that follows it)."""
-    if not floors or not ref.exists(spark):
+    if not floors or not tables.exists(ref):
         return {}
-    return BronzeTail(spark, ref).newest(floors)
+    return BronzeTail(tables, ref).newest(floors)
 
 
 def _added(action: dict):

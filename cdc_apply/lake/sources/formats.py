@@ -29,6 +29,8 @@ from cdc_apply.planning.state import SourceState
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from cdc_apply.delta.engine import SparkTables
+
 COLUMNS = ("source", "seq", "lsn", "payload")
 
 
@@ -90,8 +92,8 @@ class GaussdbFormat:
     def __init__(self, config: Config) -> None:
         self.config = config
 
-    def create_tables(self, spark: SparkSession) -> None:
-        create_table(spark, expanded_ref(self.config), EXPANDED_DDL, {"delta.appendOnly": "true"},
+    def create_tables(self, tables: SparkTables) -> None:
+        create_table(tables, expanded_ref(self.config), EXPANDED_DDL, {"delta.appendOnly": "true"},
                      comment=f"cdc_apply: pgoutput messages transcoded from GaussDB sources of {self.config.pipeline}")
 
     def messages(self, spark: SparkSession, bronze: TableRef):
@@ -127,9 +129,9 @@ class SourceFormats:
     def used(self) -> list[SourceFormat]:
         return [self._pgoutput] + ([self._gaussdb] if self._gaussdb else [])
 
-    def create_tables(self, spark: SparkSession) -> None:
+    def create_tables(self, tables: SparkTables) -> None:
         if self._gaussdb is not None:
-            self._gaussdb.create_tables(spark)
+            self._gaussdb.create_tables(tables)
 
     def messages(self, spark: SparkSession, bronze: TableRef):
         """Every source's pgoutput messages, ``(source, seq, lsn, payload)``."""

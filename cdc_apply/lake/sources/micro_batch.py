@@ -17,12 +17,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import quote, unquote
 
-from cdc_apply.delta.log import delta_log, newest_snapshot
+from cdc_apply.delta.log import newest_snapshot
 from cdc_apply.delta.refs import TableRef
-from cdc_apply.delta.sql_table import is_connect
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from cdc_apply.delta.engine import SparkTables
 
 FILE_SCAN_RDD = "org.apache.spark.sql.execution.datasources.FileScanRDD"
 
@@ -40,9 +39,7 @@ class Bounds(NamedTuple):
 def scanned_files(df) -> set[str] | None:
     """The names of the files ``df``'s plan reads (the ``FileScanRDD``s in its lineage; no job runs),
     or None where the lineage cannot be read (Spark Connect) or holds no file scan."""
-    if is_connect(df.sparkSession):
-        return None
-    try:
+    try:   # a Spark Connect DataFrame has no _jdf: None
         todo, names, scans = [df._jdf.queryExecution().executedPlan().execute()], set(), 0
         while todo:
             rdd = todo.pop()
@@ -60,7 +57,7 @@ def scanned_files(df) -> set[str] | None:
     return names if scans else None
 
 
-def bounds_in_stats(spark: SparkSession, bronze: TableRef, names: set[str], sources: set[str] | None) -> dict[str,
+def bounds_in_stats(tables: SparkTables, bronze: TableRef, names: set[str], sources: set[str] | None) -> dict[str,
                     Bounds] | None:
     """Per source (of ``sources``; None: every one), the bounds of the rows of bronze's files ``names``
     from their statistics in bronze's newest snapshot; None when the statistics cannot say (see the
@@ -68,12 +65,12 @@ def bounds_in_stats(spark: SparkSession, bronze: TableRef, names: set[str], sour
     from pyspark.sql import functions as F
     from pyspark.sql.classic.dataframe import DataFrame
 
-    log = delta_log(spark, bronze)
+    log = tables.delta_log(bronze)
     if log is None:
         return None
     try:
         snapshot = newest_snapshot(log)
-        files = DataFrame(snapshot.withStats(), spark)
+        files = DataFrame(snapshot.withStats(), tables.spark)
         spelled = sorted(names | {quote(n) for n in names})   # the log's paths are URL-encoded
         rows = files.where(F.element_at(F.split("path", "/"), -1).isin(spelled)).select(
             "path", F.col("deletionVector").isNull().alias("whole"), "stats.numRecords",
@@ -103,10 +100,10 @@ def bounds_in_stats(spark: SparkSession, bronze: TableRef, names: set[str], sour
     return bounds
 
 
-def micro_batch_bounds(spark: SparkSession, df, bronze: TableRef, sources: set[str] | None) -> dict[str, Bounds] | None:
+def micro_batch_bounds(tables: SparkTables, df, bronze: TableRef, sources: set[str] | None) -> dict[str, Bounds] | None:
     """The bounds query's answer for the micro-batch ``df`` of ``bronze`` (no payload bytes), from its
     files' statistics; None where only the query can answer."""
     names = scanned_files(df)
     if not names:
         return None
-    return bounds_in_stats(spark, bronze, names, sources)
+    return bounds_in_stats(tables, bronze, names, sources)
