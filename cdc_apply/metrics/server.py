@@ -50,7 +50,8 @@ class MetricsServer:
             raise ConfigError(f"cannot serve metrics on {address}:{port}: {exc.strerror or exc}", key=key) from None
         self.address = address
         self.port = int(self._httpd.server_port)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="cdc_apply-metrics", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="cdc_apply-metrics", daemon=True)
         self._thread.start()
 
     @property
