@@ -57,6 +57,8 @@ APPLY_MESSAGES = _counter("cdc_apply_messages_total", "bronze messages the appli
 APPLY_TRANSACTIONS = _counter("cdc_apply_transactions_total", "source transactions applied", ("pipeline",))
 APPLY_ROWS = _counter("cdc_apply_rows_total", "silver rows written, by table and operation (inserted, updated, "
                       "deleted)", ("pipeline", "source", "table", "operation"))
+APPLY_CHANGES = _counter("cdc_apply_changes_total", "committed source changes (insert, update, delete) applied, by "
+                         "table", ("pipeline", "source", "table"))
 APPLY_TABLE_BATCHES = _counter("cdc_apply_table_batches_total", "batches that changed the table",
                                ("pipeline", "source", "table"))
 APPLY_QUARANTINED = _counter("cdc_apply_quarantined_messages_total", "messages quarantined", ("pipeline",))
@@ -140,6 +142,7 @@ def record_apply_batch(pipeline: str, report: Any, configured: Iterable[str] = (
     for source, _, name, stats in report.written:
         table = table_label(pipeline, name, configured)
         APPLY_TABLE_BATCHES.labels(pipeline, source, table).inc()
+        APPLY_CHANGES.labels(pipeline, source, table).inc(stats.changes)
         for operation in ("inserted", "updated", "deleted"):
             APPLY_ROWS.labels(pipeline, source, table, operation).inc(getattr(stats, operation))
     for source, (lag_seq, lag_seconds) in report.lag_by_source.items():

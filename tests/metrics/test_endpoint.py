@@ -57,7 +57,7 @@ def test_healthz_turns_503_with_the_reason_when_the_source_is_lost_and_200_when_
 
 
 def test_an_applied_batch_gives_rows_per_table_phases_and_lag_per_source(server):
-    stats = SimpleNamespace(inserted=3, updated=2, deleted=1)
+    stats = SimpleNamespace(inserted=3, updated=2, deleted=1, changes=9)
     report = SimpleNamespace(messages=20, transactions=4, quarantined=1, seconds=1.5,
                              phases={"plan": 0.5, "tables": 1.0}, written=[("pg", 16384, "public.t", stats)],
                              lag_by_source={"pg": (7, 2.5), "other": (0, 0.0)}, applied_commit_age_seconds=3.0)
@@ -68,6 +68,7 @@ def test_an_applied_batch_gives_rows_per_table_phases_and_lag_per_source(server)
     got = lambda name, **labels: value(after, name, pipeline="endpoint_pipe", **labels)  # noqa: E731
     assert got("cdc_apply_rows_total", table="public.t", operation="updated") == 2
     assert got("cdc_apply_rows_total", source="pg", table="public.t") == 6
+    assert got("cdc_apply_changes_total", source="pg", table="public.t") == 9
     assert got("cdc_apply_batch_phase_seconds_count", phase="plan") == 1
     assert (got("cdc_apply_lag_messages", source="pg"), got("cdc_apply_lag_seconds", source="pg")) == (7, 2.5)
     assert got("cdc_apply_lag_seconds", source="other") == 0

@@ -143,6 +143,7 @@ def test_the_endpoints_during_a_workload_outage_and_a_stopped_lander(postgres, t
         _wait("the applied rows", lambda: (rows() or 0) >= 50, 240, (lander, apply))
         now = applied.last
         assert value(now, "cdc_apply_batches_total", pipeline="scraped") >= 1
+        assert value(now, "cdc_apply_changes_total", pipeline="scraped", table="public.t") >= 50
         assert value(now, "cdc_apply_lag_messages", pipeline="scraped", source="pg") is not None
         assert value(now, "cdc_apply_batch_phase_seconds_count", pipeline="scraped", phase="tables") >= 1
         assert value(landed(), "cdc_slot_active", source="pg", slot="scraped") == 1
