@@ -74,12 +74,15 @@ _BELOW = {
     "decode": {"errors", "config", "pgoutput", "gaussdb", "planning"},
     "spark": {"errors", "log"},
     "delta": {"errors", "config", "spark"},
-    "lake": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark", "delta"},
-    "lander": {"errors", "config", "log", "pgoutput", "spark", "delta"},
-    "api": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark", "delta", "lake", "lander"},
+    "metrics": {"errors", "config"},
+    "lake": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark", "delta", "metrics"},
+    "lander": {"errors", "config", "log", "pgoutput", "spark", "delta", "metrics"},
+    "api": {"errors", "config", "log", "pgoutput", "gaussdb", "planning", "decode", "spark", "delta", "metrics", "lake",
+            "lander"},
     "demo": {"errors", "config", "log", "pgoutput"},
 }
-_BELOW["verification"] = {"errors", "config", "log", "pgoutput", "planning", "spark", "delta", "lake", "lander"}
+_BELOW["verification"] = {"errors", "config", "log", "pgoutput", "planning", "spark", "delta", "metrics", "lake",
+                          "lander"}
 _BELOW["api"] = _BELOW["api"] | {"verification"}
 _BELOW["testing"] = _BELOW["api"] | {"api"}
 _BELOW["cli"] = _BELOW["testing"] | {"testing", "demo"}

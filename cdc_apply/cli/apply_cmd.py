@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import nullcontext
 
 from cdc_apply.config import load_config
+from cdc_apply.metrics.serving import serving
+from cdc_apply.metrics.source_side import SlotFigures, read_slot
+
+# status's exit code when a slot holds back more WAL than --max-retained-wal-bytes (below a failing batch's 4).
+RETAINED_WAL_EXIT = 6
 
 
 def run_apply(config_path: str, once: bool = False, progress_seconds: float | None = None) -> int:
@@ -14,22 +20,33 @@ def run_apply(config_path: str, once: bool = False, progress_seconds: float | No
     from cdc_apply.spark import spark_session
 
     config = load_config(config_path)
-    spark = spark_session(f"cdc_apply-apply-{config.pipeline}")
-    apply(spark, config, once=once, out=sys.stdout,
-          progress_seconds=PROGRESS_SECONDS if progress_seconds is None else progress_seconds)
+    # A scheduled --once job serves no endpoint: `status --prometheus` is its textfile instead.
+    with serving(config, "apply", sys.stdout) if not once else nullcontext():
+        spark = spark_session(f"cdc_apply-apply-{config.pipeline}")
+        apply(spark, config, once=once, out=sys.stdout,
+              progress_seconds=PROGRESS_SECONDS if progress_seconds is None else progress_seconds)
     return 0
 
 
 def run_status(config_path: str, as_json: bool = False, quarantine_hours: float = 24.0,
-               max_lag_seconds: float | None = None) -> int:
-    """Print each source's status; the exit code is the least healthy source's (see ``EXIT_CODES``).
+               max_lag_seconds: float | None = None, max_retained_wal_bytes: int | None = None,
+               prometheus: bool = False) -> int:
+    """Print each source's status; the exit code is the least healthy source's (see ``EXIT_CODES``), or
+    :data:`RETAINED_WAL_EXIT` when no source fails and the slot holds back more than ``max_retained_wal_bytes``.
+
+    Each entry adds the configured source's slot as the source sees it (``slot_active``, ``slot_wal_status``,
+    ``slot_retained_wal_bytes``, ``slot_safe_wal_size``; null with ``source_unavailable`` saying why when the
+    source does not answer within a few seconds, or for a source other than ``[source]``). ``prometheus``:
+    the same as Prometheus text (node_exporter's textfile collector) instead.
 
     ``as_json``: one JSON object per source, one per line (nothing when the pipeline has applied
     nothing yet); timestamps as ``YYYY-MM-DD HH:MM:SS[.ffffff]`` strings in the driver process's local time.
     Tables at local paths are read without a JVM (no Spark session is built).
     """
     from cdc_apply.api import exit_code, status
+    from cdc_apply.cli.land_cmd import source_dsn
     from cdc_apply.lake.books.status import needs_spark
+    from cdc_apply.metrics.textfile import render_status
 
     config = load_config(config_path)
     spark = None
@@ -38,7 +55,18 @@ def run_status(config_path: str, as_json: bool = False, quarantine_hours: float 
 
         spark = spark_session(f"cdc_apply-status-{config.pipeline}")
     entries = status(spark, config, quarantine_hours=quarantine_hours, max_lag_seconds=max_lag_seconds)
-    for entry in entries:
+    slot = read_slot(source_dsn(config), config.source.slot)
+    shown = [{**entry, **(slot if entry["source"] == config.source.name else _elsewhere).fields()}
+             for entry in entries]
+    code = exit_code(entries)
+    retained = slot.retained_wal_bytes
+    if max_retained_wal_bytes is not None and retained is not None and retained > max_retained_wal_bytes \
+            and code != 4:
+        code = RETAINED_WAL_EXIT
+    if prometheus:
+        print(render_status(config.pipeline, shown, config.source.name, slot), end="", flush=True)
+        return code
+    for entry in shown:
         if as_json:
             print(json.dumps(entry, default=str))
         else:
@@ -46,4 +74,8 @@ def run_status(config_path: str, as_json: bool = False, quarantine_hours: float 
     if not entries and not as_json:
         print(f"cdc-apply: pipeline {config.pipeline!r} has applied nothing yet")
     sys.stdout.flush()
-    return exit_code(entries)
+    return code
+
+
+# The slot figures of an entry whose source is not the configuration's [source]: no DSN to ask.
+_elsewhere = SlotFigures("", reason="not this configuration's [source]: its slot is not asked")

@@ -10,7 +10,9 @@ import signal
 import sys
 import threading
 
-from cdc_apply.config import load_config
+from cdc_apply.config import Config, load_config
+from cdc_apply.errors import ConfigError
+from cdc_apply.metrics.serving import serving
 
 
 def run_land(config_path: str, once: bool = False) -> int:
@@ -28,8 +30,19 @@ def run_land(config_path: str, once: bool = False) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_signal)
     try:
-        land(config, once=once, stop=stop, out=sys.stdout)
+        with serving(config, "land", sys.stdout, source_dsn(config)):
+            land(config, once=once, stop=stop, out=sys.stdout)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def source_dsn(config: Config) -> str | None:
+    """The source's connection string; None leaves it to the lander to say what is missing."""
+    from cdc_apply.lander.dsn import resolve_dsn
+
+    try:
+        return resolve_dsn(config.source)
+    except ConfigError:
+        return None

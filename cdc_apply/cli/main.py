@@ -72,7 +72,8 @@ def _status(args: argparse.Namespace) -> int:
     from cdc_apply.cli.apply_cmd import run_status
 
     return run_status(args.config, as_json=args.json, quarantine_hours=args.quarantine_hours,
-                      max_lag_seconds=args.max_lag_seconds)
+                      max_lag_seconds=args.max_lag_seconds, max_retained_wal_bytes=args.max_retained_wal_bytes,
+                      prometheus=args.prometheus)
 
 
 def _optimize(args: argparse.Namespace) -> int:
@@ -189,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "messages and the last failure. Exit code: 0 every source ok, 4 the last batch failed "
                     "(on the source whose message failed, or an entry with no source), 3 messages were quarantined "
                     "within --quarantine-hours, 5 lag above "
-                    "--max-lag-seconds (the worst source decides), 2 status itself failed.")
+                    "--max-lag-seconds (the worst source decides), 6 the slot of [source] holds back more WAL than "
+                    "--max-retained-wal-bytes (before 3 and 5, after 4), 2 status itself failed. The slot's figures "
+                    "are asked of the source with a 3 s timeout; unreachable, they are null with the reason.")
     status.add_argument("--config", required=True, metavar="FILE")
     status.add_argument("--json", action="store_true", help="one JSON object per source")
     status.add_argument("--quarantine-hours", type=float, default=24.0, metavar="H",
@@ -197,6 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--max-lag-seconds", type=float, default=None, metavar="S",
                         help="exit code 5 when a source's oldest change not yet in silver is older than this "
                              "(default: never)")
+    status.add_argument("--max-retained-wal-bytes", type=int, default=None, metavar="N",
+                        help="exit code 6 when the slot holds back more than N bytes of WAL on the source "
+                             "(pg_current_wal_lsn() - restart_lsn; default: never)")
+    status.add_argument("--prometheus", action="store_true",
+                        help="print the status as Prometheus text (node_exporter's textfile collector)")
     status.set_defaults(run=_status)
 
     optimize = command("optimize", help="compact silver and history tables (Z-ordered by key) and bronze "

@@ -207,6 +207,17 @@ class VerifyConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """``[metrics]``: where ``cdc-apply land`` and the continuous ``cdc-apply apply`` serve ``/metrics`` and
+    ``/healthz`` (docs/OPERATIONS.md). Off unless a port is given; the two commands share one configuration
+    file, so each has its own port (0: any free port, printed at the start)."""
+
+    address: str = "127.0.0.1"           # listen address; "0.0.0.0" exposes it beyond the host
+    land_port: int | None = None         # None: the lander serves no endpoint
+    apply_port: int | None = None        # None: the continuous apply serves no endpoint
+
+
+@dataclass(frozen=True)
 class Config:
     pipeline: str
     bronze: BronzeConfig
@@ -220,6 +231,7 @@ class Config:
     gaussdb: GaussdbConfig = GaussdbConfig()
     origin_file: str | None = None
     verify: VerifyConfig = VerifyConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     def format_of(self, source: str) -> SourceFormat:
         return self.formats.get(source, "pgoutput")
@@ -302,7 +314,8 @@ def _resolve(path: str | None, base: Path) -> str | None:
 def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_file: str | None = None) -> Config:
     """Validate a parsed TOML document; ``base_dir`` anchors relative paths."""
     base = base_dir or Path.cwd()
-    allowed = {"pipeline", "bronze", "silver", "state", "apply", "tables", "source", "land", "gaussdb", "verify"}
+    allowed = {"pipeline", "bronze", "silver", "state", "apply", "tables", "source", "land", "gaussdb", "verify",
+               "metrics"}
     for key in raw:
         if key not in allowed:
             raise ConfigError(f"unknown section (known: {', '.join(sorted(allowed))})", key=key)
@@ -384,8 +397,15 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         raise ConfigError("must be at least 1", key="verify.range_rows")
     if verify.max_source_rows_per_second is not None and not verify.max_source_rows_per_second > 0:
         raise ConfigError("must be more than 0 (leave it out for no bound)", key="verify.max_source_rows_per_second")
+    metrics = read_section(MetricsConfig, raw.get("metrics"), "metrics")
+    if not metrics.address.strip():
+        raise ConfigError("expected a host name or IP address to listen on", key="metrics.address")
+    for key in ("land_port", "apply_port"):
+        port = getattr(metrics, key)
+        if port is not None and not 0 <= port <= 65535:
+            raise ConfigError(f"must be a TCP port, 0 to 65535 (0: any free port), got {port}", key=f"metrics.{key}")
     return Config(pipeline, bronze, silver, state, apply, tables, source, land, dict(formats), gaussdb, origin_file,
-                  verify)
+                  verify, metrics)
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

@@ -52,6 +52,7 @@ from cdc_apply.lake.sources.formats import SourceFormats
 from cdc_apply.lake.sources.micro_batch import micro_batch_bounds
 from cdc_apply.lake.sources.payload_columns import first_change_seqs
 from cdc_apply.log import TextOut
+from cdc_apply.metrics.registry import record_apply_batch, record_apply_failure
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
 from cdc_apply.planning.decode_plan import SKIP
 from cdc_apply.planning.plan import BatchPlan, plan_batch
@@ -204,6 +205,7 @@ class ApplyPipeline:
     def _record_failure(self, error: Exception) -> None:
         """Leave the failed attempt where ``cdc-apply status`` finds it, under the source the error names
         (none: a failure of the whole batch); never hide the error itself."""
+        record_apply_failure(self.config.pipeline, str(error))
         try:
             self.books.record_failure(self.tables, [failed_source(error)], self.version + 1,
                                       str(error).splitlines()[0][:4000])
@@ -335,6 +337,7 @@ class ApplyPipeline:
         self.states = {**self.states, **states}
         report.seconds = time.monotonic() - landed.started
         self.reports.append(report)
+        record_apply_batch(self.config.pipeline, report, self.config.tables)
         print(report.line(), file=self.out, flush=True)
         return report
 

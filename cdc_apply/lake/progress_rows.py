@@ -38,6 +38,7 @@ def progress_rows(plan: BatchPlan, states, landed: Landed, report: BatchReport, 
         carried = pending["open"] + pending["streamed"] + pending["prepared"]
         report.carried += carried
         report.lag_seq = max(report.lag_seq, lag_seq)
+        report.lag_by_source[source] = (lag_seq, ages[source])
         report.lag_seconds = max(report.lag_seconds or 0.0, ages[source])
         if commit_ts is not None:
             since = max((now - commit_ts).total_seconds(), 0.0)

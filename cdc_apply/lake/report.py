@@ -24,6 +24,8 @@ class BatchReport:
     # (0 when caught up: see bronze_tail.unapplied_ages); the most behind source's, with several.
     lag_seq: int = 0
     lag_seconds: float | None = None
+    # Each source's (lag_seq, lag_seconds), for the metrics (cdc_apply.metrics): the line shows the worst.
+    lag_by_source: dict[str, tuple[int, float]] = field(default_factory=dict)
     # Seconds since the newest applied commit (or GaussDB heartbeat): grows in a quiet period, so it is
     # not the lag; the stalest source's, with several. None: no commit applied yet.
     applied_commit_age_seconds: float | None = None

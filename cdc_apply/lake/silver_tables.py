@@ -84,6 +84,7 @@ class TableStats:
     updated: int = 0
     deleted: int = 0
     truncated: bool = False
+    changes: int = 0      # the batch's committed changes (I/U/D) of the table, before the collapse to one per key
     seconds: float = 0.0  # wall time of the table's work (tables run in parallel: they overlap)
     delta_version: int | None = None    # the silver table's Delta version after the batch
     history_version: int | None = None  # the history table's, when it keeps one
@@ -211,7 +212,8 @@ class SilverTables:
             tables.spark.conf.set(key, value)
         app_id = self.app_id(work)
         self._ensure_schema(tables, planned)
-        stats = TableStats(truncated=work.truncate_after is not None, last_commit_lsn=planned.last_commit_lsn)
+        stats = TableStats(truncated=work.truncate_after is not None, changes=planned.rows,
+                           last_commit_lsn=planned.last_commit_lsn)
         if planned.history is not None:  # before silver's writes: see cdc_apply.lake.history.tables
             silver_newest = self.ledger.newest(tables, work.ref, app_id)
             stats.history_version = self.history.apply(tables, batch.decoded, planned, version,

@@ -38,6 +38,7 @@ from cdc_apply.lander.server import SourceServer
 from cdc_apply.lander.snapshots.take import Snapshots
 from cdc_apply.lander.state import ResumeState
 from cdc_apply.lander.summary import BatchReport, LandSummary, human_bytes
+from cdc_apply.metrics.registry import record_connected, record_connection_lost, record_landed_batch
 from cdc_apply.pgoutput.messages import format_lsn
 
 POLL_SECONDS = 0.2
@@ -120,6 +121,7 @@ class Lander:
                 reader, seq = self._reader(), None
                 try:
                     self._start(reader)
+                    record_connected(self.source.name)
                     seq = Sequencer(self.state, frozenset(supersede), self.source.name)
                     if (self._session(reader, seq, once) and not self.snapshots.due(self.state)
                             and self.snapshots.flow is None):
@@ -186,6 +188,7 @@ class Lander:
             raise LandError(f"the connection failed {attempt} times in a row, giving up (land.retries = "
                             f"{self.land.retries}); last error: {why}", dsn=self.target.shown)
         delay = min(self.land.backoff_max_seconds, self.land.backoff_seconds * 2 ** (attempt - 1))
+        record_connection_lost(self.source.name, why.splitlines()[0] if why else "no message")
         self.say(f"connection lost ({why.splitlines()[0] if why else 'no message'}); "
                  f"reconnecting in {delay:.1f} s (attempt {attempt} of {self.land.retries})")
         self.stop.wait(delay)
@@ -389,4 +392,5 @@ class Lander:
                              batch.rows[-1][0], batch.rows[-1][1], reader.flush_lsn, lag,
                              time.monotonic() - started)
         self.reports.append(report)
+        record_landed_batch(self.source.name, report, batch.rows)
         print(report.line(self.source.name), file=self.out, flush=True)

@@ -44,10 +44,12 @@ def test_the_example_loads_with_every_commented_option_enabled():
     assert config.history_for("public.audit") == c.HistorySpec(("status",)) and config.silver.history_suffix
     assert config.format_of("gaussdb_src") == "gaussdb" and config.bronze.max_bytes_per_trigger == "1g"
     assert config.soft_deletes_for("public.audit") and not config.soft_deletes_for("public.orders")
+    assert config.metrics.land_port == 9187 and config.metrics.apply_port == 9188
     # ... and the example names every option of every section.
     for name, cls in [("bronze", c.BronzeConfig), ("silver", c.SilverConfig), ("state", c.StateConfig),
                       ("apply", c.ApplyConfig), ("source", c.SourceConfig), ("land", c.LandConfig),
-                      ("gaussdb", c.GaussdbConfig), ("verify", c.VerifyConfig)]:
+                      ("gaussdb", c.GaussdbConfig), ("verify", c.VerifyConfig),
+                      ("metrics", c.MetricsConfig)]:
         for f in fields(cls):
             assert re.search(rf"^(# )?{f.name} = ", example, re.M), f"{name}.{f.name} is not in conf/example.toml"
 
@@ -88,6 +90,10 @@ def test_three_paths_are_enough_and_everything_else_has_a_default(tmp_path):
     ({**MINIMAL, "tables": {"public.t": {"deletes": "maybe"}}}, "tables.public.t.deletes"),
     ({**MINIMAL, "tables": {"public.t": {"deletes": True}}}, "tables.public.t.deletes"),
     ({**MINIMAL, "silver": {"path": "s", "soft_deletes": 1}}, "silver.soft_deletes"),
+    ({**MINIMAL, "metrics": {"land_port": 70000}}, "metrics.land_port"),
+    ({**MINIMAL, "metrics": {"apply_port": "9188"}}, "metrics.apply_port"),
+    ({**MINIMAL, "metrics": {"address": " "}}, "metrics.address"),
+    ({**MINIMAL, "metrics": {"port": 9187}}, "metrics.port"),
 ])
 def test_a_bad_setting_is_a_config_error_naming_the_key(raw, key):
     with pytest.raises(ConfigError) as info:

@@ -27,7 +27,9 @@ from cdc_apply.delta.engine import spark_tables
 from cdc_apply.errors import ConfigError, DecodeError, error_from_text
 from cdc_apply.lake.books.bookkeeping import failed_source
 from cdc_apply.lake.books.status_files import read_status_files
+from cdc_apply.lake.books.status_rules import KEYS
 from cdc_apply.lake.pipeline import ApplyPipeline
+from cdc_apply.metrics.source_side import STATUS_KEYS
 from cdc_apply.planning.state import SourceState
 
 pytestmark = pytest.mark.spark
@@ -264,8 +266,11 @@ def test_status_json_on_local_paths_answers_with_pyspark_unimportable(story):
     assert proc.returncode == 3, proc.stderr   # the story quarantined a message just now
     entries = [json.loads(line) for line in proc.stdout.splitlines()]
     expected = json.loads(json.dumps(read_status_files(load_config(path)), default=str))
-    assert [{k: v for k, v in e.items() if k not in CLOCK_KEYS} for e in entries] == \
-           [{k: v for k, v in e.items() if k not in CLOCK_KEYS} for e in expected]
+    old = [{k: v for k, v in e.items() if k not in CLOCK_KEYS and k not in STATUS_KEYS} for e in entries]
+    assert old == [{k: v for k, v in e.items() if k not in CLOCK_KEYS} for e in expected]
+    # The slot's keys come after the keys status always printed, null with the reason (no source DSN here).
+    assert all(list(e) == [*KEYS, *STATUS_KEYS] for e in entries), entries
+    assert all(e["slot_retained_wal_bytes"] is None and e["source_unavailable"] for e in entries), entries
     bad = next(e for e in entries if e["source"] == "bad")
     assert (bad["health"], bad["quarantined"], bad["lag_seq"]) == ("quarantining", 1, 0)
 

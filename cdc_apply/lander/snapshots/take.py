@@ -48,6 +48,7 @@ from cdc_apply.lander.snapshots.copy_sessions import (
 )
 from cdc_apply.lander.snapshots.state import ALL_TABLES, Entry, entry_table, parse_range_entry
 from cdc_apply.lander.state import OutputTracker, ResumeState
+from cdc_apply.metrics.registry import record_snapshot_table
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.encoder import encode
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, KeyRange, snapshot_abort, snapshot_marker
@@ -85,6 +86,7 @@ class Snapshots:
         """A table fully landed by this run, with its rows (the summary's totals)."""
         self.tables += 1
         self.rows += rows
+        record_snapshot_table(self.source.name, rows)
 
     def close(self) -> None:
         """Give up a chunk flow under way (the lander stops): its chunks are copied again at the next start."""
