@@ -105,7 +105,7 @@ class ApplyPipeline:
         self.histories: dict[str, SchemaHistory] = (
             {} if {"schema_history", "type_cache"} <= created
             else self.books.load_history(spark, through_version=self.version))
-        self.type_options = TypeOptions(numeric=config.apply.numeric)
+        self.type_options = TypeOptions(numeric=config.apply.numeric, array_dimensions=config.array_dimensions())
         self.silver = SilverTables(spark, config)
         # Read once: the policy decides how planning treats a bad control message, whether a batch stops
         # at its first error row, and whether snapshots load on their own (their load has no error rows).

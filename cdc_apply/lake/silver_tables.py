@@ -104,7 +104,7 @@ class SilverTables:
     def __init__(self, spark: SparkSession, config: Config) -> None:
         self.spark = spark
         self.config = config
-        self.type_options = TypeOptions(numeric=config.apply.numeric)
+        self.type_options = TypeOptions(numeric=config.apply.numeric, array_dimensions=config.array_dimensions())
         self._salt = config.mask_salt()   # "sha256" masks' salt: a missing variable stops the job here
         self._names: dict[tuple[str, int], str] = {}   # (source, relation id) -> its newest qualified name
         # What this process knows a silver table to look like: table -> (source, relation id, version seq).

@@ -167,7 +167,7 @@ def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = N
         point = snap.open()
         snap.emit_marker()
         run = Verification(source, point.lsn)
-        options = TypeOptions(numeric=config.apply.numeric)
+        options = TypeOptions(numeric=config.apply.numeric, array_dimensions=config.array_dimensions())
         # The source's sums are read while the apply job catches up with the point: both take seconds.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-source") as pool:
             planned = pool.submit(lambda: [_plan_source(spark, config, snap, name, ref, rel, options, range_rows,

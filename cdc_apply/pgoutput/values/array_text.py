@@ -3,7 +3,8 @@
 array_out quotes an element when it is empty, equals NULL in any case, or holds a brace, the
 delimiter, '"', '\\' or ASCII whitespace; inside quotes '"' and '\\' are backslash-escaped; a
 bare NULL is SQL NULL. A lower bound other than 1 is printed as '[lb:ub]=' before the braces
-(the bounds are dropped, the elements kept). Nested braces mean more dimensions: rejected.
+(the bounds are dropped, the elements kept). Nested braces mean more dimensions: a value of a
+column of more dimensions is read by :mod:`.array_nested`; here it is refused, saying its dimensions.
 
 :func:`split_array_texts` finds the elements of every row without backslashes, bounds or
 whitespace at once with numpy (quote parity by cumulative sums); :func:`parse_array_text`
@@ -19,7 +20,6 @@ import pyarrow as pa
 
 from .common import Malformed, offsets_and_data, valid_mask
 
-MULTI_DIMENSIONAL = "multi-dimensional arrays are not supported (only one-dimensional arrays are)"
 _BOUNDS = re.compile(r"\s*\[(-?\d+):(-?\d+)\]")
 _SPACE = " \t\n\r\v\f"
 _SPACE_BYTES = np.frombuffer(_SPACE.encode(), dtype=np.uint8)
@@ -131,7 +131,7 @@ def _parse_careful(text: str, delimiter: str) -> list[str | None]:
     bounds = _BOUNDS.match(text)
     if bounds is not None:
         if _BOUNDS.match(text, bounds.end()) is not None:
-            raise Malformed(MULTI_DIMENSIONAL)
+            raise Malformed(_more_dimensions(text, delimiter))
         pos = bounds.end()
         if text[pos: pos + 1] != "=":
             raise Malformed("expected '=' after the array bounds")
@@ -153,7 +153,7 @@ def _parse_careful(text: str, delimiter: str) -> list[str | None]:
             pos += 1
             break
         if text[pos] == "{":
-            raise Malformed(MULTI_DIMENSIONAL)
+            raise Malformed(_more_dimensions(text, delimiter))
         element, pos = _element(text, pos, delimiter)
         elements.append(element)
         while pos < n and text[pos] in _SPACE:
@@ -170,6 +170,14 @@ def _parse_careful(text: str, delimiter: str) -> list[str | None]:
     if expected is not None and expected != len(elements):
         raise Malformed(f"bounds say {expected} elements, found {len(elements)}")
     return elements
+
+
+def _more_dimensions(text: str, delimiter: str) -> str:
+    """Why a value of several dimensions does not fit a one-dimensional column (or why it is malformed)."""
+    from .array_nested import dimension_mismatch, parse_nested_text
+
+    shape, _ = parse_nested_text(text, delimiter)   # a malformed value raises its own reason
+    return dimension_mismatch(len(shape), 1)
 
 
 def _element(text: str, pos: int, delimiter: str) -> tuple[str | None, int]:
