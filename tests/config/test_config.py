@@ -20,9 +20,8 @@ def test_the_example_configuration_loads_with_every_option():
 
 
 def test_the_example_loads_with_every_commented_option_enabled():
-    from dataclasses import fields
-
     import tomllib
+    from dataclasses import fields
 
     from cdc_apply import config as c
 

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from test_values_vectors import comparable, expected_value  # noqa: E402  (tests/pgoutput is on sys.path)
 
 from cdc_apply.errors import ConfigError, DecodeError
 from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type, resolve_relation_column
 from cdc_apply.pgoutput.values import convert_binary, convert_text
-
-from test_values_vectors import comparable, expected_value  # noqa: E402  (tests/pgoutput is on sys.path)
 
 HERE = Path(__file__).parent
 CAPTURE = json.loads((HERE / "data" / "nested_arrays.json").read_text(encoding="utf-8"))
