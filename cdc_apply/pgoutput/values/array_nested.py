@@ -25,7 +25,7 @@ import pyarrow as pa
 from cdc_apply.errors import DecodeError
 
 from ..types import MAX_ARRAY_DIMENSIONS, ColumnType
-from .array_text import _BOUNDS, _SPACE, _element
+from .array_text import BOUNDS, SPACE, read_element
 from .common import Malformed, fail, raw_values, valid_mask
 
 Shape = tuple[int, ...]   # the length of each dimension; () for an empty array
@@ -46,7 +46,7 @@ def parse_nested_text(text: str, delimiter: str = ",") -> tuple[Shape, list[str 
     """The shape and the elements (row-major, None for NULL) of array_out's text of any dimensions."""
     n = len(text)
     pos, bounds = 0, []
-    while (match := _BOUNDS.match(text, pos)) is not None:
+    while (match := BOUNDS.match(text, pos)) is not None:
         bounds.append(int(match[2]) - int(match[1]) + 1)
         pos = match.end()
     if bounds:
@@ -55,13 +55,13 @@ def parse_nested_text(text: str, delimiter: str = ",") -> tuple[Shape, list[str 
         if text[pos: pos + 1] != "=":
             raise Malformed("expected '=' after the array bounds")
         pos += 1
-    while pos < n and text[pos] in _SPACE:
+    while pos < n and text[pos] in SPACE:
         pos += 1
     if pos >= n or text[pos] != "{":
         raise Malformed("an array starts with '{'")
     found = _Found()
     pos = _level(text, pos, 0, delimiter, found)
-    if text[pos:].strip(_SPACE):
+    if text[pos:].strip(SPACE):
         raise Malformed("junk after the array")
     shape = tuple(length for length in found.lengths[: (found.leaf + 1) if found.leaf is not None else 0]
                   if length is not None)
@@ -86,7 +86,7 @@ def _level(text: str, pos: int, depth: int, delimiter: str, found: _Found) -> in
     pos += 1
     count = 0
     while True:
-        while pos < n and text[pos] in _SPACE:
+        while pos < n and text[pos] in SPACE:
             pos += 1
         if pos >= n:
             raise Malformed("unterminated array")
@@ -105,10 +105,10 @@ def _level(text: str, pos: int, depth: int, delimiter: str, found: _Found) -> in
                 found.leaf = depth
             elif found.leaf != depth:
                 raise Malformed("elements and sub-arrays mixed at one level")
-            element, pos = _element(text, pos, delimiter)
+            element, pos = read_element(text, pos, delimiter)
             found.elements.append(element)
         count += 1
-        while pos < n and text[pos] in _SPACE:
+        while pos < n and text[pos] in SPACE:
             pos += 1
         if pos < n and text[pos] == delimiter:
             pos += 1
