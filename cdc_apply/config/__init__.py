@@ -138,6 +138,8 @@ class TableConfig:
     mask_columns: tuple[tuple[str, str], ...] = ()   # {email = "sha256", ssn = "redact"}
     # "soft": a Delete or TRUNCATE keeps the row, marked deleted (None: as silver.soft_deletes says, else "hard")
     deletes: Deletes | None = None
+    # Array columns of more than one dimension (docs/TYPES.md): {grid = 2}; a Relation message never says.
+    array_dimensions: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.deletes is not None:
@@ -259,10 +261,17 @@ class Config:
         """The table's column exclusion and masking rules (empty when none apply)."""
         return policy_for(qualified_name, self.tables.get(qualified_name), self.silver)
 
+    def array_dimensions(self) -> tuple[tuple[str, str, int], ...]:
+        """``(qualified table, column, dimensions)`` of every array column ``[tables."ns.t"] array_dimensions``
+        names (the type map's ``TypeOptions.array_dimensions``)."""
+        return tuple((name, column, dimensions) for name, table in sorted(self.tables.items())
+                     for column, dimensions in table.array_dimensions)
+
     def mask_salt(self) -> str:
         """The salt of ``"sha256"`` masks from ``silver.mask_salt_env`` ("" when nothing hashes); a
         :class:`ConfigError` naming that key when it is needed and not set."""
         return read_salt(self.tables, self.silver)
+
     def soft_deletes_for(self, qualified_name: str) -> bool:
         """Whether the table's deletes are soft (``[tables."ns.t"] deletes``, else ``silver.soft_deletes``)."""
         table = self.tables.get(qualified_name)
@@ -286,6 +295,7 @@ def _join(base: str, *parts: str) -> str:
 
 
 # What Spark's processingTime trigger parses: a number and a unit, optionally after "interval".
+MAX_ARRAY_DIMENSIONS = 6   # PostgreSQL's MAXDIM (the type map checks the same bound: pgoutput.types)
 _INTERVAL = re.compile(r"^\s*(interval\s+)?\d+(\.\d+)?\s*(microseconds?|milliseconds?|ms|seconds?|s|minutes?|"
                        r"min|hours?|h|days?|d|weeks?)\s*$", re.IGNORECASE)
 
@@ -376,6 +386,10 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         raise ConfigError("must name an environment variable", key="silver.mask_salt_env")
     for name, table in tables.items():
         check_table_columns(name, table, table.key)
+        for column, dimensions in table.array_dimensions:
+            if not 1 <= dimensions <= MAX_ARRAY_DIMENSIONS:
+                raise ConfigError(f"column {column!r}: an array has 1 to {MAX_ARRAY_DIMENSIONS} dimensions, "
+                                  f"not {dimensions}", key=f"tables.{name}.array_dimensions")
     source = read_section(SourceConfig, raw.get("source"), "source")
     if source.proto_version not in (1, 2, 3, 4):
         raise ConfigError("must be 1, 2, 3 or 4", key="source.proto_version")

@@ -33,7 +33,7 @@ def _coerce(key: str, value: Any, annotation: str) -> Any:
         if key in _POSITIVE and not value > 0:
             raise ConfigError(f"must be more than 0, got {value}", key=key)
     if isinstance(value, str) and "\x00" in value or isinstance(value, tuple) and any(
-            "\x00" in (v if isinstance(v, str) else "".join(v)) for v in value):
+            "\x00" in (v if isinstance(v, str) else "".join(map(str, v))) for v in value):
         raise ConfigError("must not contain a NUL character", key=key)
     return value
 
@@ -48,6 +48,11 @@ def _coerce_kind(key: str, value: Any, annotation: str) -> Any:
         if isinstance(value, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             return tuple(value.items())
         raise ConfigError("expected a table of column = \"word\" (e.g. { email = \"sha256\" })", key=key)
+    if "tuple[tuple[str, int], ...]" in kinds:   # a TOML table of counts: {grid = 2}
+        if isinstance(value, Mapping) and all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                              for k, v in value.items()):
+            return tuple(value.items())
+        raise ConfigError("expected a table of column = integer (e.g. { grid = 2 })", key=key)
     enum = next((ENUMS[k] for k in kinds if k in ENUMS), None)
     if enum is not None:   # an optional word: `Deletes | None`
         return choose(enum, value, key)

@@ -135,13 +135,14 @@ def typed_struct(spec: Slot, values: Sequence[pa.Array], binary: Sequence[np.nda
         else:
             raw = pa.nulls(len(idx), pa.binary())
             is_binary = np.zeros(len(idx), dtype=bool)
-        children.append(_convert(column_type, raw, is_binary, bad, spec.column_names[c]))
+        children.append(_convert(column_type, raw, is_binary, bad, spec.qualified_name, spec.column_names[c]))
     mask = pa.array(~present)
     struct = pa.StructArray.from_arrays(children, fields=list(spec.struct_type()), mask=mask)
     return struct, bad
 
 
-def _convert(column_type: ColumnType, raw: pa.Array, is_binary: np.ndarray, bad: dict, column: str) -> pa.Array:
+def _convert(column_type: ColumnType, raw: pa.Array, is_binary: np.ndarray, bad: dict, table: str,
+             column: str) -> pa.Array:
     try:
         return _convert_all(column_type, raw, is_binary)
     except CdcApplyError:
@@ -153,7 +154,7 @@ def _convert(column_type: ColumnType, raw: pa.Array, is_binary: np.ndarray, bad:
         try:
             out.append(_convert_all(column_type, one, is_binary[i:i + 1]))
         except CdcApplyError as err:
-            bad.setdefault(i, err.with_context(column=column))
+            bad.setdefault(i, err.with_context(table=table, column=column))
             out.append(pa.nulls(1, column_type.arrow_type))
     return pa.concat_arrays(out) if out else pa.nulls(0, column_type.arrow_type)
 

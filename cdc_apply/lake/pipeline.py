@@ -53,13 +53,14 @@ from cdc_apply.lake.sources.micro_batch import micro_batch_bounds
 from cdc_apply.lake.sources.payload_columns import first_change_seqs
 from cdc_apply.log import TextOut
 from cdc_apply.metrics.registry import record_apply_batch, record_apply_failure
-from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.planning.decode_plan import SKIP
 from cdc_apply.planning.plan import BatchPlan, plan_batch
 from cdc_apply.planning.schema import SchemaHistory
 from cdc_apply.planning.snapshot_loads import SnapshotLoad, find_snapshot_loads
 from cdc_apply.planning.state import SourceState
 from cdc_apply.planning.table_plan import SlotCount
+from cdc_apply.planning.tables import type_options_of
 from cdc_apply.spark.session import session_settings
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ class ApplyPipeline:
         self.books = resumed.books
         self.version, self.states = resumed.version, resumed.states
         self.histories: dict[str, SchemaHistory] = resumed.histories
-        self.type_options = TypeOptions(numeric=config.apply.numeric)
+        self.type_options = type_options_of(config)
         self.silver = SilverTables(tables, config, self.type_options)
         # Read once: the policy decides how planning treats a bad control message, whether a batch stops
         # at its first error row, and whether snapshots load on their own (their load has no error rows).

@@ -30,8 +30,9 @@ class ColumnType:
 
     ``kind`` names the converter (one per wire format family, e.g. ``"int4"``, ``"timestamptz"``,
     ``"array"``); ``element`` is the element type of an array; ``precision``/``scale`` are the
-    decimal shape of a ``numeric`` column converted to decimal. These three are internal to
-    :mod:`cdc_apply.pgoutput`; the public contract is the first five fields.
+    decimal shape of a ``numeric`` column converted to decimal; ``dimensions`` is an array column's
+    number of dimensions (its Arrow/Spark type nests that many lists: :func:`with_dimensions`).
+    These are internal to :mod:`cdc_apply.pgoutput`; the public contract is the first five fields.
     """
 
     type_oid: int
@@ -44,6 +45,7 @@ class ColumnType:
     precision: int = 0
     scale: int = 0
     delimiter: str = ","
+    dimensions: int = 1
 
     @property
     def element_type(self) -> "ColumnType":
@@ -52,19 +54,35 @@ class ColumnType:
         return self.element
 
 
+# PostgreSQL's MAXDIM: an array has at most 6 dimensions.
+MAX_ARRAY_DIMENSIONS = 6
+
+
 @dataclass(frozen=True, slots=True)
 class TypeOptions:
     """Configurable policies of the type map.
 
     ``numeric``: ``"decimal"`` maps ``numeric(p,s)`` with p <= 38 to ``DECIMAL`` (a NaN value is
     then an error); ``"string"`` maps every ``numeric`` to PostgreSQL's canonical text (lossless).
+    ``array_dimensions``: ``(qualified table, column, dimensions)`` of the array columns that are not
+    one-dimensional (``[tables."ns.t"] array_dimensions``): a Relation message says only the array
+    type, never the dimensions, and PostgreSQL does not enforce declared ones.
     """
 
     numeric: str = "decimal"
+    array_dimensions: tuple[tuple[str, str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.numeric not in ("decimal", "string"):
             raise ConfigError(f"numeric must be 'decimal' or 'string', not {self.numeric!r}", key="numeric")
+        for table, column, dimensions in self.array_dimensions:
+            if not 1 <= dimensions <= MAX_ARRAY_DIMENSIONS:
+                raise ConfigError(f"column {column!r}: dimensions must be 1 to {MAX_ARRAY_DIMENSIONS}, "
+                                  f"not {dimensions}", key=f"tables.{table}.array_dimensions")
+
+    def dimensions_of(self, table: str, column: str) -> int:
+        """The configured dimensions of column ``column`` of ``table`` (qualified name): 1 unless set."""
+        return next((d for t, c, d in self.array_dimensions if t == table and c == column), 1)
 
 
 # kind -> (arrow type, spark type); numeric, array and money are shaped per column.
@@ -187,6 +205,34 @@ def _builtin(type_oid: int, type_modifier: int, options: TypeOptions) -> ColumnT
     pg_name = name + _modifier_suffix(name, type_modifier)
     arrow_type, spark = _KIND_TYPES.get(kind, _STRING)
     return ColumnType(type_oid, type_modifier, pg_name, arrow_type, spark, kind=kind)
+
+
+def resolve_relation_column(type_oid: int, type_modifier: int, user_types: Mapping[int, tuple[str, str]] | None,
+                            options: TypeOptions, table: str, column: str) -> ColumnType:
+    """The :class:`ColumnType` of column ``column`` of relation ``table`` (its qualified name): the type
+    :func:`resolve_column_type` gives, with the array dimensions ``options`` set for the column.
+
+    A column given dimensions other than 1 that is not an array is a ConfigError naming the key.
+    """
+    column_type = resolve_column_type(type_oid, type_modifier, user_types, options)
+    dimensions = options.dimensions_of(table, column) if options.array_dimensions else 1
+    if dimensions == 1:
+        return column_type
+    if column_type.kind != "array":
+        raise ConfigError(f"column {column!r} of {table} is {column_type.pg_name}, not an array: it has no "
+                          f"dimensions to set", key=f"tables.{table}.array_dimensions")
+    return with_dimensions(column_type, dimensions)
+
+
+def with_dimensions(column_type: ColumnType, dimensions: int) -> ColumnType:
+    """An array column type whose values have ``dimensions`` dimensions: its Arrow and Spark types nest
+    that many lists of the element type (``int4[]`` of 2 dimensions: ``list<list<int32>>``,
+    ``ARRAY<ARRAY<INT>>``)."""
+    element = column_type.element_type
+    arrow_type, spark = element.arrow_type, element.spark_ddl
+    for _ in range(dimensions):
+        arrow_type, spark = pa.list_(arrow_type), f"ARRAY<{spark}>"
+    return replace(column_type, arrow_type=arrow_type, spark_ddl=spark, dimensions=dimensions)
 
 
 def _array_of(element: ColumnType, type_oid: int, type_modifier: int, pg_name: str) -> ColumnType:

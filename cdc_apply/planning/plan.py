@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from cdc_apply.config.choices import Origin
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, parse_snapshot_directive
-from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+from cdc_apply.pgoutput.types import TypeOptions, resolve_relation_column
 from cdc_apply.planning.assemble import Assembly, DecidedTxn, assemble_transactions, excluded_ranges, merge_ranges
 from cdc_apply.planning.decode_plan import QUARANTINE, SKIP, DecodePlan, Slot, SourcePlan
 from cdc_apply.planning.schema import RelationVersion, SchemaHistory
@@ -242,8 +242,9 @@ def plan_batch(sources: Mapping[str, tuple[SourceState, SchemaHistory, list, int
                     seqs.append(version.seq)
                     indexes.append(len(slots))
                     slots.append(Slot(source, relation_id, version.seq, version.qualified_name, version.column_names,
-                                      tuple(resolve_column_type(c.type_oid, c.type_modifier, history.types,
-                                                                type_options) for c in version.columns),
+                                      tuple(resolve_relation_column(c.type_oid, c.type_modifier, history.types,
+                                                                    type_options, rel_history.latest.qualified_name,
+                                                                    c.name) for c in version.columns),
                                       version.lineage))
                     slot_versions.append(version)
                 versions[relation_id] = (tuple(seqs), tuple(indexes))

@@ -18,7 +18,7 @@ from cdc_apply.config.columns import REDACT, ColumnPolicy
 from cdc_apply.errors import ConfigError, SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange, parse_snapshot_directive
-from cdc_apply.pgoutput.types import TypeOptions, resolve_column_type
+from cdc_apply.pgoutput.types import TypeOptions, resolve_relation_column
 from cdc_apply.planning.columns import ChangeOp
 from cdc_apply.planning.decode_plan import Pool
 from cdc_apply.planning.masks import mask_value
@@ -34,7 +34,7 @@ from cdc_apply.planning.tables import (
     slot_mapping,
 )
 
-TypeOf = Callable[[int, int], str]   # (type OID, type modifier) -> Spark type
+TypeOf = Callable[[int, int, str], str]   # (type OID, type modifier, column name) -> Spark type
 
 
 @dataclass(frozen=True)
@@ -223,8 +223,10 @@ class TablePlan:
         return self.rows > 0
 
 
-def type_of_in(schema: SchemaHistory, options: TypeOptions) -> TypeOf:
-    return lambda oid, typmod: resolve_column_type(oid, typmod, schema.types, options).spark_ddl
+def type_of_in(schema: SchemaHistory, options: TypeOptions, table: str) -> TypeOf:
+    """The Spark type of a column of relation ``table`` (its newest qualified name, as the decode plan's)."""
+    return lambda oid, typmod, column: resolve_relation_column(oid, typmod, schema.types, options, table,
+                                                               column).spark_ddl
 
 
 def plan_table(source: str, history: RelationHistory, latest: RelationVersion, schema: SchemaHistory,
@@ -232,7 +234,7 @@ def plan_table(source: str, history: RelationHistory, latest: RelationVersion, s
     """The :class:`TablePlan` of relation ``history`` of ``source`` for ``plan``, following ``latest``."""
     rid = latest.relation_id
     chain = tuple(v for v in history.versions if v.seq <= latest.seq)
-    type_of = type_of_in(schema, rules.type_options)
+    type_of = type_of_in(schema, rules.type_options, history.latest.qualified_name)
     column_rules = resolve_rules(chain, rules.columns)
     columns, _ = evolve(chain, type_of, rules.drop_columns, rules.retype, rules=column_rules)
     # Versions whose row identity differs (ADD PRIMARY KEY, REPLICA IDENTITY FULL) are merged
@@ -254,7 +256,8 @@ def plan_table(source: str, history: RelationHistory, latest: RelationVersion, s
         segments.append((identity_of(latest, rules.configured_key), []))
     truncate = touch.truncate
     masks = tuple((i, kind) for i, c in enumerate(columns) for lin, kind in column_rules.masked if lin == c.lineage)
-    defaults = masked_defaults(column_defaults(chain, columns, schema, rules.type_options), masks, rules.salt)
+    defaults = masked_defaults(column_defaults(chain, columns, schema, rules.type_options,
+                                               history.latest.qualified_name), masks, rules.salt)
     every_clear = range_clears(touch.ranges, history, columns)
     if any(c.column == i for c in every_clear for i, _ in masks):
         raise ConfigError(f"{latest.qualified_name} is copied in key ranges of a masked column: set "
@@ -294,7 +297,8 @@ def masked_defaults(defaults, masks, salt: str):
     return tuple((i, seq, mask_value(kinds[i], salt, value) if i in kinds else value) for i, seq, value in defaults)
 
 
-def column_defaults(chain, columns, schema: SchemaHistory, options: TypeOptions) -> tuple[tuple[int, int, object], ...]:
+def column_defaults(chain, columns, schema: SchemaHistory, options: TypeOptions,
+                    table: str) -> tuple[tuple[int, int, object], ...]:
     """(silver column index, seq of the version adding it, typed value) for every column of ``chain``
     added with a missing value that silver still has."""
     from cdc_apply.pgoutput.values import convert_text_value
@@ -305,7 +309,8 @@ def column_defaults(chain, columns, schema: SchemaHistory, options: TypeOptions)
         for lineage, text in version.missing:
             if lineage in index:
                 column = version.columns[version.lineage.index(lineage)]
-                column_type = resolve_column_type(column.type_oid, column.type_modifier, schema.types, options)
+                column_type = resolve_relation_column(column.type_oid, column.type_modifier, schema.types, options,
+                                                      table, column.name)
                 out.append((index[lineage], version.seq, convert_text_value(column_type, text)))
     return tuple(out)
 

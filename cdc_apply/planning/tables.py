@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Literal, Sequence
 
+from cdc_apply.config import Config
 from cdc_apply.config.choices import DropColumns, Retype
 from cdc_apply.errors import ConfigError, SchemaError
+from cdc_apply.pgoutput.types import TypeOptions
 from cdc_apply.planning.schema import RelationVersion
 
 # Spark type changes Delta can make in place (type widening); anything else is rewritten.
@@ -24,7 +26,7 @@ _WIDENING = {
     ("FLOAT", "DOUBLE"), ("DATE", "TIMESTAMP_NTZ"),
 }
 
-TypeOf = Callable[[int, int], str]  # (type_oid, typmod) -> Spark DDL
+TypeOf = Callable[[int, int, str], str]  # (type_oid, typmod, column name) -> Spark DDL
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +153,7 @@ def transition(columns: list[SilverColumn], old: RelationVersion, new: RelationV
         if col.dropped:
             continue
         rc = new_by_lineage[col.lineage]
-        ddl = rules.ddl(col.lineage, type_of(rc.type_oid, rc.type_modifier))
+        ddl = rules.ddl(col.lineage, type_of(rc.type_oid, rc.type_modifier, rc.name))
         if ddl != col.spark_ddl:
             in_place = widens(col.spark_ddl, ddl)
             if not in_place and retype_policy == Retype.FAIL:
@@ -164,7 +166,7 @@ def transition(columns: list[SilverColumn], old: RelationVersion, new: RelationV
     for lin, rc in zip(new.lineage, new.columns):
         if lin in known or lin in rules.excluded:
             continue
-        ddl = rules.ddl(lin, type_of(rc.type_oid, rc.type_modifier))
+        ddl = rules.ddl(lin, type_of(rc.type_oid, rc.type_modifier, rc.name))
         clash = next((j for j, c in enumerate(out) if c.name == rc.name), None)
         if clash is not None:  # only a kept, dropped column can hold the name
             aside = f"{rc.name}__dropped_{new.seq}"
@@ -176,7 +178,7 @@ def transition(columns: list[SilverColumn], old: RelationVersion, new: RelationV
 
 
 def initial_columns(version: RelationVersion, type_of: TypeOf, rules: ColumnRules = NO_RULES) -> list[SilverColumn]:
-    return [SilverColumn(c.name, rules.ddl(lin, type_of(c.type_oid, c.type_modifier)), lin)
+    return [SilverColumn(c.name, rules.ddl(lin, type_of(c.type_oid, c.type_modifier, c.name)), lin)
             for lin, c in zip(version.lineage, version.columns) if lin not in rules.excluded]
 
 
@@ -220,3 +222,9 @@ def slot_mapping(version: RelationVersion, columns: Sequence[SilverColumn]) -> t
 
 __all__ = ["NO_RULES", "ColumnRules", "SchemaOp", "SilverColumn", "evolve", "resolve_rules", "identity_of",
            "initial_columns", "slot_mapping", "transition", "widens"]
+
+
+def type_options_of(config: Config) -> TypeOptions:
+    """The type map's policies the configuration sets (``apply.numeric``, each table's ``array_dimensions``):
+    the one place they are read, so the decode, silver's columns and verify type a column alike."""
+    return TypeOptions(numeric=config.apply.numeric, array_dimensions=config.array_dimensions())

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
-from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_column_type
+from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_relation_column
 from cdc_apply.pgoutput.values import convert_text
 
 _TABLES = """
@@ -109,8 +109,10 @@ def python_values(array: pa.Array) -> list:
 
 def typed_source_table(table: SourceTable, user_types: Mapping[int, tuple[str, str]],
                        options: TypeOptions = TypeOptions()) -> pa.Table:
-    """The source table's rows as typed Arrow columns (``c0``, ``c1``, ...), converted like the job does."""
-    types: list[ColumnType] = [resolve_column_type(t, m, user_types, options) for _, t, m in table.columns]
+    """The source table's rows as typed Arrow columns (``c0``, ``c1``, ...), converted like the job does
+    (an array column with the dimensions ``options`` give it)."""
+    types: list[ColumnType] = [resolve_relation_column(t, m, user_types, options, table.qualified_name, name)
+                               for name, t, m in table.columns]
     columns = list(zip(*table.rows)) if table.rows else [()] * len(types)
     arrays = [convert_text(t, pa.array([None if v is None else v.encode() for v in col], pa.binary()))
               for t, col in zip(types, columns)]
@@ -317,6 +319,8 @@ def compare_with_postgres(spark, config, conn, source: str, schemas: Iterable[st
 
     engine = spark_tables(spark)
     history = Bookkeeping(config).load_history(engine).get(source)
+    if not options.array_dimensions:   # the configuration's, as the job types the columns
+        options = replace(options, array_dimensions=config.array_dimensions())
     checks = []
     for table in snapshot if snapshot is not None else snapshot_postgres(conn, schemas):
         user_types = history.types if history else {}

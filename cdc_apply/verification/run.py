@@ -37,6 +37,7 @@ from cdc_apply.lander.options import publication_names
 from cdc_apply.lander.snapshots.requests import emit_request
 from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
 from cdc_apply.pgoutput.types import TypeOptions
+from cdc_apply.planning.tables import type_options_of
 from cdc_apply.verification import bronze_keys
 from cdc_apply.verification import compare as cmp
 from cdc_apply.verification import silver as sv
@@ -171,7 +172,7 @@ def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = N
         point = snap.open()
         snap.emit_marker()
         run = Verification(source, point.lsn)
-        options = TypeOptions(numeric=config.apply.numeric)
+        options = type_options_of(config)
         # The source's sums are read while the apply job catches up with the point: both take seconds.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-source") as pool:
             planned = pool.submit(lambda: [_plan_source(engine, config, snap, name, ref, rel, options, range_rows,

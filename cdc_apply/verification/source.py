@@ -21,7 +21,7 @@ from cdc_apply.lander.dsn import connection_error, scrubbed_line
 from cdc_apply.lander.options import SESSION_SETTINGS, options_string
 from cdc_apply.lander.snapshots.copy_sessions import ConsistentPoint, ExportSlot
 from cdc_apply.pgoutput.messages import format_lsn
-from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_column_type
+from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_relation_column
 from cdc_apply.verification.encoding import ColumnEncoding, pg_key_text, pg_range_predicate, pg_row_hash
 
 if TYPE_CHECKING:
@@ -191,7 +191,9 @@ class SourceSnapshot:
         oid, _kind, identity, partition, estimate, key_attnums = rows[0]
         columns, by_attnum = [], {}
         for attnum, attname, type_oid, typmod, sql_type in self._query(_COLUMNS, (oid,)):
-            column = SourceColumn(attname, resolve_column_type(int(type_oid), int(typmod), options=options), sql_type)
+            column_type = resolve_relation_column(int(type_oid), int(typmod), None, options, f"{namespace}.{name}",
+                                                  attname)   # an array column's configured dimensions
+            column = SourceColumn(attname, column_type, sql_type)
             columns.append(column)
             by_attnum[int(attnum)] = column
         key = () if identity in ("f", "n") or not key_attnums else tuple(by_attnum[int(a)].name for a in key_attnums)

@@ -143,3 +143,23 @@ def test_soft_deletes_follow_silver_wildcards_unless_the_table_decides():
     assert [config.soft_deletes_for(n) for n in ("public.a", "public.kept", "other.t", "other.u")] == [
         True, False, True, False]
     assert config.tables["other.t"].deletes == "soft" and not parse_config(MINIMAL).soft_deletes_for("public.a")
+
+
+def test_array_dimensions_name_each_tables_array_columns_for_the_type_map():
+    config = parse_config({**MINIMAL, "tables": {"public.grid": {"array_dimensions": {"cells": 2, "cube": 3}},
+                                                 "public.flat": {}}})
+    assert config.array_dimensions() == (("public.grid", "cells", 2), ("public.grid", "cube", 3))
+
+
+@pytest.mark.parametrize("dimensions", [0, 7])
+def test_array_dimensions_outside_what_postgresql_allows_are_a_config_error_naming_the_key(dimensions):
+    with pytest.raises(ConfigError, match="1 to 6 dimensions") as info:
+        parse_config({**MINIMAL, "tables": {"public.grid": {"array_dimensions": {"cells": dimensions}}}})
+    assert info.value.context["key"] == "tables.public.grid.array_dimensions"
+
+
+@pytest.mark.parametrize("value", [{"cells": "2"}, {"cells": True}, ["cells"], 2])
+def test_array_dimensions_that_are_not_a_table_of_counts_are_a_config_error_naming_the_key(value):
+    with pytest.raises(ConfigError, match="column = integer") as info:
+        parse_config({**MINIMAL, "tables": {"public.grid": {"array_dimensions": value}}})
+    assert info.value.context["key"] == "tables.public.grid.array_dimensions"

@@ -242,7 +242,7 @@ def _typed_struct(spec: Slot, values, binary, idx: np.ndarray, counts: np.ndarra
     for c, column_type in enumerate(spec.column_types):
         raw = values[c].take(take) if c < len(values) else pa.nulls(len(idx), pa.binary())
         is_binary = binary[c][idx] if c < len(binary) else np.zeros(len(idx), dtype=bool)
-        children.append(_convert(column_type, raw, is_binary, bad, spec.column_names[c]))
+        children.append(_convert(column_type, raw, is_binary, bad, spec.qualified_name, spec.column_names[c]))
     mask = pa.array(~present)
     struct = pa.StructArray.from_arrays(children, fields=list(spec.struct_type()), mask=mask)
     return struct, bad

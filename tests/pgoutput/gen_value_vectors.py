@@ -70,7 +70,7 @@ ORACLES = {
                 "+ extract(microseconds FROM {v}))::bigint) ELSE to_jsonb({v}::text) END",
 }
 NUMERIC_NAN = {"error": 'numeric type option to "string"'}
-MULTI = {"error": "multi-dimensional arrays are not supported"}
+MULTI = {"error": "a 2-dimensional array in a column of 1 dimension"}
 TOO_LATE = {"note": "clamped to the last finite int64 microsecond (docs/TYPES.md)"}
 
 

@@ -90,10 +90,10 @@ def test_invalid_utf8_text_is_a_decode_error_naming_the_row():
     assert info.value.context["row"] == 1
 
 
-def test_multi_dimensional_binary_arrays_are_rejected_with_the_reason():
+def test_a_multi_dimensional_binary_array_in_a_one_dimensional_column_is_rejected_saying_its_dimensions():
     two_by_one = bytes.fromhex("00000002" "00000000" "00000017" "00000002" "00000001" "00000001" "00000001"
                                "00000004" "00000001" "00000004" "00000002")
-    with pytest.raises(DecodeError, match="multi-dimensional arrays are not supported"):
+    with pytest.raises(DecodeError, match="a 2-dimensional array in a column of 1 dimension"):
         convert_binary(resolve_column_type(1007, -1), pa.array([two_by_one], pa.binary()))
 
 

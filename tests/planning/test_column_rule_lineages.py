@@ -29,7 +29,7 @@ def _chain(*specs, identity="d"):
     return h.relations[1].versions
 
 
-def _type_of(oid, typmod):
+def _type_of(oid, typmod, column=""):
     return DDL[oid]
 
 

@@ -16,7 +16,7 @@ def rel(*spec, identity="d", oid=1):
     return m.Relation(None, oid, "public", "t", identity, cols(*spec))
 
 
-def type_of(oid, typmod):
+def type_of(oid, typmod, column=""):
     return DDL[oid]
 
 

@@ -198,7 +198,7 @@ class ColumnsAt:
     def __init__(self, rel, config: Config, lsn: int | None) -> None:
         from cdc_apply.planning.tables import initial_columns, transition
 
-        def same(oid: int, typmod: int) -> str:
+        def same(oid: int, typmod: int, column: str) -> str:
             return "STRING"   # names and lineage only: a type change renames and drops nothing
 
         self.steps = [initial_columns(rel.versions[0], same)]

@@ -3,7 +3,8 @@
 array_out quotes an element when it is empty, equals NULL in any case, or holds a brace, the
 delimiter, '"', '\\' or ASCII whitespace; inside quotes '"' and '\\' are backslash-escaped; a
 bare NULL is SQL NULL. A lower bound other than 1 is printed as '[lb:ub]=' before the braces
-(the bounds are dropped, the elements kept). Nested braces mean more dimensions: rejected.
+(the bounds are dropped, the elements kept). Nested braces mean more dimensions: a value of a
+column of more dimensions is read by :mod:`.array_nested`; here it is refused, saying its dimensions.
 
 :func:`split_array_texts` finds the elements of every row without backslashes, bounds or
 whitespace at once with numpy (quote parity by cumulative sums); :func:`parse_array_text`
@@ -19,10 +20,9 @@ import pyarrow as pa
 
 from .common import Malformed, offsets_and_data, valid_mask
 
-MULTI_DIMENSIONAL = "multi-dimensional arrays are not supported (only one-dimensional arrays are)"
-_BOUNDS = re.compile(r"\s*\[(-?\d+):(-?\d+)\]")
-_SPACE = " \t\n\r\v\f"
-_SPACE_BYTES = np.frombuffer(_SPACE.encode(), dtype=np.uint8)
+BOUNDS = re.compile(r"\s*\[(-?\d+):(-?\d+)\]")
+SPACE = " \t\n\r\v\f"
+_SPACE_BYTES = np.frombuffer(SPACE.encode(), dtype=np.uint8)
 # No quoting, escapes, nesting or whitespace: a plain split is enough.
 _SIMPLE = re.compile(r'\{([^"\\{}\s]*)\}')
 _QUOTE, _BACKSLASH, _OPEN, _CLOSE = 34, 92, 123, 125
@@ -128,24 +128,24 @@ def _parse_tokens(text: str) -> list[str | None] | None:
 
 def _parse_careful(text: str, delimiter: str) -> list[str | None]:
     pos, expected = 0, None
-    bounds = _BOUNDS.match(text)
+    bounds = BOUNDS.match(text)
     if bounds is not None:
-        if _BOUNDS.match(text, bounds.end()) is not None:
-            raise Malformed(MULTI_DIMENSIONAL)
+        if BOUNDS.match(text, bounds.end()) is not None:
+            raise Malformed(_more_dimensions(text, delimiter))
         pos = bounds.end()
         if text[pos: pos + 1] != "=":
             raise Malformed("expected '=' after the array bounds")
         pos += 1
         expected = int(bounds[2]) - int(bounds[1]) + 1
     n = len(text)
-    while pos < n and text[pos] in _SPACE:
+    while pos < n and text[pos] in SPACE:
         pos += 1
     if pos >= n or text[pos] != "{":
         raise Malformed("an array starts with '{'")
     pos += 1
     elements: list[str | None] = []
     while True:
-        while pos < n and text[pos] in _SPACE:
+        while pos < n and text[pos] in SPACE:
             pos += 1
         if pos >= n:
             raise Malformed("unterminated array")
@@ -153,10 +153,10 @@ def _parse_careful(text: str, delimiter: str) -> list[str | None]:
             pos += 1
             break
         if text[pos] == "{":
-            raise Malformed(MULTI_DIMENSIONAL)
-        element, pos = _element(text, pos, delimiter)
+            raise Malformed(_more_dimensions(text, delimiter))
+        element, pos = read_element(text, pos, delimiter)
         elements.append(element)
-        while pos < n and text[pos] in _SPACE:
+        while pos < n and text[pos] in SPACE:
             pos += 1
         if pos < n and text[pos] == delimiter:
             pos += 1
@@ -165,14 +165,22 @@ def _parse_careful(text: str, delimiter: str) -> list[str | None]:
             break
         else:
             raise Malformed("expected a delimiter or '}' after an element")
-    if text[pos:].strip(_SPACE):
+    if text[pos:].strip(SPACE):
         raise Malformed("junk after the array")
     if expected is not None and expected != len(elements):
         raise Malformed(f"bounds say {expected} elements, found {len(elements)}")
     return elements
 
 
-def _element(text: str, pos: int, delimiter: str) -> tuple[str | None, int]:
+def _more_dimensions(text: str, delimiter: str) -> str:
+    """Why a value of several dimensions does not fit a one-dimensional column (or why it is malformed)."""
+    from .array_nested import dimension_mismatch, parse_nested_text
+
+    shape, _ = parse_nested_text(text, delimiter)   # a malformed value raises its own reason
+    return dimension_mismatch(len(shape), 1)
+
+
+def read_element(text: str, pos: int, delimiter: str) -> tuple[str | None, int]:
     """One element starting at ``pos``: quoted or bare, backslash escapes honoured."""
     n = len(text)
     out: list[str] = []
@@ -207,7 +215,7 @@ def _element(text: str, pos: int, delimiter: str) -> tuple[str | None, int]:
             out.append(char)
             pos += 1
     raw = "".join(out)
-    value = raw[:kept] + raw[kept:].rstrip(_SPACE)
+    value = raw[:kept] + raw[kept:].rstrip(SPACE)
     if not value:
         raise Malformed("empty unquoted element")
     if kept == 0 and value.upper() == "NULL":

@@ -1,10 +1,10 @@
-"""One-dimensional arrays -> list<element type>.
+"""Arrays -> list<element type>: one-dimensional ones here, a column of more dimensions by :mod:`.array_nested`.
 
 Text (array_out) is read by :mod:`.array_text`. Binary (array_send): int32 ndim, int32 has-null flag,
 uint32 element OID, ndim x (int32 length, int32 lower bound), then each element as int32 length
-(-1 = NULL) and its send form.
-Multi-dimensional values are rejected. Elements are converted a column at a time by the
-element type's converter, so an int4[] column costs one int4 conversion of all its elements.
+(-1 = NULL) and its send form. A multi-dimensional value in a one-dimensional column is refused,
+saying its dimensions. Elements are converted a column at a time by the element type's converter,
+so an int4[] column costs one int4 conversion of all its elements.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import pyarrow as pa
 
 from cdc_apply.errors import DecodeError
 
-from ..types import ColumnType
-from .array_text import MULTI_DIMENSIONAL, parse_array_text, split_array_texts
+from ..types import MAX_ARRAY_DIMENSIONS, ColumnType
+from .array_nested import dimension_mismatch, nested_binary, nested_text
+from .array_text import parse_array_text, split_array_texts
 from .common import SMALL_BATCH, Malformed, fail, offsets_and_data, raw_values, valid_mask
 
 _INT32 = struct.Struct(">i")
@@ -35,7 +36,8 @@ def parse_array_binary(raw: bytes, element_oid: int | None) -> list[bytes | None
             raise Malformed("junk after an empty array")
         return []
     if ndim != 1:
-        raise Malformed(MULTI_DIMENSIONAL if ndim > 1 else f"invalid number of dimensions {ndim}")
+        raise Malformed(dimension_mismatch(ndim, 1) if 1 < ndim <= MAX_ARRAY_DIMENSIONS
+                        else f"invalid number of dimensions {ndim}")
     if flags not in (0, 1):
         raise Malformed(f"invalid array flags {flags}")
     if element_oid is not None and oid != element_oid:
@@ -69,6 +71,8 @@ def array_text(ct: ColumnType, values: pa.Array) -> pa.Array:
     """array_out -> list<element>; elements converted by the element type's text converter."""
     from . import convert_text
 
+    if ct.dimensions > 1:
+        return nested_text(ct, values)
     if len(values) <= SMALL_BATCH:
         counts, flat = np.zeros(len(values) + 1, dtype=np.int64), []
         for row, raw in enumerate(raw_values(values)):
@@ -101,6 +105,8 @@ def array_binary(ct: ColumnType, values: pa.Array) -> pa.Array:
     """
     from . import convert_binary
 
+    if ct.dimensions > 1:
+        return nested_binary(ct, values)
     element = ct.element_type
     element_oid = None if element.kind == "user" else element.type_oid
     if len(values) <= SMALL_BATCH:
