@@ -35,6 +35,7 @@ from cdc_apply.lander.options import SESSION_SETTINGS, replication_options
 from cdc_apply.lander.reader import ReplicationReader, StreamInterrupted
 from cdc_apply.lander.sequencer import Batch, Sequencer, StreamDiverged
 from cdc_apply.lander.server import SourceServer
+from cdc_apply.lander.snapshots.port import SnapshotPort
 from cdc_apply.lander.snapshots.take import Snapshots
 from cdc_apply.lander.state import ResumeState
 from cdc_apply.lander.summary import BatchReport, LandSummary, human_bytes
@@ -80,7 +81,9 @@ class Lander:
         self._inflight: tuple[Future, Batch, float] | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._first_due = True               # the run's first batch is landed without waiting (see _session)
-        self.snapshots = Snapshots(self)
+        self.snapshots = Snapshots(SnapshotPort(config.source, self.dsn, self.server, self.writer,
+                                                config.land.batch_bytes, self.say,
+                                                lambda event, **info: self.probe(event, **info)))
 
     def say(self, text: str) -> None:
         print(f"[land {self.source.name}] {text}", file=self.out, flush=True)

@@ -136,4 +136,4 @@ def test_a_backtick_column_of_a_table_without_deletion_vectors_stops_the_batch_n
     work = SimpleNamespace(ref=ref, columns=[SimpleNamespace(name="id`"), SimpleNamespace(name="v`")], meta=[],
                            qualified_name="public.n`dv", source="src")
     with pytest.raises(ApplyError, match="only with deletion vectors"):
-        replace_rows.needs_replace(spark, work)
+        replace_rows.needs_replace(spark_tables(spark), work)

@@ -9,7 +9,7 @@ import pytest
 
 from cdc_apply.config import parse_config
 from cdc_apply.delta.ddl import create_table
-from cdc_apply.delta.engine import spark_tables
+from cdc_apply.delta.engine import ClassicTables, spark_tables
 from cdc_apply.lake.books.bookkeeping import SCHEMAS, Bookkeeping
 
 pytestmark = pytest.mark.spark
@@ -116,8 +116,9 @@ def test_the_state_a_job_loads_from_local_tables_without_spark_equals_spark_s_re
     monkeypatch.setattr(bookkeeping, "local_rows", lambda *args: None)
     monkeypatch.setattr(bookkeeping, "newest_rows_per_source", lambda *args: None)
     queried = Bookkeeping(lake.config)
-    assert (queried.load_progress(lake.spark), queried.load_written(), queried.load_history(lake.spark),
-            queried.load_history(lake.spark, through_version=1)) == local
+    engine = spark_tables(lake.spark)
+    assert (queried.load_progress(engine), queried.load_written(), queried.load_history(engine),
+            queried.load_history(engine, through_version=1)) == local
     assert sorted(local[3]) == ["a"]
 
 
@@ -133,8 +134,8 @@ def test_a_later_run_finds_its_local_state_tables_and_adds_the_columns_an_older_
     shutil.rmtree(books.ref("quarantine").path)
     create_table(spark_tables(spark), books.ref("quarantine"), older, {"delta.appendOnly": "true"})
     asked = []
-    exists = TableRef.exists
-    monkeypatch.setattr(TableRef, "exists", lambda ref, s: asked.append(ref.path) or exists(ref, s))
+    exists = ClassicTables.exists
+    monkeypatch.setattr(ClassicTables, "exists", lambda tables, ref: asked.append(ref.path) or exists(tables, ref))
     assert _bookkeeping(tmp_path).create_all(spark_tables(spark)) == frozenset()
     assert asked == []   # delta-rs read every table's columns: no Spark snapshot of any
     names = [f.name for f in books.ref("quarantine").read(spark).schema.fields]

@@ -14,6 +14,7 @@ import pytest
 from lander_helpers import make_config, run_lander
 
 from cdc_apply.config import TableConfig
+from cdc_apply.delta.engine import spark_tables
 from cdc_apply.lake.pipeline import ApplyPipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
@@ -59,7 +60,7 @@ def test_a_snapshot_and_the_stream_of_two_dimensional_columns_land_as_nested_arr
     db = f"grid_{'binary' if binary else 'text'}"
     root = tmp_path_factory.mktemp(db)
     config = _land_grid(postgres, spark, db, root, binary)
-    ApplyPipeline(spark, config, out=io.StringIO()).run(once=True)
+    ApplyPipeline.open(spark_tables(spark), config, out=io.StringIO()).run(once=True)
     silver = spark.read.format("delta").load(str(root / "silver" / "public" / "grid"))
     assert silver.schema["cells"].dataType == ArrayType(ArrayType(IntegerType()))
     rows = sorted((r.id, r.cells, r.words, r.amounts, r.stamps) for r in silver.collect())
@@ -72,7 +73,7 @@ def test_silver_of_two_dimensional_columns_compares_equal_with_postgresql_under_
 
     db, root = "grid_compare", tmp_path_factory.mktemp("grid_compare")
     config = _land_grid(postgres, spark, db, root, binary=True)
-    ApplyPipeline(spark, config, out=io.StringIO()).run(once=True)
+    ApplyPipeline.open(spark_tables(spark), config, out=io.StringIO()).run(once=True)
     conn = postgres.connect(db)
     try:
         checks = compare_with_postgres(spark, config, conn, db, schemas=["public"])

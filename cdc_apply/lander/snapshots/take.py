@@ -46,6 +46,7 @@ from cdc_apply.lander.snapshots.copy_sessions import (
     TableCopier,
     eta,
 )
+from cdc_apply.lander.snapshots.port import SnapshotPort
 from cdc_apply.lander.snapshots.state import ALL_TABLES, Entry, entry_table, parse_range_entry
 from cdc_apply.lander.state import OutputTracker, ResumeState
 from cdc_apply.metrics.registry import record_snapshot_table
@@ -55,13 +56,14 @@ from cdc_apply.pgoutput.snapshot import SNAPSHOT_XID, KeyRange, snapshot_abort, 
 
 
 class Snapshots:
-    """Takes and lands the snapshots of one lander (``lander``: its config, bronze writer, source session, output)."""
+    """Takes and lands the snapshots of one lander (``port``: what they use of it: the source's settings and
+    session, the bronze writer, its output)."""
 
-    def __init__(self, lander) -> None:
-        self.lander = lander
-        self.source = lander.source
-        self.mode = lander.source.snapshot
-        self.publications = publication_names(lander.source)
+    def __init__(self, port: SnapshotPort) -> None:
+        self.port = port
+        self.source = port.source
+        self.mode = port.source.snapshot
+        self.publications = publication_names(port.source)
         self._appender: ArrowAppender | None = None
         self._checked_at = float("-inf")
         self._missing = False    # the last check found a published table without a snapshot: due until taken
@@ -70,17 +72,17 @@ class Snapshots:
         self.tables = 0          # tables landed by this run
         self.rows = 0
         self.flow: ChunkFlow | None = None   # a chunk flow under way
-        self.context = ChunkContext(source=lander.source, dsn=lander.dsn, landing=lambda state: _Landing(self, state),
-                                    say=self.say, probe=lander.probe, landed=self._count_table)
+        self.context = ChunkContext(source=port.source, dsn=port.dsn, landing=lambda state: _Landing(self, state),
+                                    say=self.say, probe=port.probe, landed=self._count_table)
 
     @property
     def appender(self) -> ArrowAppender:
         if self._appender is None:
-            self._appender = ArrowAppender(self.lander.writer)
+            self._appender = ArrowAppender(self.port.writer)
         return self._appender
 
     def say(self, text: str) -> None:
-        self.lander.say(text)
+        self.port.say(text)
 
     def _count_table(self, rows: int) -> None:
         """A table fully landed by this run, with its rows (the summary's totals)."""
@@ -103,7 +105,7 @@ class Snapshots:
             tracker.add(tracker.last_seq + 1, 0, payload)
             rows.append((tracker.last_seq, 0, payload))
         new = tracker.state(state.batch + 1)
-        self.lander.writer.append(Batch(tuple(rows), new, sum(len(p) for p in payloads)))
+        self.port.writer.append(Batch(tuple(rows), new, sum(len(p) for p in payloads)))
         return new
 
     def close_open(self, state: ResumeState) -> ResumeState:
@@ -115,7 +117,7 @@ class Snapshots:
         state = self._commit(state, [encode(snapshot_abort())])
         self.say(f"closed the unfinished snapshot of relation {relation_id} with a Stream Abort; "
                  "its table is copied again")
-        self.lander.probe("snapshot_closed", state=state)
+        self.port.probe("snapshot_closed", state=state)
         return state
 
     # -- the initial snapshot ---------------------------------------------------------------
@@ -125,12 +127,12 @@ class Snapshots:
         Only for a source bronze holds nothing of, with ``source.create_slot``. Bronze first records
         that every table is to be copied (``"*"`` pending), so that a lander stopped after creating the
         slot copies them at its next start (from a temporary slot)."""
-        server = self.lander.server
+        server = self.port.server
         if self.mode == "never" or landed.landed or not self.source.create_slot or server.slot() is not None:
             return landed
         state = self._commit(replace(landed, snapshots=replace(
             landed.snapshots, pending=(ALL_TABLES,) + tuple(e for e in landed.snapshots.pending if e != ALL_TABLES))))
-        with ExportSlot(self.lander.dsn, self.source.slot, temporary=False, two_phase=self.source.two_phase,
+        with ExportSlot(self.port.dsn, self.source.slot, temporary=False, two_phase=self.source.two_phase,
                         connect_timeout=self.source.connect_timeout,
                         application_name=f"cdc_apply-land-{self.source.name}") as slot:
             point = slot.create()
@@ -162,13 +164,13 @@ class Snapshots:
             return False
         self._checked_at = now
         try:
-            with self.lander.server.cursor() as cur:
+            with self.port.server.cursor() as cur:
                 published = {r.relation_id for r in catalog.published_relations(cur, self.publications)}
         except LandError:
             raise
         except Exception as exc:  # the side session may be reconnecting: ask again at the next check
-            self.lander.server.close()
-            self.say(f"could not list the published tables ({scrubbed_line(exc, self.lander.dsn)}); asking again in "
+            self.port.server.close()
+            self.say(f"could not list the published tables ({scrubbed_line(exc, self.port.dsn)}); asking again in "
                      f"{self.source.snapshot_check_seconds:g} s")
             return False
         # Remembered until taken: the session that finds it ends, and the lander's loop asks again at once,
@@ -186,7 +188,7 @@ class Snapshots:
                 self.flow = None
             return state
         self._missing = False
-        with self.lander.server.cursor() as cur:
+        with self.port.server.cursor() as cur:
             relations = catalog.published_relations(cur, self.publications)
             plan, drops = self._targets(state, relations, cur)
         published = {r.relation_id for r in relations}
@@ -196,7 +198,7 @@ class Snapshots:
         if not plan:
             return state
         name = f"cdc_apply_snap_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        slot = ExportSlot(self.lander.dsn, name, temporary=True, connect_timeout=self.source.connect_timeout,
+        slot = ExportSlot(self.port.dsn, name, temporary=True, connect_timeout=self.source.connect_timeout,
                           application_name=f"cdc_apply-land-{self.source.name}")
         point = slot.create()
         self.say(f"snapshot of {', '.join(r.qualified_name for r, _ in plan)} at {point}")
@@ -241,7 +243,7 @@ class Snapshots:
         lands every table here, tables with an integer key in key-range chunks; a later one (``slot``: a
         temporary slot) lands whole tables here and starts a chunk flow for the others, whose chunks must
         land where the stream reaches their point."""
-        copier = TableCopier(self.lander.dsn, point, self.source.snapshot_workers, self.source.connect_timeout,
+        copier = TableCopier(self.port.dsn, point, self.source.snapshot_workers, self.source.connect_timeout,
                              f"cdc_apply-snapshot-{self.source.name}")
         handed = False
         try:
@@ -325,7 +327,7 @@ class Snapshots:
             return None
         copier.lock(relation.sql_name)
         then = catalog.describe(cur, relation, self.source.binary)
-        with self.lander.server.cursor() as now_cur:
+        with self.port.server.cursor() as now_cur:
             now = catalog.describe(now_cur, relation, self.source.binary)
         if (then.relation, then.types, then.select, then.sources) != (now.relation, now.types, now.select, now.sources):
             self.say(f"{relation.qualified_name} was altered after {copier.point}: copied later")
@@ -385,7 +387,7 @@ class _Landing:
         self.appender = owner.appender
         batch = owner.source.snapshot_batch_bytes
         # Rows waiting for a commit through Spark are held in memory: then land.batch_bytes bounds them too.
-        self.limit = batch if self.appender.direct else min(batch, owner.lander.land.batch_bytes)
+        self.limit = batch if self.appender.direct else min(batch, owner.port.batch_bytes)
 
     @property
     def due(self) -> bool:
@@ -410,4 +412,4 @@ class _Landing:
         state = self.tracker.state(self.state.batch + 1)
         self.appender.commit(state)
         self.state = state
-        self.owner.lander.probe("snapshot_appended", state=state, table=table)
+        self.owner.port.probe("snapshot_appended", state=state, table=table)
