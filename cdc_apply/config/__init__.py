@@ -46,6 +46,12 @@ def _is_uri(text: str) -> bool:
     return "://" in text or text.startswith("dbfs:")
 
 
+MAX_ARRAY_DIMENSIONS = 6   # PostgreSQL's MAXDIM (the type map checks the same bound: pgoutput.types)
+# What Spark's processingTime trigger parses: a number and a unit, optionally after "interval".
+_INTERVAL = re.compile(r"^\s*(interval\s+)?\d+(\.\d+)?\s*(microseconds?|milliseconds?|ms|seconds?|s|minutes?|"
+                       r"min|hours?|h|days?|d|weeks?)\s*$", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class BronzeConfig:
     path: str | None = None          # a Delta table path, or
@@ -104,6 +110,28 @@ class SilverConfig:
 
     def __post_init__(self) -> None:
         choose_fields(self, "silver", drop_columns=DropColumns, retype=Retype)
+        if self.table_template is not None and "{name}" not in self.table_template:
+            raise ConfigError("the template must contain {name} (and usually {namespace})",
+                              key="silver.table_template")
+        if self.table_template is not None and self.source_in_path:
+            raise ConfigError("with a table template, put {source} in the template instead",
+                              key="silver.source_in_path")
+        if not self.metadata_prefix:
+            raise ConfigError("must not be empty", key="silver.metadata_prefix")
+        if not self.history_suffix or "/" in self.history_suffix or "." in self.history_suffix:
+            raise ConfigError("must be a non-empty suffix without '/' or '.'", key="silver.history_suffix")
+        if not self.rewrite_share >= 0:
+            raise ConfigError("must be 0 or more (0: a large MERGE always rewrites)", key="silver.rewrite_share")
+        if self.rewrite_table_bytes < 0:
+            raise ConfigError("must be 0 or more (0: MERGEs mark rows in tables of any size)",
+                              key="silver.rewrite_table_bytes")
+        # Column exclusion and masking: the words, the wildcards' shape, and no configured key excluded.
+        for pattern, key in [(p, "silver.exclude_columns") for p in self.exclude_columns] + [
+                (p, "silver.mask_columns") for p, _ in self.mask_columns]:
+            split_pattern(pattern, key)
+        check_masks(self.mask_columns, "silver.mask_columns")
+        if not self.mask_salt_env:
+            raise ConfigError("must name an environment variable", key="silver.mask_salt_env")
 
 
 @dataclass(frozen=True)
@@ -126,6 +154,11 @@ class ApplyConfig:
 
     def __post_init__(self) -> None:
         choose_fields(self, "apply", on_error=OnError)
+        if self.parallelism < 1:
+            raise ConfigError("must be at least 1", key="apply.parallelism")
+        if not _INTERVAL.match(self.trigger_interval):
+            raise ConfigError(f"expected a number and a unit, e.g. \"10 seconds\" or \"2 minutes\"; got "
+                              f"{self.trigger_interval!r}", key="apply.trigger_interval")
 
 
 @dataclass(frozen=True)
@@ -185,6 +218,14 @@ class SourceConfig:
 
     def __post_init__(self) -> None:
         choose_fields(self, "source", streaming=Streaming, snapshot=Snapshot)
+        if self.proto_version not in (1, 2, 3, 4):
+            raise ConfigError("must be 1, 2, 3 or 4", key="source.proto_version")
+        if self.snapshot_workers < 1:
+            raise ConfigError("must be at least 1", key="source.snapshot_workers")
+        if not self.snapshot_check_seconds > 0:
+            raise ConfigError("must be more than 0", key="source.snapshot_check_seconds")
+        if self.snapshot_chunk_rows < 0:
+            raise ConfigError("must be 0 (whole tables) or more", key="source.snapshot_chunk_rows")
 
 
 @dataclass(frozen=True)
@@ -207,6 +248,13 @@ class VerifyConfig:
     range_rows: int = 100_000            # rows per compared key range
     wait_seconds: float = 300.0          # for the apply job to reach the source's point
 
+    def __post_init__(self) -> None:
+        if self.range_rows < 1:
+            raise ConfigError("must be at least 1", key="verify.range_rows")
+        if self.max_source_rows_per_second is not None and not self.max_source_rows_per_second > 0:
+            raise ConfigError("must be more than 0 (leave it out for no bound)",
+                              key="verify.max_source_rows_per_second")
+
 
 @dataclass(frozen=True)
 class MetricsConfig:
@@ -217,6 +265,15 @@ class MetricsConfig:
     address: str = "127.0.0.1"           # listen address; "0.0.0.0" exposes it beyond the host
     land_port: int | None = None         # None: the lander serves no endpoint
     apply_port: int | None = None        # None: the continuous apply serves no endpoint
+
+    def __post_init__(self) -> None:
+        if not self.address.strip():
+            raise ConfigError("expected a host name or IP address to listen on", key="metrics.address")
+        for key in ("land_port", "apply_port"):
+            port = getattr(self, key)
+            if port is not None and not 0 <= port <= 65535:
+                raise ConfigError(f"must be a TCP port, 0 to 65535 (0: any free port), got {port}",
+                                  key=f"metrics.{key}")
 
 
 @dataclass(frozen=True)
@@ -294,10 +351,6 @@ def _join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *parts])
 
 
-# What Spark's processingTime trigger parses: a number and a unit, optionally after "interval".
-MAX_ARRAY_DIMENSIONS = 6   # PostgreSQL's MAXDIM (the type map checks the same bound: pgoutput.types)
-_INTERVAL = re.compile(r"^\s*(interval\s+)?\d+(\.\d+)?\s*(microseconds?|milliseconds?|ms|seconds?|s|minutes?|"
-                       r"min|hours?|h|days?|d|weeks?)\s*$", re.IGNORECASE)
 
 
 def _check_separate(paths: Mapping[str, str | None]) -> None:
@@ -340,21 +393,8 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         raise ConfigError("set exactly one of bronze.path and bronze.table", key="bronze.path")
     if (silver.path is None) == (silver.table_template is None):
         raise ConfigError("set exactly one of silver.path and silver.table_template", key="silver.path")
-    if silver.table_template is not None and "{name}" not in silver.table_template:
-        raise ConfigError("the template must contain {name} (and usually {namespace})", key="silver.table_template")
-    if silver.table_template is not None and silver.source_in_path:
-        raise ConfigError("with a table template, put {source} in the template instead", key="silver.source_in_path")
     if state.path is None and (state.schema is None or state.checkpoint is None):
         raise ConfigError("set state.path, or both state.schema and state.checkpoint", key="state.path")
-    if not silver.metadata_prefix:
-        raise ConfigError("must not be empty", key="silver.metadata_prefix")
-    if not silver.history_suffix or "/" in silver.history_suffix or "." in silver.history_suffix:
-        raise ConfigError("must be a non-empty suffix without '/' or '.'", key="silver.history_suffix")
-    if not silver.rewrite_share >= 0:
-        raise ConfigError("must be 0 or more (0: a large MERGE always rewrites)", key="silver.rewrite_share")
-    if silver.rewrite_table_bytes < 0:
-        raise ConfigError("must be 0 or more (0: MERGEs mark rows in tables of any size)",
-                          key="silver.rewrite_table_bytes")
     bronze = BronzeConfig(**{**bronze.__dict__, "path": _resolve(bronze.path, base)})
     silver = SilverConfig(**{**silver.__dict__, "path": _resolve(silver.path, base)})
     state = StateConfig(**{**state.__dict__, "path": _resolve(state.path, base),
@@ -363,11 +403,6 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
                      "state.checkpoint": state.checkpoint,
                      "silver.history_suffix": silver.path.rstrip("/") + silver.history_suffix if silver.path else None})
     apply = read_section(ApplyConfig, raw.get("apply"), "apply")
-    if apply.parallelism < 1:
-        raise ConfigError("must be at least 1", key="apply.parallelism")
-    if not _INTERVAL.match(apply.trigger_interval):
-        raise ConfigError(f"expected a number and a unit, e.g. \"10 seconds\" or \"2 minutes\"; got "
-                          f"{apply.trigger_interval!r}", key="apply.trigger_interval")
     tables_raw = raw.get("tables") or {}
     if not isinstance(tables_raw, Mapping):
         raise ConfigError("expected a table of tables", key="tables")
@@ -377,13 +412,6 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
         if table.track_columns and not keeps:
             raise ConfigError("track_columns needs history (it says which changes open a version)",
                               key=f"tables.{name}.track_columns")
-    # Column exclusion and masking: the words, the wildcards' shape, and no configured key excluded.
-    for pattern, key in [(p, "silver.exclude_columns") for p in silver.exclude_columns] + [
-            (p, "silver.mask_columns") for p, _ in silver.mask_columns]:
-        split_pattern(pattern, key)
-    check_masks(silver.mask_columns, "silver.mask_columns")
-    if not silver.mask_salt_env:
-        raise ConfigError("must name an environment variable", key="silver.mask_salt_env")
     for name, table in tables.items():
         check_table_columns(name, table, table.key)
         for column, dimensions in table.array_dimensions:
@@ -391,14 +419,6 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
                 raise ConfigError(f"column {column!r}: an array has 1 to {MAX_ARRAY_DIMENSIONS} dimensions, "
                                   f"not {dimensions}", key=f"tables.{name}.array_dimensions")
     source = read_section(SourceConfig, raw.get("source"), "source")
-    if source.proto_version not in (1, 2, 3, 4):
-        raise ConfigError("must be 1, 2, 3 or 4", key="source.proto_version")
-    if source.snapshot_workers < 1:
-        raise ConfigError("must be at least 1", key="source.snapshot_workers")
-    if not source.snapshot_check_seconds > 0:
-        raise ConfigError("must be more than 0", key="source.snapshot_check_seconds")
-    if source.snapshot_chunk_rows < 0:
-        raise ConfigError("must be 0 (whole tables) or more", key="source.snapshot_chunk_rows")
     land = read_section(LandConfig, raw.get("land"), "land")
     gaussdb = read_section(GaussdbConfig, raw.get("gaussdb"), "gaussdb")
     pipeline = raw.get("pipeline", None)
@@ -407,17 +427,7 @@ def parse_config(raw: Mapping[str, Any], base_dir: Path | None = None, origin_fi
     if not isinstance(pipeline, str) or not pipeline or "\x00" in pipeline:
         raise ConfigError("expected a non-empty string without NUL", key="pipeline")
     verify = read_section(VerifyConfig, raw.get("verify"), "verify")
-    if verify.range_rows < 1:
-        raise ConfigError("must be at least 1", key="verify.range_rows")
-    if verify.max_source_rows_per_second is not None and not verify.max_source_rows_per_second > 0:
-        raise ConfigError("must be more than 0 (leave it out for no bound)", key="verify.max_source_rows_per_second")
     metrics = read_section(MetricsConfig, raw.get("metrics"), "metrics")
-    if not metrics.address.strip():
-        raise ConfigError("expected a host name or IP address to listen on", key="metrics.address")
-    for key in ("land_port", "apply_port"):
-        port = getattr(metrics, key)
-        if port is not None and not 0 <= port <= 65535:
-            raise ConfigError(f"must be a TCP port, 0 to 65535 (0: any free port), got {port}", key=f"metrics.{key}")
     return Config(pipeline, bronze, silver, state, apply, tables, source, land, dict(formats), gaussdb, origin_file,
                   verify, metrics)
 

@@ -24,7 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from cdc_apply.config import Config
 from cdc_apply.config.choices import OnError
@@ -220,25 +220,7 @@ class ApplyPipeline:
         wanted = set(self.config.bronze.sources)
         if wanted:
             df = df.where(F.col("source").isin(sorted(wanted)))
-        # A micro-batch whose files are small (as the plan sizes them, no job) comes to the driver whole
-        # (local_batch.py). Otherwise the payloads' bytes decide whether the batch is kept in memory; a batch
-        # whose files alone are larger skips summing a length per payload.
-        planned = self.tables.planned_bytes(df)
-        measured = fits_fresh_cache(planned)
-        local = collect_micro_batch(df, planned) if measured else None
-        if local is not None:
-            stats = bounds_of(local)
-        else:
-            # A batch too large to keep takes its bounds from its files' statistics where they say them:
-            # a query of the micro-batch reads every payload (micro_batch.py).
-            from_files = None if measured else micro_batch_bounds(self.tables, df, self.bronze, wanted or None)
-            if from_files is not None:
-                stats = from_files
-            else:
-                bounds = [F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n")]
-                if measured:
-                    bounds.append(F.sum(F.length("payload")).alias("bytes"))
-                stats = {r.source: r for r in df.groupBy("source").agg(*bounds).collect()}
+        stats, local, measured = self._bounds(df, wanted)
         version = self.version + 1
         report = BatchReport(version, batch_id, clock=started)
         if not stats:
@@ -251,14 +233,7 @@ class ApplyPipeline:
                                                             version)
                     for source in stats}
         last = {source: p.last_seq for source, p in prepared.items()}
-        # The micro-batch says how far each source has landed; the rows themselves are read from the
-        # bronze table by seq, so however Spark splits bronze commits into micro-batches, every row is
-        # seen once and in seq order — unless the micro-batch holds exactly those rows (_holds_the_batch).
-        new_rows = None
-        for source in stats:
-            state = self.states.get(source, SourceState())
-            cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= last[source])
-            new_rows = cond if new_rows is None else new_rows | cond
+        new_rows = self._new_rows(stats, last)
         payloads = sum(int(r.bytes or 0) for r in stats.values()) if measured else None   # summed only when measured
         small = payloads is not None and fits_fresh_cache(payloads)
         holds = small and self._holds_the_batch(stats, last)
@@ -282,6 +257,44 @@ class ApplyPipeline:
                                        report)
         finally:
             fresh.unpersist()   # a no-op for a batch read from bronze each time
+
+    def _bounds(self, df, wanted: set[str]) -> tuple[dict, Any, bool]:
+        """Each source's rows in the micro-batch (first and last seq, count; payload bytes when ``measured``),
+        the batch's rows on the driver when it came whole (``local``), and whether its size was measured.
+
+        A micro-batch whose files are small (as the plan sizes them, no job) comes to the driver whole
+        (local_batch.py). Otherwise the payloads' bytes decide whether the batch is kept in memory; a batch
+        whose files alone are larger skips summing a length per payload, and takes its bounds from its files'
+        statistics where they say them (a query of the micro-batch reads every payload: micro_batch.py)."""
+        from pyspark.sql import functions as F
+
+        planned = self.tables.planned_bytes(df)
+        measured = fits_fresh_cache(planned)
+        local = collect_micro_batch(df, planned) if measured else None
+        if local is not None:
+            return bounds_of(local), local, measured
+        from_files = None if measured else micro_batch_bounds(self.tables, df, self.bronze, wanted or None)
+        if from_files is not None:
+            return from_files, None, measured
+        bounds = [F.max("seq").alias("last"), F.min("seq").alias("first"), F.count(F.lit(1)).alias("n")]
+        if measured:
+            bounds.append(F.sum(F.length("payload")).alias("bytes"))
+        return {r.source: r for r in df.groupBy("source").agg(*bounds).collect()}, None, measured
+
+    def _new_rows(self, stats, last: dict[str, int]):
+        """The condition on bronze's rows of the batch: each source's seqs past its applied one up to ``last``.
+
+        The micro-batch says how far each source has landed; the rows themselves are read from the bronze
+        table by seq, so however Spark splits bronze commits into micro-batches, every row is seen once and
+        in seq order — unless the micro-batch holds exactly those rows (_holds_the_batch)."""
+        from pyspark.sql import functions as F
+
+        new_rows = None
+        for source in stats:
+            state = self.states.get(source, SourceState())
+            cond = (F.col("source") == source) & (F.col("seq") > state.applied_seq) & (F.col("seq") <= last[source])
+            new_rows = cond if new_rows is None else new_rows | cond
+        return new_rows
 
     def _holds_the_batch(self, stats, last: dict[str, int]) -> bool:
         """Whether the micro-batch's rows are the batch's rows: of pgoutput sources only, each source's
