@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, TextIO
 
 from cdc_apply.config import Config
@@ -50,6 +50,20 @@ FOLLOW_BYTES = 16 * 1024 * 1024
 MAX_DIVERGENCES = 3
 # Messages read at most between two passes of the session's checks (a batch due, an append done, stop).
 READ_MESSAGES = 2000
+
+
+@dataclass
+class _SessionClock:
+    """What one streaming session decides by (monotonic seconds)."""
+
+    last_data: float                     # the last read that gave messages
+    last_forward: float                  # the last confirmation of wal_end (_follow)
+    stable: tuple[int, float]            # wal_end and since when it has not moved (an idle --once run)
+    orphan_check: float = 0.0            # the last look for stream blocks whose end never came
+    pending_since: float | None = None   # the oldest message waiting for a bronze commit
+    idle_target: int | None = None       # an idle --once run's flush position to reach
+    probe_at: float = 0.0                # the last keepalive asked for while idle
+    snapshot_due: bool = False           # a snapshot waits for bronze to be between units
 
 
 class Lander:
@@ -216,96 +230,115 @@ class Lander:
     def _session(self, reader: ReplicationReader, seq: Sequencer, once: bool) -> bool:
         """Stream until idle (``once``) or stopped (True), or until a snapshot is due and bronze is between units
         (False: the caller takes it, then streams again from bronze's resume point)."""
-        land = self.land
         now = time.monotonic()
-        last_data, pending_since, last_forward, orphan_check = now, None, now, 0.0
-        idle_target, probe_at, stable = None, 0.0, (reader.wal_end, now)
-        # Whether a snapshot is due is asked at every pass, wherever the stream stands: a read of all that
-        # arrived mostly ends inside a transaction on a busy stream. A due snapshot then waits for bronze to be
-        # between units, messages read one at a time meanwhile, so the stream cannot put it off for ever.
-        snapshot_due = False
+        clock = _SessionClock(last_data=now, last_forward=now, stable=(reader.wal_end, now))
         while True:
             if self.stop.is_set():
                 self._land(seq, reader)
                 return True
-            if snapshot_due or self.snapshots.due(self.state, now):
-                snapshot_due = True
+            # Whether a snapshot is due is asked at every pass, wherever the stream stands: a read of all that
+            # arrived mostly ends inside a transaction on a busy stream. A due snapshot then waits for bronze to
+            # be between units, messages read one at a time meanwhile, so the stream cannot put it off for ever.
+            if clock.snapshot_due or self.snapshots.due(self.state, now):
+                clock.snapshot_due = True
                 if seq.between_units:
                     self._land(seq, reader)     # the append in flight first, then what is pending
                     return False
-            flow = self.snapshots.flow
-            if flow is None and not snapshot_due:
-                # All that has arrived, up to where the batch is full: the checks below run once per read.
-                messages = reader.read_many(POLL_SECONDS, max(1, min(READ_MESSAGES, land.batch_messages - seq.pending)),
-                                            max(1, land.batch_bytes - seq.nbytes))
-            else:
-                message = reader.read(POLL_SECONDS)
-                if flow is not None and self._inflight is None and flow.reached(message, seq, reader):
-                    # The stream reached the point of the chunks copied meanwhile: they land before this
-                    # message, which the walsender sends again in the next session.
-                    self._land(seq, reader)
-                    return False
-                messages = [message] if message is not None else []
+            messages = self._read(reader, seq, clock)
+            if messages is None:
+                # The stream reached the point of the chunks copied meanwhile: they land before this message,
+                # which the walsender sends again in the next session.
+                self._land(seq, reader)
+                return False
             now = time.monotonic()
-            if messages:
-                if self._probe_messages is None:
-                    seq.feed_many(messages)
-                else:
-                    for lsn, payload in messages:
-                        self._probe_messages("message", lsn=lsn, payload=payload)
-                        seq.feed(lsn, payload)
-                last_data, idle_target = now, None
-            if now - orphan_check >= ORPHAN_CHECK_SECONDS:
-                self._resolve_orphans(seq)
-                orphan_check = now
-            if pending_since is None and seq.pending:
-                pending_since = now
-            full = seq.pending >= land.batch_messages or seq.nbytes >= land.batch_bytes
-            due = full or (pending_since is not None and now - pending_since >= land.batch_seconds)
-            if self._first_due and not due and seq.pending and flow is None and len(messages) < READ_MESSAGES:
-                # The run's first batch does not wait out batch_seconds: it is due once what has arrived is
-                # read, at a point between units (a fresh start shows its first rows in bronze at once).
-                due = seq.between_units
-            # A batch ends only between stream blocks: wait for the block to end (it is at most
-            # about logical_decoding_work_mem), unless the batch has grown twice too big.
-            if self._inflight is not None and (self._inflight[0].done() or full):
-                # Done, or the next batch is full already: wait rather than buffer without bound.
-                self._finish(reader)
-            if seq.pending and due and self._inflight is None and (
-                    not seq.in_block or seq.pending >= 2 * land.batch_messages or seq.nbytes >= 2 * land.batch_bytes):
-                # At the last transaction's end when one ended: a bronze commit that ends inside a transaction
-                # makes the apply wait for its rest and then read its head from bronze again.
-                self._land(seq, reader, wait=False, at_unit=True)
-                self._first_due = False
-                pending_since = now if seq.pending else None
+            self._take(seq, messages, clock, now)
+            self._land_when_due(seq, reader, len(messages), clock, now)
             if messages:
                 continue
             if self._may_follow(seq, reader) and (reader.reply_requested or (
                     reader.wal_end - reader.flush_lsn >= FOLLOW_BYTES
-                    and now - last_forward >= land.keepalive_seconds)):
+                    and now - clock.last_forward >= self.land.keepalive_seconds)):
                 # The walsender waits for it (a server shutting down), or the slot holds much WAL back.
                 self._follow(reader)
-                last_forward = now
-            if not once or now - last_data < land.idle_exit_seconds:
-                continue
-            if idle_target is None:
-                idle_target = self._flush_position()
-                reader.request_keepalive()
-                probe_at, stable = now, (reader.wal_end, now)
-                continue
-            if reader.wal_end != stable[0]:
-                stable = (reader.wal_end, now)
-            caught_up = idle_target is not None and idle_target >= 0 and reader.wal_end >= idle_target
-            # The walsender made no progress for as long again: it waits for WAL that is not there.
-            still = reader.keepalive_at > stable[1] and now - stable[1] >= land.idle_exit_seconds
-            if caught_up or still:
-                self._land(seq, reader)
-                if self._may_follow(seq, reader) and reader.wal_end - reader.flush_lsn >= FOLLOW_BYTES:
-                    self._follow(reader)
+                clock.last_forward = now
+            if once and now - clock.last_data >= self.land.idle_exit_seconds and self._idle(seq, reader, clock, now):
                 return True
-            if now - probe_at >= 0.25:
-                reader.request_keepalive()
-                probe_at = now
+
+    def _read(self, reader: ReplicationReader, seq: Sequencer, clock: _SessionClock) -> list | None:
+        """What has arrived, up to where the batch is full (the session's checks run once per read); one message
+        at a time while a snapshot is due or a chunk flow is under way; None: the flow's point is reached."""
+        flow = self.snapshots.flow
+        if flow is None and not clock.snapshot_due:
+            land = self.land
+            return reader.read_many(POLL_SECONDS, max(1, min(READ_MESSAGES, land.batch_messages - seq.pending)),
+                                    max(1, land.batch_bytes - seq.nbytes))
+        message = reader.read(POLL_SECONDS)
+        if flow is not None and self._inflight is None and flow.reached(message, seq, reader):
+            return None
+        return [message] if message is not None else []
+
+    def _take(self, seq: Sequencer, messages: list, clock: _SessionClock, now: float) -> None:
+        """Number the messages read (each through the test probe when there is one), and keep the clock."""
+        if messages:
+            if self._probe_messages is None:
+                seq.feed_many(messages)
+            else:
+                for lsn, payload in messages:
+                    self._probe_messages("message", lsn=lsn, payload=payload)
+                    seq.feed(lsn, payload)
+            clock.last_data, clock.idle_target = now, None
+        if now - clock.orphan_check >= ORPHAN_CHECK_SECONDS:
+            self._resolve_orphans(seq)
+            clock.orphan_check = now
+        if clock.pending_since is None and seq.pending:
+            clock.pending_since = now
+
+    def _land_when_due(self, seq: Sequencer, reader: ReplicationReader, read: int, clock: _SessionClock,
+                       now: float) -> None:
+        """Land the pending batch when it is full or old enough, at a point where a batch may end; ``read``: how
+        many messages the last read gave."""
+        land = self.land
+        full = seq.pending >= land.batch_messages or seq.nbytes >= land.batch_bytes
+        due = full or (clock.pending_since is not None and now - clock.pending_since >= land.batch_seconds)
+        if self._first_due and not due and seq.pending and self.snapshots.flow is None and read < READ_MESSAGES:
+            # The run's first batch does not wait out batch_seconds: it is due once what has arrived is
+            # read, at a point between units (a fresh start shows its first rows in bronze at once).
+            due = seq.between_units
+        # A batch ends only between stream blocks: wait for the block to end (it is at most
+        # about logical_decoding_work_mem), unless the batch has grown twice too big.
+        if self._inflight is not None and (self._inflight[0].done() or full):
+            # Done, or the next batch is full already: wait rather than buffer without bound.
+            self._finish(reader)
+        if seq.pending and due and self._inflight is None and (
+                not seq.in_block or seq.pending >= 2 * land.batch_messages or seq.nbytes >= 2 * land.batch_bytes):
+            # At the last transaction's end when one ended: a bronze commit that ends inside a transaction
+            # makes the apply wait for its rest and then read its head from bronze again.
+            self._land(seq, reader, wait=False, at_unit=True)
+            self._first_due = False
+            clock.pending_since = now if seq.pending else None
+
+    def _idle(self, seq: Sequencer, reader: ReplicationReader, clock: _SessionClock, now: float) -> bool:
+        """``--once`` after ``idle_exit_seconds`` without data: whether the stream is done (everything the slot
+        had is landed, or the walsender waits for WAL that is not there), asking the walsender meanwhile."""
+        if clock.idle_target is None:
+            clock.idle_target = self._flush_position()
+            reader.request_keepalive()
+            clock.probe_at, clock.stable = now, (reader.wal_end, now)
+            return False
+        if reader.wal_end != clock.stable[0]:
+            clock.stable = (reader.wal_end, now)
+        caught_up = clock.idle_target >= 0 and reader.wal_end >= clock.idle_target
+        # The walsender made no progress for as long again: it waits for WAL that is not there.
+        still = reader.keepalive_at > clock.stable[1] and now - clock.stable[1] >= self.land.idle_exit_seconds
+        if caught_up or still:
+            self._land(seq, reader)
+            if self._may_follow(seq, reader) and reader.wal_end - reader.flush_lsn >= FOLLOW_BYTES:
+                self._follow(reader)
+            return True
+        if now - clock.probe_at >= 0.25:
+            reader.request_keepalive()
+            clock.probe_at = now
+        return False
 
     def _may_follow(self, seq: Sequencer, reader: ReplicationReader) -> bool:
         """Nothing received is unlanded and nothing is open: all the walsender decoded up to its wal_end is in
