@@ -11,6 +11,12 @@ the version after the snapshot whose app-id version was checked, so a commit of 
 again, the check is made again on the newer snapshot, and the commit tried again
 (:func:`commit_files`). Only tables whose features this path honours are written
 (:func:`unwritable_reason`); the rest keep Spark's writer.
+
+On object storage that loop is exactly once only if writing commit N+1 fails when it exists: delta-rs
+writes it with a conditional put (S3's ``If-None-Match: *``; Azure's and GCS's own). A store that
+ignores the condition would let a second writer replace the first's commit, so before the first commit
+:func:`check_exclusive_commits` makes two commits of one version on a probe table beside the table and
+refuses the store when both are taken.
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ from typing import Callable, Iterable, Sequence
 
 import pyarrow as pa
 
+from cdc_apply.delta import storage
 from cdc_apply.delta.arrow_files import AddedFile
-from cdc_apply.errors import StateError
+from cdc_apply.errors import ConfigError, StateError
 
 # Writer features a commit of plain files honours: the files are written whole by pyarrow with the
 # table's NOT NULL columns, never updated or deleted. Anything else (deletion vectors, column mapping,
@@ -30,20 +37,61 @@ from cdc_apply.errors import StateError
 WRITABLE_FEATURES = frozenset({"appendOnly", "invariants"})
 COMMIT_ATTEMPTS = 100          # commits by others in a row before giving up (OPTIMIZE, other sources)
 CREATE_ATTEMPTS = 5
+PROBE_FOLDER = "_cdc_apply_commit_probe"   # beside the table's files: Delta's readers skip "_" folders
+
+
+def _options(path: str) -> dict[str, str] | None:
+    return storage.storage_options(path) if storage.object_uri(path) is not None else None
 
 
 def is_table(path: str) -> bool:
-    """Whether ``path`` holds a Delta table (a commit or a checkpoint in its log)."""
+    """Whether ``path`` (a local folder or an object store URI) holds a Delta table (a commit or a
+    checkpoint in its log)."""
     from deltalake import DeltaTable
 
-    return DeltaTable.is_deltatable(path)
+    return DeltaTable.is_deltatable(path, storage_options=_options(path))
 
 
 def open_table(path: str):
     """The ``deltalake.DeltaTable`` at ``path`` (which must hold one)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(path)
+    return DeltaTable(path, storage_options=_options(path))
+
+
+def check_exclusive_commits(path: str) -> None:
+    """Refuse an object store on which a Delta commit is not exclusive (see the module): two handles of a
+    probe table at one version each commit, and the second must fail. A ``ConfigError`` names the setting
+    otherwise. Local paths need no probe (delta-rs commits there by an atomic rename that fails if the
+    commit exists)."""
+    from deltalake import CommitProperties
+
+    if storage.object_uri(path) is None:
+        return
+    storage.check_exclusive_settings(path)
+    probe = path.rstrip("/") + "/" + PROBE_FOLDER
+    create_table(probe, pa.schema([("probe", pa.int64())]), {}, what="commit probe")
+    for _ in range(COMMIT_ATTEMPTS):
+        first, second = open_table(probe), open_table(probe)
+        properties = CommitProperties(max_commit_retries=0)
+        try:
+            first.create_write_transaction([], mode="append", schema=first.schema(), commit_properties=properties)
+        except Exception as exc:  # noqa: BLE001 - another lander's probe took the version: probe again
+            if type(exc).__name__ != "CommitFailedError":
+                raise
+            continue
+        try:
+            second.create_write_transaction([], mode="append", schema=second.schema(), commit_properties=properties)
+        except Exception as exc:  # noqa: BLE001 - the expected refusal of a version that exists
+            if type(exc).__name__ == "CommitFailedError":
+                return
+            raise
+        raise ConfigError(f"the object store under {path} accepted two commits of version {first.version()} of "
+                          f"{probe}: it does not honour conditional writes (If-None-Match), so two writers could "
+                          "each take one Delta version and a landed batch be lost; use a store that does (AWS S3, "
+                          "MinIO; Cloudflare R2 with AWS_CONDITIONAL_PUT=etag) or land into a local path",
+                          key="AWS_CONDITIONAL_PUT", table=path)
+    raise StateError(f"{COMMIT_ATTEMPTS} commit probes in a row met another writer's", table=probe)
 
 
 def unwritable_reason(table, columns: Sequence[str]) -> str | None:
@@ -82,25 +130,29 @@ def create_table(path: str, schema: pa.Schema, configuration: dict[str, str], wh
     from deltalake import DeltaTable
 
     last = None
+    options = _options(path)
     for attempt in range(CREATE_ATTEMPTS):
-        if DeltaTable.is_deltatable(path):
+        if DeltaTable.is_deltatable(path, storage_options=options):
             return False
-        if os.path.isdir(path):
+        # On object storage there are no folders: a prefix holding other files is not looked for.
+        if options is None and os.path.isdir(path):
             others = sorted(n for n in os.listdir(path) if n != "_delta_log")
             if others and not os.path.isdir(os.path.join(path, "_delta_log")):
                 raise StateError("the location holds files but no Delta table: it is not cdc_apply's to write "
                                  "into; move them away or point the setting at another folder", table=what,
                                  path=path, files=", ".join(others[:5]))
         try:
-            DeltaTable.create(path, schema=schema, mode="error", configuration=configuration)
+            DeltaTable.create(path, schema=schema, mode="error", configuration=configuration,
+                              storage_options=options)
             return True
         except Exception as exc:  # noqa: BLE001 - another creator's version 0 came first: looked at again
             last = exc
         time.sleep(0.1 * (attempt + 1))
-    if DeltaTable.is_deltatable(path):
+    if DeltaTable.is_deltatable(path, storage_options=options):
         return False
+    cause = storage.redact(str(last).splitlines()[0][:300]) if last else "?"
     raise StateError(f"the Delta table could not be created after {CREATE_ATTEMPTS} attempts (last error: "
-                     f"{str(last).splitlines()[0][:300] if last else '?'})", table=what, path=path)
+                     f"{cause})", table=what, path=path)
 
 
 def app_version(table, app_id: str) -> int | None:
