@@ -12,11 +12,12 @@ again, the check is made again on the newer snapshot, and the commit tried again
 (:func:`commit_files`). Only tables whose features this path honours are written
 (:func:`unwritable_reason`); the rest keep Spark's writer.
 
-On object storage that loop is exactly once only if writing commit N+1 fails when it exists: delta-rs
-writes it with a conditional put (S3's ``If-None-Match: *``; Azure's and GCS's own). A store that
-ignores the condition would let a second writer replace the first's commit, so before the first commit
-:func:`check_exclusive_commits` makes two commits of one version on a probe table beside the table and
-refuses the store when both are taken.
+On object storage that loop is exactly once only if writing commit N+1 fails when it exists. delta-rs
+first lists the log past its snapshot (a commit made before that is found there) and then writes the
+commit with a conditional put (S3's ``If-None-Match: *``; Azure's and GCS's own), which fails when
+another writer's commit of that version came in between; with the conditional put turned off it refuses
+to commit at all (settings that do so are refused by name first:
+:func:`cdc_apply.delta.storage.check_exclusive_settings`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pyarrow as pa
 
 from cdc_apply.delta import storage
 from cdc_apply.delta.arrow_files import AddedFile
-from cdc_apply.errors import ConfigError, StateError
+from cdc_apply.errors import StateError
 
 # Writer features a commit of plain files honours: the files are written whole by pyarrow with the
 # table's NOT NULL columns, never updated or deleted. Anything else (deletion vectors, column mapping,
@@ -37,7 +38,6 @@ from cdc_apply.errors import ConfigError, StateError
 WRITABLE_FEATURES = frozenset({"appendOnly", "invariants"})
 COMMIT_ATTEMPTS = 100          # commits by others in a row before giving up (OPTIMIZE, other sources)
 CREATE_ATTEMPTS = 5
-PROBE_FOLDER = "_cdc_apply_commit_probe"   # beside the table's files: Delta's readers skip "_" folders
 
 
 def _options(path: str) -> dict[str, str] | None:
@@ -57,41 +57,6 @@ def open_table(path: str):
     from deltalake import DeltaTable
 
     return DeltaTable(path, storage_options=_options(path))
-
-
-def check_exclusive_commits(path: str) -> None:
-    """Refuse an object store on which a Delta commit is not exclusive (see the module): two handles of a
-    probe table at one version each commit, and the second must fail. A ``ConfigError`` names the setting
-    otherwise. Local paths need no probe (delta-rs commits there by an atomic rename that fails if the
-    commit exists)."""
-    from deltalake import CommitProperties
-
-    if storage.object_uri(path) is None:
-        return
-    storage.check_exclusive_settings(path)
-    probe = path.rstrip("/") + "/" + PROBE_FOLDER
-    create_table(probe, pa.schema([("probe", pa.int64())]), {}, what="commit probe")
-    for _ in range(COMMIT_ATTEMPTS):
-        first, second = open_table(probe), open_table(probe)
-        properties = CommitProperties(max_commit_retries=0)
-        try:
-            first.create_write_transaction([], mode="append", schema=first.schema(), commit_properties=properties)
-        except Exception as exc:  # noqa: BLE001 - another lander's probe took the version: probe again
-            if type(exc).__name__ != "CommitFailedError":
-                raise
-            continue
-        try:
-            second.create_write_transaction([], mode="append", schema=second.schema(), commit_properties=properties)
-        except Exception as exc:  # noqa: BLE001 - the expected refusal of a version that exists
-            if type(exc).__name__ == "CommitFailedError":
-                return
-            raise
-        raise ConfigError(f"the object store under {path} accepted two commits of version {first.version()} of "
-                          f"{probe}: it does not honour conditional writes (If-None-Match), so two writers could "
-                          "each take one Delta version and a landed batch be lost; use a store that does (AWS S3, "
-                          "MinIO; Cloudflare R2 with AWS_CONDITIONAL_PUT=etag) or land into a local path",
-                          key="AWS_CONDITIONAL_PUT", table=path)
-    raise StateError(f"{COMMIT_ATTEMPTS} commit probes in a row met another writer's", table=probe)
 
 
 def unwritable_reason(table, columns: Sequence[str]) -> str | None:

@@ -8,9 +8,9 @@ table at a path that delta-rs may write (:func:`spark_reason`: a local folder, o
 :class:`~cdc_apply.lander.bronze_writer.BronzeWriter` does — create the table, read back where this
 source stands, one commit per batch with ``SetTransaction(cdc_apply-land:<source>, batch)`` and the
 resume state as ``userMetadata`` — through :mod:`cdc_apply.delta.rs_commit`, so ``cdc-apply land``
-starts no JVM. On object storage the store must make a commit exclusive (a conditional put), checked
-once at :meth:`RsBronzeWriter.open` (:func:`~cdc_apply.delta.rs_commit.check_exclusive_commits`): a store
-that would let two landers take one version is refused, never written. A catalog table, a path on a
+starts no JVM. On object storage a commit is exclusive by delta-rs's conditional put; settings that
+turn it off are refused at :meth:`RsBronzeWriter.open`
+(:func:`~cdc_apply.delta.storage.check_exclusive_settings`), never written under. A catalog table, a path on a
 store the environment does not configure, and a table Spark made with features this path does not write
 (deletion vectors, column mapping, columns of the user's own, ...) keep Spark's writer; :func:`open_writer`
 picks, and says why when a path bronze falls back.
@@ -105,8 +105,9 @@ class RsBronzeWriter:
     # -- start -------------------------------------------------------------------
     def open(self) -> ResumeState:
         """Create the table if needed, check its schema, and return where this source stands. On object
-        storage the store's commits are checked to be exclusive first (a ``ConfigError`` otherwise)."""
-        rs_commit.check_exclusive_commits(self.folder)
+        storage, settings that would make its commits non-exclusive are refused first (``ConfigError``)."""
+        if storage.object_uri(self.folder) is not None:
+            storage.check_exclusive_settings(self.folder)
         rs_commit.create_table(self.folder, ARROW_SCHEMA, BRONZE_PROPERTIES, what="bronze")
         table = self._table = rs_commit.open_table(self.folder)
         self._check_schema(table)
