@@ -172,3 +172,20 @@ def test_the_land_command_lands_into_s3_with_pyspark_unimportable(postgres, s3_s
         rows = _rows(url)
     assert units([(lsn, p) for _, _, lsn, p in rows]) == units(peek(postgres, db, "s3_cli_twin",
                                                                      slot_options(two_phase=True)))
+
+
+def test_an_initial_snapshot_lands_into_s3_bronze_as_it_lands_into_a_local_path(postgres, s3_env, tmp_path):
+    db = "s3_snap"
+    postgres.create_database(db)
+    postgres.execute("CREATE TABLE t (id int PRIMARY KEY, v text)", dbname=db)
+    postgres.execute("INSERT INTO t SELECT g, repeat('s', g % 50) FROM generate_series(1, 2000) g", dbname=db)
+    postgres.execute("CREATE PUBLICATION pub FOR TABLE t", dbname=db)
+    url = s3_env.url(f"{_prefix()}/bronze")
+    landed = {}
+    for slot, bronze in (("snap_local", str(tmp_path / "bronze")), ("snap_s3", url)):
+        config = make_config(tmp_path / slot, postgres.dsn(db), "pg", slot, "pub", bronze=bronze,  # type: ignore[arg-type]
+                             create_slot=True, snapshot="initial", snapshot_chunk_rows=500)
+        summary, _ = run_lander(config, None)
+        assert summary.state.last_seq > 2000   # the copy: a snapshot message, a Relation, a Truncate, the rows
+        landed[slot] = sorted(p for _, _, _, p in _rows(bronze) if p[:1] == b"I")
+    assert len(landed["snap_s3"]) == 2000 and landed["snap_s3"] == landed["snap_local"]
