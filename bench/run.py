@@ -112,6 +112,9 @@ STEPS: tuple[Step, ...] = (
     Step("lander", "lander", ("--reps", "3", "--rate", "5000", "--seconds", "40", "--backlog", "200000"),
          what="`cdc-apply land` (bronze at a path: no JVM): process start to first bronze commit, peak memory at "
               "5,000 messages/s, a 200,000-message backlog against pg_recvlogical"),
+    Step("lander_s3", "lander_s3", ("--backlog", "100000", "--reps", "3"),
+         what="`cdc-apply land` into bronze on s3:// (moto's S3-compatible server on 127.0.0.1, delta-rs, no JVM) "
+              "against the same backlog landed into a local path, 100,000 messages, 3 landings each"),
     Step("connect", "connect", ("--measured", "2"),
          what="the apply job over Spark Connect (SPARK_REMOTE=local[2]) against a classic session: batches of "
               "1,000 changes over ten tables, connect_vs_classic"),

@@ -175,8 +175,9 @@ def status(spark: SparkSession | None, config: ConfigLike, *, quarantine_hours: 
     ``quarantined_recently``, ``last_error``, ``updated_at``. :func:`exit_code` turns the list into the
     command's exit code.
 
-    When the state tables and bronze are local paths they are read without a JVM (delta-rs) and ``spark``
-    may be None; catalog tables and paths on object storage are read with ``spark``.
+    When delta-rs opens the state tables and bronze (local paths, or object storage whose credentials are in
+    the environment: :func:`cdc_apply.delta.files.rs_uri`) they are read without a JVM and ``spark`` may be
+    None; catalog tables and object storage configured only in Spark are read with ``spark``.
     """
     from cdc_apply.lake.books.status import read_status
 
@@ -205,8 +206,9 @@ def land(config: ConfigLike, *, spark: SparkSession | None = None, once: bool = 
     it runs until ``stop`` is set. Everything that can be wrong with the source (slot, publication,
     ``wal_level``, role, credentials, reachability) is checked before bronze is opened, as a
     :class:`~cdc_apply.errors.LandError` or ``ConfigError`` saying what to run. A bronze path is written
-    through delta-rs without Spark (no JVM starts); a catalog table, a path on object storage, or a table
-    with features delta-rs does not write here goes through Spark: ``spark`` is then the session to write
+    through delta-rs without Spark (no JVM starts): a local one, or one on object storage whose credentials
+    are in the environment (docs/LANDER.md); a catalog table, object storage configured only in Spark, or
+    a table with features delta-rs does not write here goes through Spark: ``spark`` is then the session to write
     it with (default :func:`cdc_apply.spark_session`, built only then). Each landed batch is logged on
     ``cdc_apply.land`` (and written to ``out`` when given). The summary has ``batches`` (one report
     each: messages, bytes, seq range, flush LSN, slot lag), ``messages``, ``nbytes``, ``replayed``,

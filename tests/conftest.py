@@ -71,6 +71,27 @@ def postgres(tmp_path_factory):
     server.destroy()
 
 
+@pytest.fixture(scope="session")
+def s3_store(tmp_path_factory):
+    """An S3-compatible server on 127.0.0.1 (moto's: the ``cluster`` extra); the test skips without moto."""
+    pytest.importorskip("moto", reason="moto[server] (the cluster extra) runs the S3-compatible server")
+    from cdc_apply.testing.object_store import start_s3_server
+
+    server = start_s3_server(tmp_path_factory.mktemp("s3-store"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_store, monkeypatch):
+    """The standard AWS variables pointing delta-rs at :func:`s3_store` for one test."""
+    for name in ("AWS_PROFILE", "AWS_CONDITIONAL_PUT", "AWS_S3_CONDITIONAL_PUT", "CDC_APPLY_OBJECT_STORE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in s3_store.environment().items():
+        monkeypatch.setenv(name, value)
+    return s3_store
+
+
 # Fixtures that start a JVM or a PostgreSQL server, and the marker a test using any of them (directly or
 # through another fixture) carries, so `make test-fast` (-m "not spark and not postgres") never starts one.
 # A test on the Spark Connect server also carries `connect`: `make test` leaves those to `make system`,

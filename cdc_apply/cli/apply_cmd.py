@@ -41,7 +41,8 @@ def run_status(config_path: str, as_json: bool = False, quarantine_hours: float 
 
     ``as_json``: one JSON object per source, one per line (nothing when the pipeline has applied
     nothing yet); timestamps as ``YYYY-MM-DD HH:MM:SS[.ffffff]`` strings in the driver process's local time.
-    Tables at local paths are read without a JVM (no Spark session is built).
+    Tables delta-rs opens (local paths; object storage with its credentials in the environment) are read
+    without a JVM (no Spark session is built).
     """
     from cdc_apply.api import exit_code, status
     from cdc_apply.cli.land_cmd import source_dsn
@@ -50,7 +51,7 @@ def run_status(config_path: str, as_json: bool = False, quarantine_hours: float 
 
     config = load_config(config_path)
     spark = None
-    if needs_spark(config):   # catalog tables (or object storage): otherwise no JVM is started
+    if needs_spark(config):   # catalog tables, object storage configured only in Spark: otherwise no JVM
         from cdc_apply.spark import spark_session
 
         spark = spark_session(f"cdc_apply-status-{config.pipeline}")

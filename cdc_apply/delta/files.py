@@ -3,8 +3,9 @@
 For commands that run no Spark job (``cdc-apply status``): a table's rows as Spark's read gives them
 (:func:`read_rows`: removed files and deletion vectors honoured, column mapping and partition columns
 resolved, by delta-rs's own engine) and its live files with their statistics (:func:`live_files`), so a
-question the statistics answer reads no data. Only local paths: a path on object storage is opened
-with credentials that live in Spark's configuration, so its readers keep Spark (:func:`local_path`).
+question the statistics answer reads no data. Local paths, and paths on object storage that the
+environment configures delta-rs for (:func:`rs_uri`, :mod:`cdc_apply.delta.storage`); the rest (a catalog
+table, a store whose credentials live only in Spark's configuration) keep Spark.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
+from cdc_apply.delta import storage
 from cdc_apply.delta.refs import TableRef
 
 
@@ -31,16 +33,63 @@ def local_path(ref: TableRef) -> str | None:
     return path
 
 
-def open_table(ref: TableRef):
-    """The ``deltalake.DeltaTable`` at the ref's local path, or None when no Delta table is there."""
+def rs_uri(ref: TableRef) -> str | None:
+    """Where delta-rs opens the table: its local folder, or its URI on object storage when the environment
+    configures delta-rs for that store (:func:`cdc_apply.delta.storage.rs_reachable`); None: Spark's to open."""
+    path = local_path(ref)
+    if path is not None:
+        return path
+    uri = storage.object_uri(ref.path) if ref.path is not None else None
+    return uri if uri is not None and storage.rs_reachable(uri) else None
+
+
+def open_uri(uri: str):
+    """The ``deltalake.DeltaTable`` at ``uri`` (:func:`rs_uri`), or None when no Delta table is there."""
     from deltalake import DeltaTable
 
-    path = local_path(ref)
-    if path is None:
-        raise ValueError(f"{ref} is not a local path: read it with Spark")
-    if not DeltaTable.is_deltatable(path):
+    options = _options(uri)
+    if not DeltaTable.is_deltatable(uri, storage_options=options):
         return None
-    return DeltaTable(path)
+    return DeltaTable(uri, storage_options=options)
+
+
+def open_table(ref: TableRef):
+    """The ``deltalake.DeltaTable`` at the ref's path (:func:`rs_uri`), or None when no Delta table is there."""
+    uri = rs_uri(ref)
+    if uri is None:
+        raise ValueError(f"{ref} is not a path delta-rs opens here: read it with Spark")
+    return open_uri(uri)
+
+
+def _options(uri: str) -> dict[str, str] | None:
+    return storage.storage_options(uri) if storage.object_uri(uri) is not None else None
+
+
+class StoreFiles:
+    """A table's files on object storage through delta-rs's own store (the table's credentials): pyarrow
+    reads them by :attr:`pyarrow`, and a file made in memory is written by :meth:`put`."""
+
+    def __init__(self, uri: str) -> None:
+        from deltalake._internal import DeltaFileSystemHandler
+
+        self._handler = DeltaFileSystemHandler(uri, _options(uri))
+        self.uri = uri
+
+    @property
+    def pyarrow(self):
+        """A pyarrow file system rooted at the table."""
+        from deltalake.fs import DeltaStorageHandler
+        from pyarrow.fs import PyFileSystem
+
+        return PyFileSystem(DeltaStorageHandler(self.uri, _options(self.uri)))
+
+    def put(self, name: str, data: bytes) -> None:
+        """Write ``data`` as the file ``name`` (relative to the table) by one upload."""
+        out = self._handler.open_output_stream(name, None)
+        try:
+            out.write(data)   # delta-rs's stream takes bytes (pyarrow's file wrapper would hand it a Buffer)
+        finally:
+            out.close()   # type: ignore[attr-defined]  # the stubs name only `closed`; the stream has close()
 
 
 def read_rows(table, columns: list[str], predicate: str | None = None) -> pa.Table:
@@ -110,10 +159,14 @@ def file_rows(table, file: LiveFile, columns: list[str]) -> pa.Table:
     schema = table.schema()
     physical = {f.name: str(f.metadata.get("delta.columnMapping.physicalName", f.name)) for f in schema.fields}
     partitions = set(table.metadata().partition_columns)
-    root = local_path(TableRef(path=table.table_uri)) or table.table_uri
-    path = file.path if os.path.isabs(file.path) else os.path.join(root.removeprefix("file://"), file.path)
     stored = [physical[c] for c in columns if c not in partitions]
-    data = pq.read_table(path, columns=stored)
+    uri = table.table_uri.rstrip("/")
+    if storage.object_uri(uri) is not None:
+        data = pq.read_table(file.path, columns=stored, filesystem=StoreFiles(uri).pyarrow)
+    else:
+        root = local_path(TableRef(path=uri)) or uri
+        path = file.path if os.path.isabs(file.path) else os.path.join(root.removeprefix("file://"), file.path)
+        data = pq.read_table(path, columns=stored)
     arrays = {c: data.column(physical[c]) for c in columns if c not in partitions}
     for c in columns:
         if c in partitions:

@@ -11,6 +11,13 @@ the version after the snapshot whose app-id version was checked, so a commit of 
 again, the check is made again on the newer snapshot, and the commit tried again
 (:func:`commit_files`). Only tables whose features this path honours are written
 (:func:`unwritable_reason`); the rest keep Spark's writer.
+
+On object storage that loop is exactly once only if writing commit N+1 fails when it exists. delta-rs
+first lists the log past its snapshot (a commit made before that is found there) and then writes the
+commit with a conditional put (S3's ``If-None-Match: *``; Azure's and GCS's own), which fails when
+another writer's commit of that version came in between; with the conditional put turned off it refuses
+to commit at all (settings that do so are refused by name first:
+:func:`cdc_apply.delta.storage.check_exclusive_settings`).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Callable, Iterable, Sequence
 
 import pyarrow as pa
 
+from cdc_apply.delta import storage
 from cdc_apply.delta.arrow_files import AddedFile
 from cdc_apply.errors import StateError
 
@@ -32,18 +40,23 @@ COMMIT_ATTEMPTS = 100          # commits by others in a row before giving up (OP
 CREATE_ATTEMPTS = 5
 
 
+def _options(path: str) -> dict[str, str] | None:
+    return storage.storage_options(path) if storage.object_uri(path) is not None else None
+
+
 def is_table(path: str) -> bool:
-    """Whether ``path`` holds a Delta table (a commit or a checkpoint in its log)."""
+    """Whether ``path`` (a local folder or an object store URI) holds a Delta table (a commit or a
+    checkpoint in its log)."""
     from deltalake import DeltaTable
 
-    return DeltaTable.is_deltatable(path)
+    return DeltaTable.is_deltatable(path, storage_options=_options(path))
 
 
 def open_table(path: str):
     """The ``deltalake.DeltaTable`` at ``path`` (which must hold one)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(path)
+    return DeltaTable(path, storage_options=_options(path))
 
 
 def unwritable_reason(table, columns: Sequence[str]) -> str | None:
@@ -82,25 +95,29 @@ def create_table(path: str, schema: pa.Schema, configuration: dict[str, str], wh
     from deltalake import DeltaTable
 
     last = None
+    options = _options(path)
     for attempt in range(CREATE_ATTEMPTS):
-        if DeltaTable.is_deltatable(path):
+        if DeltaTable.is_deltatable(path, storage_options=options):
             return False
-        if os.path.isdir(path):
+        # On object storage there are no folders: a prefix holding other files is not looked for.
+        if options is None and os.path.isdir(path):
             others = sorted(n for n in os.listdir(path) if n != "_delta_log")
             if others and not os.path.isdir(os.path.join(path, "_delta_log")):
                 raise StateError("the location holds files but no Delta table: it is not cdc_apply's to write "
                                  "into; move them away or point the setting at another folder", table=what,
                                  path=path, files=", ".join(others[:5]))
         try:
-            DeltaTable.create(path, schema=schema, mode="error", configuration=configuration)
+            DeltaTable.create(path, schema=schema, mode="error", configuration=configuration,
+                              storage_options=options)
             return True
         except Exception as exc:  # noqa: BLE001 - another creator's version 0 came first: looked at again
             last = exc
         time.sleep(0.1 * (attempt + 1))
-    if DeltaTable.is_deltatable(path):
+    if DeltaTable.is_deltatable(path, storage_options=options):
         return False
+    cause = storage.redact(str(last).splitlines()[0][:300]) if last else "?"
     raise StateError(f"the Delta table could not be created after {CREATE_ATTEMPTS} attempts (last error: "
-                     f"{str(last).splitlines()[0][:300] if last else '?'})", table=what, path=path)
+                     f"{cause})", table=what, path=path)
 
 
 def app_version(table, app_id: str) -> int | None:

@@ -1,9 +1,11 @@
-"""The delta-rs engine: :class:`~cdc_apply.delta.engine.Tables` without a JVM, for tables at local paths.
+"""The delta-rs engine: :class:`~cdc_apply.delta.engine.Tables` without a JVM, for tables at local paths and
+on object storage the environment configures delta-rs for (:func:`cdc_apply.delta.files.rs_uri`).
 
 The lander's bronze writer (:mod:`cdc_apply.lander.bronze_rs`) and ``cdc-apply status`` without Spark
 (:mod:`cdc_apply.lake.books.status_files`) reach Delta this way: ``deltalake`` reads the log and the files
-itself, so answering takes no Spark job and no JVM start. A ref that is not a local path (a catalog table,
-object storage) is a :class:`~cdc_apply.errors.ConfigError` here: its entry point picks a Spark engine for it.
+itself, so answering takes no Spark job and no JVM start. Any other ref (a catalog table, a store whose
+credentials only Spark holds) is a :class:`~cdc_apply.errors.ConfigError` here: its entry point picks a
+Spark engine for it.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ class RsTables:
     engine: EngineName = "delta-rs"
 
     def _open(self, ref: TableRef) -> Any:
-        if files.local_path(ref) is None:
-            raise ConfigError(f"{ref} is not a local path: delta-rs reads local tables here; read it with Spark",
-                              table=str(ref))
+        if files.rs_uri(ref) is None:
+            raise ConfigError(f"{ref} is not a path delta-rs reads here (a local path, or object storage the "
+                              "environment holds credentials for): read it with Spark", table=str(ref))
         return files.open_table(ref)
 
     def exists(self, ref: TableRef) -> bool:

@@ -63,13 +63,16 @@ def direct_folder(location: str | None, log) -> str | None:
     return location if plain else None
 
 
-def write_file(folder: str, batches: Iterable[pa.RecordBatch]) -> BronzeFile:
-    """Write ``batches`` (bronze rows in seq order) to one new Parquet file in ``folder``."""
+def write_file(folder: str, batches: Iterable[pa.RecordBatch], filesystem=None) -> BronzeFile:
+    """Write ``batches`` (bronze rows in seq order) to one new Parquet file in ``folder``; with
+    ``filesystem`` (the table's :class:`~cdc_apply.delta.files.StoreFiles`, on object storage) the file is
+    made in memory and written there by one upload."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    path = os.path.join(folder, name)
+    memory = pa.BufferOutputStream() if filesystem is not None else None
+    path = os.path.join(folder, name) if memory is None else memory
     rows = 0
     bounds: dict[str, list[tuple[int, int]]] = {"seq": [], "lsn": []}   # column -> each batch's (min, max)
     sources: set[str] = set()
@@ -87,7 +90,11 @@ def write_file(folder: str, batches: Iterable[pa.RecordBatch]) -> BronzeFile:
         low["source"] = high["source"] = next(iter(sources))
     stats = json.dumps({"numRecords": rows, "minValues": low, "maxValues": high,
                         "nullCount": dict.fromkeys(ARROW_SCHEMA.names, 0)})
-    return BronzeFile(name, os.path.getsize(path), rows, stats)
+    if memory is None:
+        return BronzeFile(name, os.path.getsize(path), rows, stats)
+    data = memory.getvalue()
+    filesystem.put(name, data.to_pybytes())
+    return BronzeFile(name, data.size, rows, stats)
 
 
 def stream_batch(source: str, rows, landed_at: datetime) -> pa.RecordBatch:

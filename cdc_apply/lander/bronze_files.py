@@ -90,7 +90,7 @@ class ArrowAppender:
     def _write_file(self, folder: str) -> None:
         if not self._held:
             return
-        self._files.append(write_file(folder, self._held_batches()))
+        self._files.append(write_file(folder, self._held_batches(), self.writer.file_system))
         self._held, self._held_bytes = [], 0
 
     def _held_batches(self) -> list[pa.RecordBatch]:

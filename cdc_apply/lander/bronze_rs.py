@@ -1,13 +1,19 @@
-"""Bronze without a JVM: the lander's appends to a bronze table at a local path, through delta-rs.
+"""Bronze without a JVM: the lander's appends to a bronze table at a local path or on object storage,
+through delta-rs.
 
 The lander does no Spark work: it writes Parquet with pyarrow and needs a Delta commit. For a bronze
-table at a local path that delta-rs may write (:func:`spark_reason`), :class:`RsBronzeWriter` does what
+table at a path that delta-rs may write (:func:`spark_reason`: a local folder, or ``s3://``/``s3a://``,
+``abfss://``, ``gs://`` that the environment configures delta-rs for, :mod:`cdc_apply.delta.storage`),
+:class:`RsBronzeWriter` does what
 :class:`~cdc_apply.lander.bronze_writer.BronzeWriter` does — create the table, read back where this
 source stands, one commit per batch with ``SetTransaction(cdc_apply-land:<source>, batch)`` and the
 resume state as ``userMetadata`` — through :mod:`cdc_apply.delta.rs_commit`, so ``cdc-apply land``
-starts no JVM. A catalog table, a path on object storage, and a table Spark made with features this
-path does not write (deletion vectors, column mapping, columns of the user's own, ...) keep Spark's
-writer; :func:`open_writer` picks, and says why when a path bronze falls back.
+starts no JVM. On object storage a commit is exclusive by delta-rs's conditional put; settings that
+turn it off are refused at :meth:`RsBronzeWriter.open`
+(:func:`~cdc_apply.delta.storage.check_exclusive_settings`), never written under. A catalog table, a path on a
+store the environment does not configure, and a table Spark made with features this path does not write
+(deletion vectors, column mapping, columns of the user's own, ...) keep Spark's writer; :func:`open_writer`
+picks, and says why when a path bronze falls back.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from cdc_apply.delta import files as delta_files
-from cdc_apply.delta import rs_commit
+from cdc_apply.delta import rs_commit, storage
 from cdc_apply.delta.bronze_schema import ARROW_SCHEMA, REQUIRED_COLUMNS
 from cdc_apply.delta.names import pg_literal
 from cdc_apply.delta.refs import TableRef
@@ -38,9 +44,14 @@ _SPARK_NAMES = {"long": "bigint", "integer": "int", "short": "smallint", "byte":
 def spark_reason(ref: TableRef) -> str | None:
     """Why landing into ``ref`` needs Spark (None: delta-rs writes it, no JVM). A reason about the table
     itself (its features) is one a user may want to hear: the lander logs it once."""
-    path = delta_files.local_path(ref)
+    path = delta_files.rs_uri(ref)
     if path is None:
-        return "bronze.table is a catalog table" if ref.path is None else "bronze.path is not a local path"
+        if ref.path is None:
+            return "bronze.table is a catalog table"
+        if storage.object_uri(ref.path) is not None:
+            return ("bronze.path is on object storage and the environment holds no credentials for delta-rs "
+                    f"(set them, or {storage.ENGINE_VARIABLE}=delta-rs for the credential chain)")
+        return "bronze.path is neither a local path nor on object storage delta-rs writes"
     try:
         if not rs_commit.is_table(path):
             return None
@@ -48,7 +59,8 @@ def spark_reason(ref: TableRef) -> str | None:
     except CdcApplyError:
         raise
     except Exception as exc:  # noqa: BLE001 - a log delta-rs cannot read at all is Spark's to judge
-        return f"delta-rs cannot read its log ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})"
+        cause = storage.redact(str(exc).splitlines()[0][:200]) if str(exc) else type(exc).__name__
+        return f"delta-rs cannot read its log ({cause})"
 
 
 def open_writer(spark, ref: TableRef, source: str, say=None):
@@ -69,7 +81,8 @@ def open_writer(spark, ref: TableRef, source: str, say=None):
 
 
 class RsBronzeWriter:
-    """The bronze table at a local path as one source's lander sees it, written through delta-rs."""
+    """The bronze table at a path (local or object storage) as one source's lander sees it, written through
+    delta-rs."""
 
     spark = None         # the snapshot appender's Spark fallback is never taken: every append is direct
 
@@ -79,15 +92,22 @@ class RsBronzeWriter:
         self.app_id = f"cdc_apply-land:{source}"
         self.run_id = uuid.uuid4().hex
         self.rebuilt_from_rows = False
-        folder = delta_files.local_path(ref)
-        if folder is None:   # open_writer takes this writer for local paths only
-            raise LandError("delta-rs lands only into a bronze table at a local path", table=str(ref))
-        self.folder: str = os.path.abspath(folder)
+        uri = delta_files.rs_uri(ref)
+        if uri is None:   # open_writer takes this writer for delta-rs's paths only
+            raise LandError("delta-rs lands only into a bronze table at a local path or on object storage it "
+                            "is configured for", table=str(ref))
+        remote = storage.object_uri(uri) is not None
+        self.folder: str = uri.rstrip("/") if remote else os.path.abspath(uri)
+        # on object storage pyarrow writes the batch's file through delta-rs's store (its credentials)
+        self.file_system = delta_files.StoreFiles(self.folder) if remote else None
         self._table = None
 
     # -- start -------------------------------------------------------------------
     def open(self) -> ResumeState:
-        """Create the table if needed, check its schema, and return where this source stands."""
+        """Create the table if needed, check its schema, and return where this source stands. On object
+        storage, settings that would make its commits non-exclusive are refused first (``ConfigError``)."""
+        if storage.object_uri(self.folder) is not None:
+            storage.check_exclusive_settings(self.folder)
         rs_commit.create_table(self.folder, ARROW_SCHEMA, BRONZE_PROPERTIES, what="bronze")
         table = self._table = rs_commit.open_table(self.folder)
         self._check_schema(table)
@@ -152,11 +172,12 @@ class RsBronzeWriter:
     def append(self, batch: Batch, landed_at: datetime | None = None) -> None:
         """One Delta commit with the batch's rows (one file, seq order) and its resume state."""
         rows = stream_batch(self.source, batch.rows, landed_at or datetime.now(timezone.utc))
-        self.commit_files([write_file(self.folder, [rows])] if batch.rows else [], batch.state)
+        self.commit_files([write_file(self.folder, [rows], self.file_system)] if batch.rows else [], batch.state)
 
     def append_table(self, table: pa.Table, state: ResumeState, files: int = 1) -> None:
         """Bronze rows (Arrow, the bronze schema) in one commit, as one file."""
-        self.commit_files([write_file(self.folder, table.to_batches())] if table.num_rows else [], state)
+        self.commit_files([write_file(self.folder, table.to_batches(), self.file_system)] if table.num_rows else [],
+                          state)
 
     def commit_files(self, files: list[BronzeFile], state: ResumeState) -> int:
         """One Delta commit adding ``files`` with ``state`` as userMetadata and batch ``state.batch``; its
@@ -180,7 +201,7 @@ class RsBronzeWriter:
         except CdcApplyError:
             raise
         except Exception as exc:  # noqa: BLE001 - storage, a log delta-rs refuses: named, with the batch
-            cause = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            cause = storage.redact(str(exc).strip().splitlines()[0][:300]) if str(exc).strip() else type(exc).__name__
             raise LandError(f"committing batch {state.batch} to bronze failed: {cause}",
                             table=str(self.ref), app_id=self.app_id) from None
 

@@ -33,6 +33,8 @@ HISTORY_PROBES = (50, None)    # commits to look back for the lander's last meta
 class BronzeWriter:
     """The bronze table as one source's lander sees it."""
 
+    file_system = None   # pyarrow writes its files into the local folder itself (RsBronzeWriter: maybe a store's)
+
     def __init__(self, tables: SparkTables, ref: TableRef, source: str, direct: bool = True) -> None:
         """``direct=False``: always append through Spark's writer (the fallback, also for tests)."""
         self.tables = tables

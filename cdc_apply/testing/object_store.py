@@ -3,7 +3,9 @@
 :func:`start_s3_server` starts ``moto_server`` in a process group of its own and makes a bucket;
 :meth:`S3Server.spark_conf` is the Spark configuration that reaches it through Hadoop's ``s3a://`` file
 system (the jars of :mod:`cdc_apply.spark.s3_jars` on ``spark.jars``), and :func:`write_spark_defaults`
-writes it where a command line started from plain Python reads it (``$SPARK_CONF_DIR``).
+writes it where a command line started from plain Python reads it (``$SPARK_CONF_DIR``);
+:meth:`S3Server.environment` is the standard ``AWS_*`` variables that point delta-rs at it (the lander and
+``cdc-apply status`` without a JVM).
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ class S3Server:
     def url(self, path: str) -> str:
         """``s3a://<bucket>/<path>``."""
         return f"s3a://{self.bucket}/{path.lstrip('/')}"
+
+    def environment(self, secret: str = SECRET_KEY) -> dict[str, str]:
+        """The standard AWS variables a user sets for this server (moto takes any ``secret``)."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+                "AWS_SECRET_ACCESS_KEY": secret}
 
     def spark_conf(self, jars: list[Path]) -> dict[str, str]:
         """Spark settings for ``s3a://`` paths on this server, ``jars`` (hadoop-aws and the SDK) added."""

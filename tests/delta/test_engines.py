@@ -78,8 +78,12 @@ def test_a_path_without_a_table_is_no_table_to_both_engines(spark, tmp_path):
         assert (tables.exists(missing), tables.version(missing), tables.newest_version(missing)) == (False, None, None)
 
 
-def test_delta_rs_names_a_table_it_cannot_reach_instead_of_guessing():
-    with pytest.raises(ConfigError, match="not a local path"):
+def test_delta_rs_names_a_table_it_cannot_reach_instead_of_guessing(monkeypatch):
+    from cdc_apply.delta.storage import CONFIGURING, ENGINE_VARIABLE
+
+    for name in (*CONFIGURING["s3"], ENGINE_VARIABLE):   # object storage whose credentials only Spark holds
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError, match="not a path delta-rs reads here"):
         RsTables().exists(TableRef(path="s3://bucket/t"))
-    with pytest.raises(ConfigError, match="not a local path"):
+    with pytest.raises(ConfigError, match="not a path delta-rs reads here"):
         RsTables().version(TableRef(name="main.silver.t"))

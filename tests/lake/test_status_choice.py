@@ -1,12 +1,13 @@
-"""``cdc-apply status`` reads without a JVM only when every table it reads is a local path: a catalog table
-(or a path on object storage, whose credentials are Spark's) keeps the Spark read. Decided from the
-configuration alone."""
+"""``cdc-apply status`` reads without a JVM only when delta-rs opens every table it reads (a local path, or
+object storage the environment holds credentials for): a catalog table, or object storage whose credentials
+only Spark's configuration holds, keeps the Spark read. Decided from the configuration and the environment."""
 
 from __future__ import annotations
 
 import pytest
 
 from cdc_apply.config import parse_config
+from cdc_apply.delta.storage import CONFIGURING, ENGINE_VARIABLE
 from cdc_apply.errors import ConfigError
 from cdc_apply.lake.books.status import needs_spark, read_status
 
@@ -38,6 +39,17 @@ def test_status_of_a_catalog_bronze_table_reads_with_spark(tmp_path):
     assert needs_spark(config)
 
 
-def test_status_of_tables_on_object_storage_reads_with_spark(tmp_path):
+def test_status_of_tables_on_object_storage_without_credentials_in_the_environment_reads_with_spark(
+        tmp_path, monkeypatch):
+    for name in (*CONFIGURING["s3"], ENGINE_VARIABLE):
+        monkeypatch.delenv(name, raising=False)
     config = _config(tmp_path, state={"path": "s3://bucket/state"})
     assert needs_spark(config)
+
+
+def test_status_of_tables_on_object_storage_with_aws_credentials_in_the_environment_reads_without_spark(
+        tmp_path, monkeypatch):
+    monkeypatch.delenv(ENGINE_VARIABLE, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    config = _config(tmp_path, state={"path": "s3a://bucket/state"}, bronze={"path": "s3a://bucket/bronze"})
+    assert not needs_spark(config)

@@ -199,9 +199,15 @@ def test_a_bronze_spark_created_plainly_is_written_by_delta_rs(spark, tmp_path):
     assert _rows(spark, path) == landed
 
 
-def test_a_catalog_bronze_needs_spark(tmp_path):
+def test_a_catalog_bronze_and_object_storage_without_credentials_in_the_environment_need_spark(tmp_path, monkeypatch):
+    from cdc_apply.delta.storage import CONFIGURING, ENGINE_VARIABLE
+
+    for name in (*CONFIGURING["s3"], ENGINE_VARIABLE):
+        monkeypatch.delenv(name, raising=False)
     assert spark_reason(TableRef(name="lake.bronze")) == "bronze.table is a catalog table"
-    assert spark_reason(TableRef(path="s3://bucket/bronze")) == "bronze.path is not a local path"
+    assert spark_reason(TableRef(path="s3://bucket/bronze")).startswith(
+        "bronze.path is on object storage and the environment holds no credentials for delta-rs")
+    assert spark_reason(TableRef(path="dbfs:/lake/bronze")).startswith("bronze.path is neither a local path")
     assert spark_reason(TableRef(path=str(tmp_path / "new"))) is None
 
 

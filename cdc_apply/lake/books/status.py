@@ -11,7 +11,8 @@ from their bookkeeping tables. Each source gets a ``health`` that the command tu
 code, so a scheduler can alert on it (the rules: :mod:`~cdc_apply.lake.books.status_rules`).
 
 :func:`read_status` reads without a JVM (:mod:`~cdc_apply.lake.books.status_files`, delta-rs) when the
-tables it reads — progress, failures, quarantine and bronze — are local paths, and with Spark otherwise.
+tables it reads — progress, failures, quarantine and bronze — are paths delta-rs opens (local, or on object
+storage the environment configures it for: :func:`~cdc_apply.delta.files.rs_uri`), and with Spark otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config
-from cdc_apply.delta.files import local_path
+from cdc_apply.delta.files import rs_uri
 from cdc_apply.delta.refs import TableRef, bronze_ref, state_ref
 from cdc_apply.errors import ConfigError
 from cdc_apply.lake.books import status_rules as rules
@@ -46,9 +47,10 @@ def status_refs(config: Config) -> list[TableRef]:
 
 
 def needs_spark(config: Config) -> bool:
-    """True when a table status reads is a catalog table or a path off this machine (object storage,
-    whose credentials are Spark's): status then reads with Spark; otherwise with delta-rs, no JVM."""
-    return any(local_path(ref) is None for ref in status_refs(config))
+    """True when a table status reads is a catalog table or a path delta-rs does not open here (object
+    storage whose credentials only Spark's configuration holds): status then reads with Spark; otherwise
+    with delta-rs, no JVM."""
+    return any(rs_uri(ref) is None for ref in status_refs(config))
 
 
 def read_status(spark: SparkSession | None, config: Config, quarantine_window: timedelta = timedelta(hours=24),
@@ -61,8 +63,8 @@ def read_status(spark: SparkSession | None, config: Config, quarantine_window: t
     first batch failed); a failing attempt whose error names no source is an entry of its own with
     ``source`` None, rather than a failure of sources it did not name.
 
-    Without a JVM when the tables are local paths (``spark`` is then not used and may be None); with
-    ``spark`` otherwise (:func:`needs_spark`)."""
+    Without a JVM when delta-rs opens the tables (local paths, object storage configured by the environment;
+    ``spark`` is then not used and may be None); with ``spark`` otherwise (:func:`needs_spark`)."""
     if not needs_spark(config):
         from cdc_apply.lake.books.status_files import read_status_files
 
@@ -70,7 +72,7 @@ def read_status(spark: SparkSession | None, config: Config, quarantine_window: t
     if spark is None:
         state = state_ref(config, "progress")
         ref, key = ((state, "state.path" if config.state.path is not None else "state.schema")
-                    if local_path(state) is None else
+                    if rs_uri(state) is None else
                     (bronze_ref(config), "bronze.path" if config.bronze.path is not None else "bronze.table"))
         raise ConfigError(f"status reads {ref} with Spark (a catalog table or a path on object storage), "
                           "and no Spark session was given", key=key)

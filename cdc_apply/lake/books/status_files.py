@@ -1,5 +1,5 @@
-"""``cdc-apply status`` without a JVM: the bookkeeping tables and bronze read by delta-rs where they are
-local paths (:func:`~cdc_apply.delta.files.local_path`), the same rules applied
+"""``cdc-apply status`` without a JVM: the bookkeeping tables and bronze read by delta-rs where it opens
+them (local paths, or object storage: :func:`~cdc_apply.delta.files.rs_uri`), the same rules applied
 (:mod:`~cdc_apply.lake.books.status_rules`) as the Spark read. Imports no Spark: a status answers in about
 a second instead of a JVM's start.
 """
@@ -22,8 +22,8 @@ from cdc_apply.lake.sources.formats import SourceFormats
 def read_status_files(config: Config, quarantine_window: timedelta = timedelta(hours=24),
                       max_lag_seconds: float | None = None) -> list[StatusEntry]:
     """:func:`cdc_apply.lake.books.status.read_status`'s entries, read without Spark (state and bronze at
-    local paths)."""
-    tables = RsTables()   # the entry point's engine: delta-rs, the tables being local (status.needs_spark)
+    paths delta-rs opens)."""
+    tables = RsTables()   # the entry point's engine: delta-rs, delta-rs opens the tables (status.needs_spark)
     progress = tables.read_rows(state_ref(config, "progress"), rules.PROGRESS_COLUMNS)
     if progress is None:
         return []
