@@ -44,8 +44,14 @@ _ROW_FILTER = """
 SELECT bool_or(rowfilter IS NULL), array_agg(rowfilter) FILTER (WHERE rowfilter IS NOT NULL)
 FROM pg_publication_tables WHERE pubname = ANY(%s) AND schemaname = %s AND tablename = %s
 """
+# Each column's send function (an array's: its element type's), qualified: a binary stream keeps the types
+# the decoder has no converter for as their send form's bytes.
 _COLUMNS = """
-SELECT a.attnum, a.attname, a.atttypid::int8, a.atttypmod, format_type(a.atttypid, NULL)
+SELECT a.attnum, a.attname, a.atttypid::int8, a.atttypmod, format_type(a.atttypid, NULL),
+       (SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) FROM pg_type t
+        LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
+        JOIN pg_proc p ON p.oid = COALESCE(e.typsend, t.typsend) JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE t.oid = a.atttypid)
 FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum
 """
 
@@ -55,6 +61,7 @@ class SourceColumn:
     name: str
     type: ColumnType
     sql_type: str     # format_type without typmod, for typed arrays of key values
+    send: str | None = None   # the type's send function (an array's element type's), qualified
 
 
 @dataclass(frozen=True)
@@ -189,8 +196,9 @@ class SourceSnapshot:
             return None
         oid, _kind, identity, partition, estimate, key_attnums = rows[0]
         columns, by_attnum = [], {}
-        for attnum, attname, type_oid, typmod, sql_type in self._query(_COLUMNS, (oid,)):
-            column = SourceColumn(attname, resolve_column_type(int(type_oid), int(typmod), options=options), sql_type)
+        for attnum, attname, type_oid, typmod, sql_type, send in self._query(_COLUMNS, (oid,)):
+            column = SourceColumn(attname, resolve_column_type(int(type_oid), int(typmod), options=options), sql_type,
+                                  send)
             columns.append(column)
             by_attnum[int(attnum)] = column
         key = () if identity in ("f", "n") or not key_attnums else tuple(by_attnum[int(a)].name for a in key_attnums)
