@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from cdc_apply.errors import CdcApplyError, VerifyError
 from cdc_apply.lander.dsn import connection_error, scrubbed_line
 from cdc_apply.lander.options import SESSION_SETTINGS, options_string
+from cdc_apply.lander.snapshots.catalog import FIRST_GENBKI_OID, TYPE_NAMES
 from cdc_apply.lander.snapshots.copy_sessions import ConsistentPoint, ExportSlot
 from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_column_type
@@ -196,9 +197,14 @@ class SourceSnapshot:
             return None
         oid, _kind, identity, partition, estimate, key_attnums = rows[0]
         columns, by_attnum = [], {}
-        for attnum, attname, type_oid, typmod, sql_type, send in self._query(_COLUMNS, (oid,)):
-            column = SourceColumn(attname, resolve_column_type(int(type_oid), int(typmod), options=options), sql_type,
-                                  send)
+        found = self._query(_COLUMNS, (oid,))
+        # User types by the names pgoutput's Type messages give them, as the decoder typed silver's columns (an
+        # enum's array is an array).
+        user_oids = sorted({int(c[2]) for c in found if int(c[2]) >= FIRST_GENBKI_OID})
+        named = {int(o): (ns, n) for o, ns, n in self._query(TYPE_NAMES, (user_oids,))} if user_oids else {}
+        for attnum, attname, type_oid, typmod, sql_type, send in found:
+            column_type = resolve_column_type(int(type_oid), int(typmod), named, options)
+            column = SourceColumn(attname, column_type, sql_type, send)
             columns.append(column)
             by_attnum[int(attnum)] = column
         key = () if identity in ("f", "n") or not key_attnums else tuple(by_attnum[int(a)].name for a in key_attnums)

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from cdc_apply.pgoutput.types import ColumnType
 
 # Kinds whose silver STRING is the type's output text: concat() renders a value by its output function
-# (a cast of bpchar to text would cut its padding; of "char" it would not print charout's escapes).
+# (a cast of bpchar to text would cut its padding; of "char" it would not print charout's escapes). A value is
+# NULL when num_nulls() says so: a composite whose fields are all NULL "IS NULL", yet is the value '(,)'.
 OUTPUT_TEXT_KINDS = {"text", "uuid", "json", "jsonb", "numeric_text", "char", "inet", "cidr", "macaddr", "macaddr8",
                      "bit", "pg_lsn", "tid"}
 INTEGER_KINDS = {"int2", "int4", "int8", "uint4"}
@@ -72,7 +73,7 @@ def value_text(column_type: ColumnType, pg: str, spark: str, spark_type: str,
     if kind in INTEGER_KINDS and spark_type in SPARK_INTEGERS or kind == "xid8" and spark_type == "decimal(20,0)":
         return f"{pg}::text", f"CAST({spark} AS STRING)"
     if kind in OUTPUT_TEXT_KINDS and spark_type == "string":
-        return f"CASE WHEN {pg} IS NULL THEN NULL ELSE concat({pg}) END", spark
+        return f"CASE WHEN num_nulls({pg}) = 0 THEN concat({pg}) END", spark
     if kind in ("opaque", "user") and spark_type == "string":
         return _sent_as_text(column_type, pg, spark, form)
     if kind == "numeric" and spark_type.startswith("decimal"):
@@ -118,11 +119,11 @@ def _sent_as_text(column_type: ColumnType, pg: str, spark: str, form: SourceForm
         if column_type.kind == "opaque" and name.startswith("reg"):
             return (f"{name} holds an object's OID, which silver keeps as the object's name when it was "
                     "decoded: a name that may have changed since")
-        return f"CASE WHEN {pg} IS NULL THEN NULL ELSE concat({pg}) END", spark
+        return f"CASE WHEN num_nulls({pg}) = 0 THEN concat({pg}) END", spark
     if form.send is None:
         return f"{name}: binary pgoutput holds its send form, and the source names no send function"
     if form.send.rsplit(".", 1)[-1] in TEXT_SEND:
-        return f"CASE WHEN {pg} IS NULL THEN NULL ELSE concat({pg}) END", spark
+        return f"CASE WHEN num_nulls({pg}) = 0 THEN concat({pg}) END", spark
     return f"'\\x' || encode({form.send}({pg}), 'hex')", spark
 
 
