@@ -65,7 +65,8 @@ class TableResult:
     excluded_keys: int = 0
     differing: list[RangeDifference] = field(default_factory=list)
     samples: list[KeyDifference] = field(default_factory=list)
-    unhashed_columns: list[str] = field(default_factory=list)
+    unhashed_columns: list[str] = field(default_factory=list)       # the columns not compared ...
+    unhashed_reasons: dict[str, str] = field(default_factory=dict)  # ... and why each is not
     source_only_columns: list[str] = field(default_factory=list)
     silver_version: int | None = None
     error: str | None = None
@@ -85,8 +86,14 @@ class TableResult:
         if self.samples:
             head += "; " + "; ".join(s.text() for s in self.samples)
         if self.unhashed_columns:
-            head += f"; not compared: {', '.join(self.unhashed_columns)}"
+            head += "; not compared: " + ", ".join(f"{c} ({self.unhashed_reasons[c]})" if c in self.unhashed_reasons
+                                                   else c for c in self.unhashed_columns)
         return head
+
+    def not_compared(self, column: str, why: str) -> None:
+        """Name ``column`` among those the row hashes leave out, with why."""
+        self.unhashed_columns.append(column)
+        self.unhashed_reasons[column] = why
 
     def as_dict(self) -> dict:
         out = asdict(self)

@@ -4,25 +4,9 @@ A row's text is the concatenation, in column order, of ``N`` for a NULL and ``V<
 (the length prefix makes the concatenation unambiguous); its hash is the first 64 bits of the MD5 of that
 text as a signed BIGINT, and a range's hash is the exact sum of its rows' hashes (a multiset hash:
 independent of row order, and a duplicate counts twice). Each column's value text is chosen so the two
-sides render the same value identically:
-
-===========================  ===============================  ====================================
-PostgreSQL type (kind)        PostgreSQL                       Spark (silver type)
-===========================  ===============================  ====================================
-bool                          ``t`` / ``f``                    ``t`` / ``f`` (BOOLEAN)
-int2, int4, int8, oid, xid    ``c::text``                      ``CAST(c AS STRING)`` (any integer)
-text, varchar, bpchar, name,  ``c::text`` (the output          ``c`` (STRING: silver holds the output
-uuid, json, jsonb, numeric    function's text)                 function's text)
- mapped to STRING
-numeric mapped to DECIMAL     ``trim_scale(c)::text``          the decimal's text, trailing zeros cut
-date                          days since 1970-01-01            ``unix_date(c)`` (DATE)
-timestamp / timestamptz       microseconds since 1970-01-01    ``unix_micros`` (TIMESTAMP_NTZ/TIMESTAMP)
-bytea                         ``encode(c, 'hex')``             ``lower(hex(c))`` (BINARY)
-===========================  ===============================  ====================================
-
-Infinite dates and timestamps are silver's int32/int64 extremes on both sides. Other types (floats,
-intervals, times, arrays, network and geometric types, enums) are *unhashed*: named in the result, not
-compared (:data:`HASHED`). Pure: no Spark, no PostgreSQL connection.
+sides render the same value identically (:mod:`cdc_apply.verification.value_text`, one encoding per type);
+a column no encoding compares is named, with why (:class:`NotCompared`). Pure: no Spark, no PostgreSQL
+connection.
 """
 
 from __future__ import annotations
@@ -33,15 +17,8 @@ from cdc_apply.delta.names import pg_ident
 from cdc_apply.delta.names import quote_ident as spark_ident
 from cdc_apply.delta.names import quote_literal as spark_literal
 from cdc_apply.pgoutput.types import ColumnType
+from cdc_apply.verification.value_text import SourceFormat, value_text
 
-INT32_MAX, INT32_MIN = 2 ** 31 - 1, -(2 ** 31)
-INT64_MAX, INT64_MIN = 2 ** 63 - 1, -(2 ** 63)
-
-_INTEGER_KINDS = {"int2", "int4", "int8", "uint4"}
-_TEXT_KINDS = {"text", "uuid", "json", "jsonb", "numeric_text"}
-_SPARK_INTEGERS = {"tinyint", "smallint", "int", "bigint"}
-# Every kind some encoding covers (the rest are unhashed).
-HASHED = sorted(_INTEGER_KINDS | _TEXT_KINDS | {"bool", "numeric", "date", "timestamp", "timestamptz", "bytea"})
 # Key columns a range can be cut on: they order the same in PostgreSQL (text under COLLATE "C") and in Spark.
 RANGE_KINDS = {"int2": "int", "int4": "int", "int8": "int", "uuid": "uuid", "text": "text"}
 
@@ -57,43 +34,26 @@ class ColumnEncoding:
     spark: str    # Spark SQL expression
 
 
-def encode_column(name: str, column_type: ColumnType, spark_type: str) -> ColumnEncoding | None:
-    """The encoding of a column of PostgreSQL type ``column_type`` held in silver as ``spark_type``
-    (Spark's simple string, e.g. ``decimal(10,2)``), or None when the pair is not hashed."""
-    kind, c, s = column_type.kind, pg_ident(name), spark_ident(name)
-    spark_type = spark_type.lower()
-    if kind == "bool" and spark_type == "boolean":
-        pg, sp = f"CASE WHEN {c} THEN 't' ELSE 'f' END", f"CASE WHEN {s} THEN 't' ELSE 'f' END"
-        return ColumnEncoding(name, kind, f"CASE WHEN {c} IS NULL THEN NULL ELSE {pg} END",
-                              f"CASE WHEN {s} IS NULL THEN NULL ELSE {sp} END")
-    if kind in _INTEGER_KINDS and spark_type in _SPARK_INTEGERS:
-        return ColumnEncoding(name, kind, f"{c}::text", f"CAST({s} AS STRING)")
-    if kind in _TEXT_KINDS and spark_type == "string":
-        # concat() renders by the type's output function: a cast of bpchar to text would cut its padding.
-        return ColumnEncoding(name, kind, f"CASE WHEN {c} IS NULL THEN NULL ELSE concat({c}) END", s)
-    if kind == "numeric" and spark_type.startswith("decimal"):
-        # trim_scale: PostgreSQL prints a numeric with its own scale, Spark a decimal with the column's.
-        # Trailing zeros, then a bare point, cut only from a text with a point (two rtrims: a third of the
-        # regular expressions' cost).
-        text = f"CAST({s} AS STRING)"
-        trimmed = f"CASE WHEN instr({text}, '.') > 0 THEN rtrim('.', rtrim('0', {text})) ELSE {text} END"
-        return ColumnEncoding(name, kind, f"trim_scale({c})::text", trimmed)
-    if kind == "date" and spark_type == "date":
-        pg = (f"CASE WHEN {c} = 'infinity'::date THEN '{INT32_MAX}' WHEN {c} = '-infinity'::date THEN '{INT32_MIN}' "
-              f"ELSE ({c} - DATE '1970-01-01')::text END")
-        return ColumnEncoding(name, kind, pg, f"CAST(unix_date({s}) AS STRING)")
-    if (kind, spark_type) in (("timestamp", "timestamp_ntz"), ("timestamptz", "timestamp")):
-        cast = "timestamp" if kind == "timestamp" else "timestamptz"
-        pg = (f"CASE WHEN {c} = 'infinity'::{cast} THEN '{INT64_MAX}' WHEN {c} = '-infinity'::{cast} "
-              f"THEN '{INT64_MIN}' ELSE (extract(epoch FROM {c}) * 1000000)::int8::text END")
-        # A TIMESTAMP_NTZ has no zone: its microseconds are counted from the zone-less epoch, whatever
-        # the session's time zone (unix_micros of a cast would shift it by that zone).
-        sp = (f"CAST(unix_micros({s}) AS STRING)" if kind == "timestamptz" else
-              f"CAST(timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', {s}) AS STRING)")
-        return ColumnEncoding(name, kind, pg, sp)
-    if kind == "bytea" and spark_type == "binary":
-        return ColumnEncoding(name, kind, f"encode({c}, 'hex')", f"lower(hex({s}))")
-    return None
+@dataclass(frozen=True)
+class NotCompared:
+    """A column verify cannot compare, and why."""
+
+    name: str
+    why: str
+
+    def text(self) -> str:
+        return f"{self.name} ({self.why})"
+
+
+def encode_column(name: str, column_type: ColumnType, spark_type: str,
+                  form: SourceFormat = SourceFormat()) -> ColumnEncoding | NotCompared:
+    """The encoding of a column of PostgreSQL type ``column_type`` held in silver as ``spark_type`` (Spark's
+    simple string, e.g. ``decimal(10,2)``) from a source sending ``form``; :class:`NotCompared` when no
+    encoding compares the pair."""
+    got = value_text(column_type, pg_ident(name), spark_ident(name), spark_type.lower(), form)
+    if isinstance(got, str):
+        return NotCompared(name, got)
+    return ColumnEncoding(name, column_type.kind, *got)
 
 
 def pg_row_text(columns: list[ColumnEncoding]) -> str:

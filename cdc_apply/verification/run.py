@@ -42,6 +42,7 @@ from cdc_apply.verification import bronze_keys
 from cdc_apply.verification import compare as cmp
 from cdc_apply.verification import silver as sv
 from cdc_apply.verification.encoding import (
+    NotCompared,
     cut_bounds,
     encode_column,
     pg_row_hash,
@@ -51,6 +52,7 @@ from cdc_apply.verification.encoding import (
 )
 from cdc_apply.verification.repair import repair_targets, wait_repaired
 from cdc_apply.verification.source import SourceSnapshot, SourceTable, excluded_predicate, key_predicate
+from cdc_apply.verification.value_text import SourceFormat
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -252,14 +254,15 @@ def _plan_source(engine: SparkTables, config: Config, snap: SourceSnapshot, name
                               "compare the table", table=name)
         for column in shape.columns:
             if column.name in masked and column.name in silver_types:   # silver holds masks, not values
-                plan.result.unhashed_columns.append(column.name)
+                plan.result.not_compared(column.name, "masked")
                 continue
             if column.name not in silver_types:
                 plan.result.source_only_columns.append(column.name)
                 continue
-            encoding = encode_column(column.name, column.type, silver_types[column.name])
-            if encoding is None:
-                plan.result.unhashed_columns.append(column.name)
+            form = SourceFormat(config.source.binary, column.send)
+            encoding = encode_column(column.name, column.type, silver_types[column.name], form)
+            if isinstance(encoding, NotCompared):
+                plan.result.not_compared(column.name, encoding.why)
             else:
                 plan.columns.append(encoding)
         missing_keys = [k for k in shape.key if k not in silver_types]

@@ -19,6 +19,7 @@ from cdc_apply.delta.names import pg_ident
 from cdc_apply.errors import CdcApplyError, VerifyError
 from cdc_apply.lander.dsn import connection_error, scrubbed_line
 from cdc_apply.lander.options import SESSION_SETTINGS, options_string
+from cdc_apply.lander.snapshots.catalog import FIRST_GENBKI_OID, TYPE_NAMES
 from cdc_apply.lander.snapshots.copy_sessions import ConsistentPoint, ExportSlot
 from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_relation_column
@@ -45,8 +46,14 @@ _ROW_FILTER = """
 SELECT bool_or(rowfilter IS NULL), array_agg(rowfilter) FILTER (WHERE rowfilter IS NOT NULL)
 FROM pg_publication_tables WHERE pubname = ANY(%s) AND schemaname = %s AND tablename = %s
 """
+# Each column's send function (an array's: its element type's), qualified: a binary stream keeps the types
+# the decoder has no converter for as their send form's bytes.
 _COLUMNS = """
-SELECT a.attnum, a.attname, a.atttypid::int8, a.atttypmod, format_type(a.atttypid, NULL)
+SELECT a.attnum, a.attname, a.atttypid::int8, a.atttypmod, format_type(a.atttypid, NULL),
+       (SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) FROM pg_type t
+        LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
+        JOIN pg_proc p ON p.oid = COALESCE(e.typsend, t.typsend) JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE t.oid = a.atttypid)
 FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum
 """
 
@@ -56,6 +63,7 @@ class SourceColumn:
     name: str
     type: ColumnType
     sql_type: str     # format_type without typmod, for typed arrays of key values
+    send: str | None = None   # the type's send function (an array's element type's), qualified
 
 
 @dataclass(frozen=True)
@@ -190,10 +198,15 @@ class SourceSnapshot:
             return None
         oid, _kind, identity, partition, estimate, key_attnums = rows[0]
         columns, by_attnum = [], {}
-        for attnum, attname, type_oid, typmod, sql_type in self._query(_COLUMNS, (oid,)):
-            column_type = resolve_relation_column(int(type_oid), int(typmod), None, options, f"{namespace}.{name}",
+        found = self._query(_COLUMNS, (oid,))
+        # User types by the names pgoutput's Type messages give them, as the decoder typed silver's columns (an
+        # enum's array is an array).
+        user_oids = sorted({int(c[2]) for c in found if int(c[2]) >= FIRST_GENBKI_OID})
+        named = {int(o): (ns, n) for o, ns, n in self._query(TYPE_NAMES, (user_oids,))} if user_oids else {}
+        for attnum, attname, type_oid, typmod, sql_type, send in found:
+            column_type = resolve_relation_column(int(type_oid), int(typmod), named, options, f"{namespace}.{name}",
                                                   attname)   # an array column's configured dimensions
-            column = SourceColumn(attname, column_type, sql_type)
+            column = SourceColumn(attname, column_type, sql_type, send)
             columns.append(column)
             by_attnum[int(attnum)] = column
         key = () if identity in ("f", "n") or not key_attnums else tuple(by_attnum[int(a)].name for a in key_attnums)

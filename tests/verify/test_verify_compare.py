@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from cdc_apply.pgoutput.types import resolve_column_type
 from cdc_apply.verification import compare as cmp
-from cdc_apply.verification.encoding import cut_bounds, encode_column, pg_range_predicate, range_kind, spark_range_index
+from cdc_apply.verification.encoding import (ColumnEncoding, cut_bounds, encode_column, pg_range_predicate, range_kind,
+                                             spark_range_index)
 
 
 def test_text_cut_points_follow_utf8_byte_order_not_a_locale():
@@ -33,10 +34,11 @@ def test_uuid_and_text_ranges_compare_in_spark_s_order():
     assert range_kind(resolve_column_type(1043, 14)) == "text"
 
 
-def test_unhashed_types_say_so():
-    assert encode_column("f", resolve_column_type(701, -1), "double") is None
-    assert encode_column("i", resolve_column_type(1186, -1), "struct<months:int,days:int,microseconds:bigint>") is None
-    assert encode_column("n", resolve_column_type(1700, 655366), "decimal(10,2)") is not None
+def test_floats_and_intervals_are_compared():
+    assert isinstance(encode_column("f", resolve_column_type(701, -1), "double"), ColumnEncoding)
+    assert isinstance(encode_column("i", resolve_column_type(1186, -1),
+                                    "struct<months:int,days:int,microseconds:bigint>"), ColumnEncoding)
+    assert isinstance(encode_column("n", resolve_column_type(1700, 655366), "decimal(10,2)"), ColumnEncoding)
 
 
 def test_differing_ranges_compare_counts_and_sums():

@@ -48,7 +48,8 @@ SELECT c.relreplident,
 FROM pg_class c WHERE c.oid = %s
 """
 # A domain's Type message names its base type (logicalrep_write_typ uses getBaseType).
-_TYPES = """
+# The (namespace, name) of each user type, as pgoutput's Type message names it (a domain: its base type's).
+TYPE_NAMES = """
 WITH RECURSIVE b(oid, base) AS (
     SELECT t.oid, t.oid FROM pg_type t WHERE t.oid = ANY(%s::oid[])
     UNION ALL SELECT b.oid, t.typbasetype FROM b JOIN pg_type t ON t.oid = b.base WHERE t.typtype = 'd')
@@ -190,7 +191,7 @@ def describe(cur, published: PublishedRelation, binary: bool) -> TableShape:
     replident, key_columns = identity[0][0], tuple(identity[0][1] or ())
     key = set(key_columns)
     user_oids = sorted({c[2] for c in columns if c[2] >= FIRST_GENBKI_OID})
-    named = {oid: (ns, name) for oid, ns, name in _query(cur, _TYPES, (user_oids,))} if user_oids else {}
+    named = {oid: (ns, name) for oid, ns, name in _query(cur, TYPE_NAMES, (user_oids,))} if user_oids else {}
     types = tuple(m.Type(SNAPSHOT_XID, c[2], *named[c[2]]) for c in columns if c[2] in named)
     rel_columns, select, formats = [], [], bytearray()
     for attnum, attname, typoid, typmod, has_send, out_ns, out_fn in columns:
