@@ -1,6 +1,6 @@
 """Each entry point over Spark Connect, on a lake landed from a real PostgreSQL 18 with the classic session:
 the apply job (three batches, a history table on one table), ``status``, reads as of a commit (history and
-time travel), ``optimize``, and ``cdc-apply apply --once`` started with ``SPARK_REMOTE=local[2]``."""
+time travel), ``optimize``, ``verify``, and ``cdc-apply apply --once`` started with ``SPARK_REMOTE=local[2]``."""
 
 from __future__ import annotations
 
@@ -101,6 +101,53 @@ def test_optimize_over_connect_compacts_silver_and_keeps_its_rows(applied):
         done = optimize_silver(session, lake.config)
     assert {d.table for d in done} >= {"public.t", "public.plain", "public.t (history)"}
     assert lake.silver_differences() == []
+
+
+def _verify_while_landing(lake: PgLake, session):
+    """``verify`` over Connect while the lander and the Connect apply job run in a loop beside it (verify waits
+    for them to pass its point); the run."""
+    import threading
+
+    from cdc_apply.api import verify
+
+    stop, errors = threading.Event(), []
+
+    def loop():
+        try:
+            while not stop.is_set():
+                _apply_over_connect(lake, session)
+                stop.wait(1.0)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        run = verify(session, lake.lander_config, range_rows=8, wait_seconds=300, record=False)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+    return run
+
+
+def test_verify_over_connect_finds_silver_equal_then_names_a_damaged_row(applied):
+    lake, session, _, _ = applied
+    with connect_mode():
+        clean = _verify_while_landing(lake, session)
+    assert clean.exit_code == 0, clean.lines()
+    assert {t.table for t in clean.tables} >= {"public.t", "public.plain", "public.bag"}
+    lake.spark.sql(f"UPDATE delta.`{lake.config.silver.path}/public/plain` SET v = 'damaged' WHERE id = 7")
+    try:
+        with connect_mode():
+            damaged = _verify_while_landing(lake, session)
+        plain = next(t for t in damaged.tables if t.table == "public.plain")
+        assert damaged.exit_code == 1 and [(s.key, s.what) for s in plain.samples] == [(("7",), "changed")]
+        assert all(t.status == "equal" for t in damaged.tables if t.table != "public.plain"), damaged.lines()
+    finally:
+        lake.run("UPDATE plain SET v = v WHERE id = 7")   # the row applied again: silver as the source holds it
+        with connect_mode():
+            _apply_over_connect(lake, session)
 
 
 CLI_CONFIG = """pipeline = "connect_cli"
