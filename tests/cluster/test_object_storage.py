@@ -184,3 +184,21 @@ def test_a_table_copied_again_on_request_on_s3a_leaves_silver_equal_to_postgresq
     assert apply.returncode == 0, apply.describe()
     checks = _silver_checks(spark, postgres, root)
     assert len(checks) == 2 and all(c.equal for c in checks), "\n".join(c.line() for c in checks)
+
+
+def test_verify_on_s3a_finds_silver_equal_to_postgresql_while_the_lander_and_apply_job_run(applied, s3_lake):
+    """``cdc-apply verify`` with bronze, silver and the state on s3a://: it waits for the pipeline to pass its
+    point, so the lander and the apply job run (once each, again and again) until verify is done."""
+    root, env = s3_lake
+    verify = _cli(root, "verify", env, "--json", "--wait-seconds", "480", "--range-rows", "50", name="verify")
+    rounds = 0
+    while verify.proc.poll() is None and rounds < 20:
+        for step in (("land", "--once"), ("apply", "--once")):
+            done = _cli(root, step[0], env, *step[1:], name=f"{step[0]}-beside-verify-{rounds}").wait(600)
+            assert done.returncode == 0, done.describe()
+        rounds += 1
+    run = verify.wait(600)
+    assert run.returncode == 0, run.describe()
+    result = json.loads(run.stdout)
+    assert {t["table"]: t["status"] for t in result["tables"]} == {"public.customers": "equal",
+                                                                   "public.events": "equal"}, run.stdout
