@@ -26,7 +26,8 @@ SUPERUSER = "postgres"
 
 LOGICAL_SETTINGS: Mapping[str, str] = {
     "wal_level": "logical",
-    "max_replication_slots": "32",
+    # One server serves a worker's whole share of the suite, and not every test drops its slots.
+    "max_replication_slots": "96",
     "max_wal_senders": "32",
     "max_prepared_transactions": "32",
     # The smallest value makes every transaction of more than a few rows stream.

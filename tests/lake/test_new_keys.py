@@ -107,7 +107,8 @@ def test_silver_writes_of_a_table_keyed_by_one_column_build_no_parquet_dictionar
         def spy(session, rows, work, *args, **kwargs):
             physical = {f.name: f.metadata.get("delta.columnMapping.physicalName", f.name)
                         for f in DeltaTable(str(work.ref)).schema().fields}
-            seen.append((work.qualified_name, {c: session.conf.get(f"parquet.enable.dictionary#{p}", None)
+            conf = getattr(session, "spark", session).conf   # merge_keyed takes the engine, the appends a session
+            seen.append((work.qualified_name, {c: conf.get(f"parquet.enable.dictionary#{p}", None)
                                                for c, p in physical.items()}))
             return write(session, rows, work, *args, **kwargs)
         monkeypatch.setattr(silver_tables, name, spy)
