@@ -100,7 +100,8 @@ def statements(key_offset: int) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module", params=["text", "binary"])
+# The text form in make test; the binary form (the same tables through send functions) in make system.
+@pytest.fixture(scope="module", params=["text", pytest.param("binary", marks=pytest.mark.system)])
 def lake(request, postgres, spark, tmp_path_factory):
     form = request.param
     setup = TYPES + [f"CREATE TABLE {t} (id int PRIMARY KEY, {columns})" for t, (columns, _) in TABLES.items()]
