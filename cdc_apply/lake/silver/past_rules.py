@@ -30,8 +30,8 @@ from cdc_apply.planning.masks import mask_sql
 from cdc_apply.planning.tables import ColumnRules, evolve
 
 if TYPE_CHECKING:
-    from cdc_apply.config.choices import DropColumns, Retype
     from cdc_apply.delta.engine import SparkTables
+    from cdc_apply.planning.tables import DropColumns, Retype  # the configuration's words, as evolve takes them
 
 PROP_APPLIED = "cdc_apply.masks_applied"
 PART = "column rules applied to the rows already written"
