@@ -438,6 +438,8 @@ class ApplyPipeline:
             with ThreadPoolExecutor(max_workers=self.config.apply.parallelism) as pool:
                 several = len(plan.sources) > 1
                 for work, stats in pool.map(run, tables):
+                    if stats.past_rules:
+                        print(stats.past_rules, file=self.out, flush=True)
                     report.tables[f"{work.source}:{work.qualified_name}" if several else work.qualified_name] = stats
                     report.written.append((work.source, work.relation_id, work.qualified_name, stats))
                     loaded.update({(work.source, txn): rows for txn, rows in stats.loaded.items()})

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config
+from cdc_apply.config.choices import Retype
 from cdc_apply.delta.ddl import USER_METADATA, create_table, set_properties, silver_properties, table_properties
 from cdc_apply.delta.refs import TableRef, silver_ref_for
 from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
@@ -45,6 +46,7 @@ from cdc_apply.lake.silver.merge import (
     writes_deletion_vectors,
 )
 from cdc_apply.lake.silver.merge_moves import resolve_moves
+from cdc_apply.lake.silver.past_rules import apply_to_table, created_properties
 from cdc_apply.lake.silver.replace_rows import ALLOW_EXISTS
 from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 from cdc_apply.lake.silver.snapshot_loads import (
@@ -89,6 +91,7 @@ class TableStats:
     delta_version: int | None = None    # the silver table's Delta version after the batch
     history_version: int | None = None  # the history table's, when it keeps one
     last_commit_lsn: int | None = None  # of the batch's last change (or truncate) of the table
+    past_rules: str | None = None       # what rules added since did to the rows already written (printed)
     # Rows the table's snapshot load wrote, by the snapshot's transaction index, when it had one load: the
     # transactions log counts them from here instead of from bronze.
     loaded: dict[int, int] = field(default_factory=dict, repr=False)
@@ -104,6 +107,7 @@ class KnownTable:
     empty: bool = False        # created or emptied by this process and not written since: a MERGE is an append
     properties: dict[str, str] | None = None    # the own properties it was last seen or set with
     key_file: str | None = None  # its one key column's name in its Parquet files, where known
+    rules: object = None         # the column rules (ColumnRules) its rows were last brought under
 
 
 class SilverTables:
@@ -214,6 +218,11 @@ class SilverTables:
         self._ensure_schema(tables, planned)
         stats = TableStats(truncated=work.truncate_after is not None, changes=planned.rows,
                            last_commit_lsn=planned.last_commit_lsn)
+        if self.known(work.ref).rules != planned.rules:   # rules added since its rows were written reach them
+            history = None if planned.history is None else lambda: self.history.ready(tables, planned)
+            stats.past_rules = apply_to_table(tables, planned, (self.config.silver.drop_columns, Retype.REWRITE),
+                                              self._salt, history, batch.fault)
+            self.known(work.ref).rules = planned.rules
         if planned.history is not None:  # before silver's writes: see cdc_apply.lake.history.tables
             silver_newest = self.ledger.newest(tables, work.ref, app_id)
             stats.history_version = self.history.apply(tables, batch.decoded, planned, version,
@@ -399,15 +408,16 @@ class SilverTables:
         if work.deleted is not None:
             columns.append((work.deleted, "BOOLEAN"))
         comment = f"cdc_apply silver table of {work.source}:{work.qualified_name}"
+        created = {**silver_properties(self.config), **created_properties(planned.rules)}
         if not tables.exists(ref):
-            create_table(tables, ref, columns, silver_properties(self.config), comment=comment)
+            create_table(tables, ref, columns, created, comment=comment)
             known.empty = True
             return
         props = table_properties(tables.spark, ref)
         if props.get(PROP_RELATION_ID) not in (None, str(work.relation_id)) or props.get(PROP_SOURCE) not in (
                 None, work.source):
             # A new relation under a name that had a silver table: it replaces it, as in PostgreSQL.
-            create_table(tables, ref, columns, silver_properties(self.config), comment=comment, replace=True)
+            create_table(tables, ref, columns, created, comment=comment, replace=True)
             known.empty = True
             return
         # What the table says now: the batch's property commit is skipped where it would say the same.

@@ -190,27 +190,3 @@ def test_a_hashed_integer_key_copied_in_key_ranges_stops_naming_snapshot_chunk_r
         assert "snapshot_chunk_rows" in str(err.value) and "public.ids" in str(err.value)
     finally:
         lake.close()
-
-
-def test_rules_added_to_an_existing_table_apply_to_changed_rows_and_leave_excluded_values_silver_had(postgres, spark,
-                                                                                             tmp_path, monkeypatch):
-    from dataclasses import replace
-
-    from cdc_apply.config import TableConfig
-
-    monkeypatch.setenv("CDC_APPLY_MASK_SALT", SALT)
-    lake = PgLake(postgres, spark, tmp_path, "column_rules_later", ["CREATE TABLE t (id text PRIMARY KEY, email text, pw text)",
-                                                                    "INSERT INTO t VALUES ('1', 'old', 'p1'), ('3', 'kept', 'p')"])
-    try:
-        lake.land_and_apply()
-        lake.config = replace(lake.config, tables={"public.t": TableConfig(exclude_columns=("pw",),
-                                                                           mask_columns=(("email", "sha256"),))})
-        lake.run("INSERT INTO t VALUES ('2', 'new', 'p2')", "UPDATE t SET pw = 'p3' WHERE id = '1'")
-        lake.land_and_apply()
-        rows = {r.id: r for r in lake.spark.read.format("delta").load(f"{lake.config.silver.path}/public/t").collect()}
-        # A changed row's masked column is masked from then on; its excluded column keeps what silver had.
-        assert (rows["1"].email, rows["1"].pw) == (_hash("old"), "p1")
-        assert (rows["2"].email, rows["2"].pw) == (_hash("new"), None)
-        assert (rows["3"].email, rows["3"].pw) == ("kept", "p")      # unchanged since: as silver had it
-    finally:
-        lake.close()

@@ -44,6 +44,7 @@ from cdc_apply.lake.silver.appends import append_files
 from cdc_apply.lake.silver.collapse import key_events
 from cdc_apply.lake.silver.merge import project
 from cdc_apply.lake.silver.merge_moves import resolve_moves
+from cdc_apply.lake.silver.past_rules import created_properties
 from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 from cdc_apply.lake.silver.soft_deletes import live_rows
 from cdc_apply.planning import columns as cc
@@ -200,6 +201,12 @@ class HistoryTables:
                           lambda metadata: ref.append(rows, None, 0, metadata))
 
     # -- the table itself -------------------------------------------------------------------
+    def ready(self, tables: SparkTables, planned) -> TableRef:
+        """The history table of ``planned``, created or evolved to the batch's columns (before its writes)."""
+        ref = self.ref(planned)
+        self._ensure_table(tables, planned, ref)
+        return ref
+
     def check_spec(self, planned) -> None:
         """Raise :class:`ConfigError` when the table's history settings cannot apply to it."""
         work, spec = planned.work, planned.history
@@ -267,7 +274,7 @@ class HistoryTables:
         props = {"delta.columnMapping.mode": "name", "delta.enableTypeWidening": "true",
                  "delta.enableDeletionVectors": str(self.config.silver.deletion_vectors).lower(),
                  PROP_HISTORY_OF: f"{work.source}:{work.relation_id}", PROP_RELATION: work.qualified_name,
-                 PROP_VERSION_SEQ: str(planned.chain[-1].seq)}
+                 PROP_VERSION_SEQ: str(planned.chain[-1].seq), **created_properties(planned.rules)}
         verb = "CREATE OR REPLACE TABLE" if replace_table else "CREATE TABLE IF NOT EXISTS"
         comment = f"cdc_apply history table of {work.source}:{work.qualified_name}"
         text = (f"{verb} {ref.sql} ({column_list(columns)}) USING delta "
