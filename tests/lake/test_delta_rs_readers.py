@@ -2,9 +2,9 @@
 column mapping, type widening and deletion vectors, which delta-rs (``deltalake``) and polars open.
 
 One lake, seven batches: the initial snapshot; inserts, updates and deletes (soft in ``s``); then a column
-of ``k`` (which keeps a history table) added, renamed, dropped, widened (int to bigint) and retyped
-incompatibly (text to int), each with a change after it. After every batch, deltalake and polars read
-every silver and history table as Spark reads it, and silver (read as the pipeline's readers read it)
+of ``k`` added, renamed, dropped, widened (int to bigint) and retyped incompatibly (text to int), each with
+a change after it; both tables keep history tables. After every batch, deltalake and polars read every
+silver and history table as Spark reads it, and silver (read as the pipeline's readers read it)
 equals PostgreSQL. Other lakes: a chain of schema changes in one batch crashed between its commits, a
 column name Delta cannot hold without column mapping, and a table made before the setting.
 """
@@ -27,7 +27,7 @@ from cdc_apply.errors import SchemaError
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
-READERS = {"silver": {"readers": "delta-rs", "soft_deletes": ["public.s"], "history": ["public.k"]}}
+READERS = {"silver": {"readers": "delta-rs", "soft_deletes": ["public.s"], "history": ["public.*"]}}
 SETUP = [
     "CREATE TABLE k (id int PRIMARY KEY, v text, n int, d text, c text)",
     "CREATE TABLE s (id int PRIMARY KEY, v text)",
@@ -75,7 +75,8 @@ def _reads(spark, path: str) -> tuple[list, list, list, object]:
 def readers(postgres, spark, tmp_path_factory):
     lake = PgLake(postgres, spark, tmp_path_factory.mktemp("readers"), "readers", SETUP, READERS)
     paths = {"k": f"{lake.config.silver.path}/public/k", "s": f"{lake.config.silver.path}/public/s",
-             "k history": f"{lake.config.silver.path}{lake.config.silver.history_suffix}/public/k"}
+             "k history": f"{lake.config.silver.path}{lake.config.silver.history_suffix}/public/k",
+             "s history": f"{lake.config.silver.path}{lake.config.silver.history_suffix}/public/s"}
     seen = {}
     history = None
     for step, statements in STEPS:
@@ -126,6 +127,15 @@ def test_silver_ends_with_the_columns_and_types_postgres_ends_with(readers):
     assert (fields["n"], fields["c"]) == ("long", "integer")
 
 
+def test_the_rewrites_keep_the_history_tables_partitioning_and_silvers_properties(readers):
+    from deltalake import DeltaTable
+
+    _, _, paths, _ = readers
+    assert DeltaTable(paths["k history"]).metadata().partition_columns == ["_cdc_is_current"]
+    configuration = DeltaTable(paths["k"]).metadata().configuration
+    assert (configuration["delta.enableChangeDataFeed"], configuration["cdc_apply.relation"]) == ("true", "public.k")
+
+
 def test_soft_deleted_rows_stay_in_silver_marked_for_every_reader(readers):
     _, seen, _, _ = readers
     _, rs_rows, _, _ = seen["retype"][0]["s"]
@@ -149,9 +159,12 @@ def test_a_rename_a_drop_and_a_retype_each_rewrite_the_table_in_one_commit(reade
 
 CHAIN_SETUP = ["CREATE TABLE t (id int PRIMARY KEY, a text, b int, gone text)",
                "INSERT INTO t SELECT g, 'a' || g, g, 'x' FROM generate_series(1, 3) g"]
+# No retype here: PostgreSQL rewrites a retyped table, and with ddl_events the lander then copies it again
+# (a snapshot replaces silver's rows, so no fill follows). The rename, the drop and the add are one rewrite
+# of silver; the fill of the added column's default the second commit. (f is not text: a dropped last column
+# and an added one of its type read as a rename, README "Features and limits".)
 CHAIN = ["ALTER TABLE t RENAME COLUMN a TO a2", "ALTER TABLE t DROP COLUMN gone",
-         "ALTER TABLE t ALTER COLUMN b TYPE bigint", "ALTER TABLE t ADD COLUMN f text DEFAULT 'filled'",
-         "UPDATE t SET b = 7000000000 WHERE id = 2"]
+         "ALTER TABLE t ADD COLUMN f int DEFAULT 5", "UPDATE t SET b = 20 WHERE id = 2"]
 
 
 class Crash(RuntimeError):
@@ -183,7 +196,7 @@ def test_a_schema_chain_crashed_between_its_commits_lands_every_step_once_on_the
             if point == "schema:public.t:0":   # the rewrite committed, the fill of f not yet
                 raise Crash(f"injected crash at {point}")
 
-        with pytest.raises(Crash):
+        with pytest.raises(Exception, match="injected crash"):   # the batch names the table it stopped in
             ApplyPipeline.open(spark_tables(spark), lake.config, out=io.StringIO(), fault_hook=crash).run(once=True)
         assert _chain_steps(lake) == [0]
         lake.apply()
@@ -192,7 +205,7 @@ def test_a_schema_chain_crashed_between_its_commits_lands_every_step_once_on_the
         spark_rows, rs_rows, polars_rows, _ = _reads(spark, f"{lake.config.silver.path}/public/t")
         assert rs_rows == polars_rows == spark_rows
         assert {dict(r)["id"]: (dict(r)["a2"], dict(r)["b"], dict(r)["f"]) for r in rs_rows} == {
-            1: ("a1", 1, "filled"), 2: ("a2", 7000000000, "filled"), 3: ("a3", 3, "filled")}
+            1: ("a1", 1, 5), 2: ("a2", 20, 5), 3: ("a3", 3, 5)}
     finally:
         lake.close()
 
