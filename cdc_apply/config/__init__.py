@@ -23,6 +23,7 @@ from cdc_apply.config.choices import (
     Numeric,
     OnError,
     Origin,
+    Readers,
     Retype,
     Snapshot,
     SourceFormat,
@@ -84,6 +85,9 @@ class SilverConfig:
     include_origin: bool = False
     drop_columns: DropColumns = DropColumns.DROP
     retype: Retype = Retype.REWRITE
+    # "delta-rs": silver and history tables are created without column mapping, type widening and deletion
+    # vectors, so delta-rs and polars open them; renames, drops and retypes then rewrite the table in one commit.
+    readers: Readers = Readers.SPARK
     # On: a MERGE marks the rows it deletes or updates instead of copying the rest of their files, so its
     # cost follows the batch, not the table (docs/BENCHMARKS.md). Readers need Delta's deletionVectors feature.
     deletion_vectors: bool = True
@@ -109,7 +113,7 @@ class SilverConfig:
     soft_deletes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        choose_fields(self, "silver", drop_columns=DropColumns, retype=Retype)
+        choose_fields(self, "silver", drop_columns=DropColumns, retype=Retype, readers=Readers)
         if self.table_template is not None and "{name}" not in self.table_template:
             raise ConfigError("the template must contain {name} (and usually {namespace})",
                               key="silver.table_template")

@@ -38,6 +38,13 @@ class Retype(StrEnum):
     FAIL = "fail"
 
 
+class Readers(StrEnum):
+    """``silver.readers``: who must be able to open the silver and history tables cdc_apply creates."""
+
+    SPARK = "spark"         # Delta's reader features (column mapping, type widening, deletion vectors)
+    DELTA_RS = "delta-rs"   # none of them: delta-rs (deltalake) and polars open the tables too
+
+
 class Snapshot(StrEnum):
     """``source.snapshot``: which tables' existing rows the lander copies into bronze."""
 
@@ -99,4 +106,4 @@ def choose_fields(section: Any, prefix: str, **kinds: type[StrEnum]) -> None:
 
 
 ENUMS: dict[str, type[StrEnum]] = {kind.__name__: kind for kind in (
-    OnError, DropColumns, Retype, Snapshot, Streaming, CommitPosition, HeartbeatUnit, Deletes)}
+    OnError, DropColumns, Retype, Readers, Snapshot, Streaming, CommitPosition, HeartbeatUnit, Deletes)}

@@ -11,11 +11,20 @@ PostgreSQL.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from cdc_apply.config import Config
 from cdc_apply.config.choices import Retype
-from cdc_apply.delta.ddl import USER_METADATA, create_table, set_properties, silver_properties, table_properties
+from cdc_apply.delta.ddl import (
+    USER_METADATA,
+    check_plain_names,
+    create_table,
+    is_mapped,
+    set_properties,
+    silver_properties,
+    table_properties,
+    warn_reader_features,
+)
 from cdc_apply.delta.refs import TableRef, silver_ref_for
 from cdc_apply.delta.spark_errors import driver_stopped, driver_stopped_error, error_text, resource_cause
 from cdc_apply.errors import ApplyError, CdcApplyError, SchemaError
@@ -215,7 +224,7 @@ class SilverTables:
         for key, value in BATCH_SETTINGS.items():  # the MERGE itself plans here
             tables.spark.conf.set(key, value)
         app_id = self.app_id(work)
-        self._ensure_schema(tables, planned)
+        self._ensure_schema(tables, planned, batch.fault)
         stats = TableStats(truncated=work.truncate_after is not None, changes=planned.rows,
                            last_commit_lsn=planned.last_commit_lsn)
         if self.known(work.ref).rules != planned.rules:   # rules added since its rows were written reach them
@@ -383,19 +392,20 @@ class SilverTables:
         tables.spark.conf.set(PERSISTENT_DVS, str(marks).lower())
         return size
 
-    def _ensure_schema(self, tables: SparkTables, planned: TablePlan) -> None:
+    def _ensure_schema(self, tables: SparkTables, planned: TablePlan, fault: Callable[[str], None]) -> None:
         work = planned.work
         ref = work.ref
         shape = (work.source, work.relation_id, planned.chain[-1].seq)
         known = self.known(ref)
         if known.shape == shape:
             return
-        self._create_or_evolve(tables, planned, known)
+        self._create_or_evolve(tables, planned, known, fault)
         names = tables.file_column_names(ref) if work.key is not None and len(work.key_index) == 1 else None
         known.key_file = names.get(work.key[0]) if names and work.key is not None else None
         known.shape = shape
 
-    def _create_or_evolve(self, tables: SparkTables, planned: TablePlan, known: KnownTable) -> None:
+    def _create_or_evolve(self, tables: SparkTables, planned: TablePlan, known: KnownTable,
+                          fault: Callable[[str], None]) -> None:
         work = planned.work
         ref = work.ref
         meta = [(c, t) for c, _, t in self.metadata()]
@@ -410,6 +420,7 @@ class SilverTables:
         comment = f"cdc_apply silver table of {work.source}:{work.qualified_name}"
         created = {**silver_properties(self.config), **created_properties(planned.rules)}
         if not tables.exists(ref):
+            check_plain_names([c for c, _ in columns], work.qualified_name, is_mapped(created), work.source)
             create_table(tables, ref, columns, created, comment=comment)
             known.empty = True
             return
@@ -417,11 +428,14 @@ class SilverTables:
         if props.get(PROP_RELATION_ID) not in (None, str(work.relation_id)) or props.get(PROP_SOURCE) not in (
                 None, work.source):
             # A new relation under a name that had a silver table: it replaces it, as in PostgreSQL.
+            check_plain_names([c for c, _ in columns], work.qualified_name, is_mapped(created), work.source)
             create_table(tables, ref, columns, created, comment=comment, replace=True)
             known.empty = True
             return
         # What the table says now: the batch's property commit is skipped where it would say the same.
         known.properties = {k: props[k] for k in OWN_PROPERTIES if k in props}
+        warn_reader_features(self.config, ref, props, work.qualified_name)
+        check_plain_names([c for c, _ in columns], work.qualified_name, is_mapped(props), work.source)
         ensure_deleted_column(tables.spark, ref, work, tables.read(ref).columns,
                               f"tables.{work.qualified_name}.deletes")
         reflected = props.get(PROP_VERSION_SEQ)
@@ -435,7 +449,9 @@ class SilverTables:
         fills = [(evolved[c], value) for c, added, value in work.defaults if added > chain[start].seq]
         if ops or fills:
             # Named by where the chain starts and ends: the table's commits say which steps are done.
-            apply_schema_ops(tables, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills)
+            apply_schema_ops(tables, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills,
+                             mapped=is_mapped(props), after_step=lambda step: fault(f"schema:{work.qualified_name}"
+                                                                                     f":{step}"))
 
 
 __all__ = ["SilverTables", "TableStats", "SilverColumn", "TableRef"]

@@ -90,6 +90,8 @@ def test_three_paths_are_enough_and_everything_else_has_a_default(tmp_path):
     ({**MINIMAL, "tables": {"public.t": {"deletes": "maybe"}}}, "tables.public.t.deletes"),
     ({**MINIMAL, "tables": {"public.t": {"deletes": True}}}, "tables.public.t.deletes"),
     ({**MINIMAL, "silver": {"path": "s", "soft_deletes": 1}}, "silver.soft_deletes"),
+    ({**MINIMAL, "silver": {"path": "s", "readers": "polars"}}, "silver.readers"),
+    ({**MINIMAL, "silver": {"path": "s", "readers": True}}, "silver.readers"),
     ({**MINIMAL, "metrics": {"land_port": 70000}}, "metrics.land_port"),
     ({**MINIMAL, "metrics": {"apply_port": "9188"}}, "metrics.apply_port"),
     ({**MINIMAL, "metrics": {"address": " "}}, "metrics.address"),
@@ -99,6 +101,11 @@ def test_a_bad_setting_is_a_config_error_naming_the_key(raw, key):
     with pytest.raises(ConfigError) as info:
         parse_config(raw)
     assert info.value.context["key"] == key
+
+
+def test_silver_readers_is_spark_unless_delta_rs_is_chosen():
+    assert parse_config(MINIMAL).silver.readers == "spark"
+    assert parse_config({**MINIMAL, "silver": {"path": "s", "readers": "delta-rs"}}).silver.readers == "delta-rs"
 
 
 def test_allow_and_deny_lists_take_wildcards_and_comma_strings():

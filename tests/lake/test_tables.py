@@ -16,9 +16,13 @@ PROPS = {"delta.columnMapping.mode": "name", "delta.enableChangeDataFeed": "true
 DROP_A_RENAME_B_TO_A = [SchemaOp("drop", "a"), SchemaOp("rename", "b", new_name="a")]
 
 
-def _table(spark, tmp_path) -> TableRef:
+# As silver.readers = "delta-rs" makes them: no column mapping, type widening or deletion vectors.
+PLAIN_PROPS = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "false"}
+
+
+def _table(spark, tmp_path, props: dict[str, str] = PROPS) -> TableRef:
     ref = TableRef(path=str(tmp_path / "t"))
-    create_table(spark_tables(spark), ref, [("id", "INT"), ("a", "STRING"), ("b", "STRING")], PROPS)
+    create_table(spark_tables(spark), ref, [("id", "INT"), ("a", "STRING"), ("b", "STRING")], props)
     spark.sql(f"INSERT INTO {ref.sql} VALUES (1, 'old a', 'was b')")
     return ref
 
@@ -43,6 +47,30 @@ def test_a_chain_cut_short_by_a_crash_resumes_at_the_first_step_not_done(spark, 
     assert _state(spark, ref) == (["id", "a"], [(1, "was b")])
     history = spark.sql(f"DESCRIBE HISTORY {ref.sql}").select("operation").collect()
     assert [r.operation for r in history].count("DROP COLUMNS") == 1
+
+
+def test_a_chain_on_a_table_without_column_mapping_is_one_overwrite_that_a_rerun_skips(spark, tmp_path):
+    ref = _table(spark, tmp_path, PLAIN_PROPS)
+    chain = DROP_A_RENAME_B_TO_A + [SchemaOp("add", "n", spark_ddl="INT"), SchemaOp("retype", "id", spark_ddl="BIGINT",
+                                                                                     old_ddl="INT", in_place=True)]
+    for _ in range(2):   # the second: the batch re-run after a crash
+        apply_schema_ops(spark_tables(spark), ref, chain, chain="1->5", mapped=False)
+        df = ref.read(spark)
+        assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+            ("id", "bigint"), ("a", "string"), ("n", "int")]
+        assert [tuple(r) for r in df.collect()] == [(1, "was b", None)]
+    history = spark.sql(f"DESCRIBE HISTORY {ref.sql}").collect()
+    assert [r.operation for r in history].count("WRITE") == 2   # the INSERT and the one overwrite
+    assert "columnMapping.mode" not in str(spark.sql(f"SHOW TBLPROPERTIES {ref.sql}").collect())
+
+
+def test_adds_alone_on_a_table_without_column_mapping_are_one_add_columns(spark, tmp_path):
+    ref = _table(spark, tmp_path, PLAIN_PROPS)
+    apply_schema_ops(spark_tables(spark), ref, [SchemaOp("add", "c", spark_ddl="INT"),
+                                                SchemaOp("add", "d", spark_ddl="STRING")], chain="1->3", mapped=False)
+    assert _state(spark, ref) == (["id", "a", "b", "c", "d"], [(1, "old a", "was b", None, None)])
+    last = spark.sql(f"DESCRIBE HISTORY {ref.sql} LIMIT 1").collect()[0]
+    assert last.operation == "ADD COLUMNS"
 
 
 def test_schema_steps_leave_no_commit_metadata_behind_for_later_writes(spark, tmp_path):

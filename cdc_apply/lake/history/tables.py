@@ -27,7 +27,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config, HistorySpec
-from cdc_apply.delta.ddl import column_list, property_list, set_properties, table_properties
+from cdc_apply.delta.ddl import (
+    check_plain_names,
+    column_list,
+    is_mapped,
+    property_list,
+    reader_properties,
+    set_properties,
+    table_properties,
+    warn_reader_features,
+)
 from cdc_apply.delta.names import quote_ident, quote_literal
 from cdc_apply.delta.refs import TableRef, history_ref_for
 from cdc_apply.errors import ApplyError, ConfigError, SchemaError, StateError
@@ -257,9 +266,11 @@ class HistoryTables:
         columns, ops = evolve(chain, planned.type_of, self.config.silver.drop_columns, self.config.silver.retype,
                               start=start, rules=planned.rules)
         fills = [(columns[c], value) for c, added, value in work.defaults if added > chain[start].seq]
+        warn_reader_features(self.config, ref, props, work.qualified_name)
+        check_plain_names([c.name for c in work.columns], work.qualified_name, is_mapped(props), work.source)
         if ops or fills:
             apply_schema_ops(tables, ref, ops, chain=f"{chain[start].seq}->{chain[-1].seq}", fills=fills,
-                             fill_where=f"{quote_ident(self.columns.is_current)}")
+                             fill_where=f"{quote_ident(self.columns.is_current)}", mapped=is_mapped(props))
 
     def _create(self, tables: SparkTables, planned, ref: TableRef, replace_table: bool) -> None:
         work = planned.work
@@ -271,9 +282,9 @@ class HistoryTables:
             raise SchemaError(f"column {clash[0]!r} of {work.qualified_name} collides with a history column; set "
                               "silver.metadata_prefix", table=work.qualified_name)
         columns = [(c.name, c.spark_ddl) for c in work.columns] + meta + own
-        props = {"delta.columnMapping.mode": "name", "delta.enableTypeWidening": "true",
-                 "delta.enableDeletionVectors": str(self.config.silver.deletion_vectors).lower(),
-                 PROP_HISTORY_OF: f"{work.source}:{work.relation_id}", PROP_RELATION: work.qualified_name,
+        readers = reader_properties(self.config)   # as silver's: silver.readers
+        check_plain_names([c for c, _ in columns], work.qualified_name, is_mapped(readers), work.source)
+        props = {**readers, PROP_HISTORY_OF: f"{work.source}:{work.relation_id}", PROP_RELATION: work.qualified_name,
                  PROP_VERSION_SEQ: str(planned.chain[-1].seq), **created_properties(planned.rules)}
         verb = "CREATE OR REPLACE TABLE" if replace_table else "CREATE TABLE IF NOT EXISTS"
         comment = f"cdc_apply history table of {work.source}:{work.qualified_name}"

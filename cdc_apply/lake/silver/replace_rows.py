@@ -53,7 +53,8 @@ def needs_replace(tables: SparkTables, work: TableWork) -> bool:
         raise ApplyError(f"silver table {work.ref} has a column name holding a backtick and Change Data Feed on, "
                          "which Delta can write only with deletion vectors: turn them on for the table (ALTER TABLE "
                          "... SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true'); silver.deletion_vectors = "
-                         "true for new tables) or turn its change feed off (silver.change_data_feed = false)",
+                         "true and silver.readers = \"spark\" for new tables) or turn its change feed off "
+                         "(silver.change_data_feed = false)",
                          table=work.qualified_name, source=work.source)
     return True
 

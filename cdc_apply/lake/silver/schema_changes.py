@@ -2,12 +2,16 @@
 
 Each step is one Delta commit tagged with the chain and its step number in ``userMetadata``, so a batch
 re-run after a crash skips the steps the table's history shows done (see :func:`apply_schema_ops`).
+
+A table without column mapping (``silver.readers = "delta-rs"``: delta-rs and polars refuse the feature)
+cannot rename or drop a column, nor widen a type in place: its renames, drops and retypes are one
+overwrite of the table with the new schema, one commit (:func:`_rewrite_table`).
 """
 
 from __future__ import annotations
 
 from itertools import groupby
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from cdc_apply.delta.ddl import USER_METADATA
 from cdc_apply.delta.names import quote_ident
@@ -24,7 +28,8 @@ if TYPE_CHECKING:
 
 
 def apply_schema_ops(tables: SparkTables, ref: TableRef, ops: Sequence[SchemaOp], chain: str | None = None,
-                     fills: Sequence[tuple] = (), fill_where: str | None = None) -> None:
+                     fills: Sequence[tuple] = (), fill_where: str | None = None, mapped: bool = True,
+                     after_step: Callable[[int], None] | None = None) -> None:
     """Run schema operations against the table, each guarded by its current schema.
 
     The chain is netted first (:func:`cdc_apply.planning.schema_net.net_schema_ops`), then consecutive
@@ -40,29 +45,83 @@ def apply_schema_ops(tables: SparkTables, ref: TableRef, ops: Sequence[SchemaOp]
     missing value — as the last step: one UPDATE, guarded like the others (a re-run after the batch's
     MERGE must not overwrite what the MERGE wrote); ``fill_where`` limits it to the rows that hold
     (a history table fills only its open versions: older ones predate the column).
+
+    ``mapped``: whether the table has column mapping (:func:`cdc_apply.delta.ddl.is_mapped`); without it
+    every chain that renames, drops or retypes is one step, the table rewritten with the chain's end
+    schema. ``after_step`` is called with each step's number once it committed (tests crash there).
     """
-    # One step per commit: the adds together, the drops together, each rename; a retype rebuilds its
-    # column in several commits, each guarded by the temporary column's name, so it is re-run.
-    steps: list[list[SchemaOp]] = []
-    for kind, group in groupby(net_schema_ops(ops), key=lambda o: o.kind):
-        steps += [list(group)] if kind in ("add", "drop") else [[o] for o in group]
+    steps = _plan_steps(ops, mapped)
     if fills:
-        steps.append([SchemaOp("fill", c.name, spark_ddl=c.spark_ddl) for c, _ in fills])
+        steps.append(("fill", [SchemaOp("fill", c.name, spark_ddl=c.spark_ddl) for c, _ in fills]))
     values = {c.name: v for c, v in fills}
     done = _steps_done(tables.spark, ref, chain, len(steps)) if chain is not None else -1
-    for step, run in enumerate(steps):
-        if step < done or (step == done and run[0].kind != "retype"):
+    for step, (kind, run) in enumerate(steps):
+        # A retype's column rebuild takes several commits, each guarded by its temporary column: re-run.
+        if step < done or (step == done and kind != "retype"):
             continue
         if chain is not None:
             tables.spark.conf.set(USER_METADATA, encode_tag({"schema_chain": chain, "step": step}))
         try:
-            if run[0].kind == "fill":
+            if kind == "fill":
                 _fill(tables, ref, run, values, fill_where)
+            elif kind == "rewrite":
+                _rewrite_table(tables, ref, run)
             else:
                 _apply_step(tables.spark, ref, run)
         finally:
             if chain is not None:
                 tables.spark.conf.unset(USER_METADATA)
+        if after_step is not None:
+            after_step(step)
+
+
+def _plan_steps(ops: Sequence[SchemaOp], mapped: bool) -> list[tuple[str, list[SchemaOp]]]:
+    """The chain's commits: with column mapping the adds together, the drops together, each rename and
+    retype; without it one ADD COLUMNS when the chain only adds, else one rewrite of the whole chain."""
+    netted = net_schema_ops(ops)
+    if not netted:
+        return []
+    if not mapped:
+        only_adds = all(o.kind == "add" for o in netted)
+        return [("add" if only_adds else "rewrite", list(netted))]
+    steps: list[tuple[str, list[SchemaOp]]] = []
+    for kind, group in groupby(netted, key=lambda o: o.kind):
+        steps += [(kind, list(group))] if kind in ("add", "drop") else [(kind, [o]) for o in group]
+    return steps
+
+
+def _rewrite_table(tables: SparkTables, ref: TableRef, run: Sequence[SchemaOp]) -> None:
+    """The chain's schema changes as one overwrite of the table (``overwriteSchema``): one commit, so a
+    crash leaves the table before or after all of them and the step's tag tells a re-run which.
+
+    Delta allows it with Change Data Feed on when the table has no column mapping; its properties, comment
+    and partitioning stay. A change feed read cannot span the commit (Delta refuses the schema change
+    inside a range), as after any ALTER of such a table. Each column keeps its place; a retype casts.
+    """
+    df = tables.read(ref)
+    exprs = [(f.name, quote_ident(f.name)) for f in df.schema.fields]   # (column, SQL expression)
+    for op in run:
+        names = [name for name, _ in exprs]
+        if op.kind == "add" and op.column not in names:
+            exprs.append((op.column, f"CAST(NULL AS {op.ddl})"))
+        elif op.kind == "drop":
+            exprs = [(name, e) for name, e in exprs if name != op.column]
+        elif op.kind == "rename" and op.column in names and op.target not in names:
+            exprs = [(op.target if name == op.column else name, e) for name, e in exprs]
+        elif op.kind == "retype":
+            exprs = [(name, f"CAST({e} AS {op.ddl})" if name == op.column else e) for name, e in exprs]
+    detail = tables.spark.sql(f"DESCRIBE DETAIL {ref.sql}").collect()[0]
+    writer = (df.selectExpr(*[f"{e} AS {quote_ident(name)}" for name, e in exprs]).write.format("delta")
+              .mode("overwrite").option("overwriteSchema", "true"))
+    if detail.partitionColumns:   # kept: an overwrite without partitionBy would drop them
+        writer = writer.partitionBy(*detail.partitionColumns)
+    metadata = tables.spark.conf.get(USER_METADATA, None)
+    if metadata:
+        writer = writer.option("userMetadata", metadata)
+    if ref.path:
+        writer.save(ref.path)
+    else:   # Delta 4.4 keeps a catalog table's properties and comment through this overwrite
+        writer.saveAsTable(ref.catalog_name)
 
 
 def _fill(tables: SparkTables, ref: TableRef, run: Sequence[SchemaOp], values: dict, where: str | None = None) -> None:
@@ -84,6 +143,7 @@ def _steps_done(spark: SparkSession, ref: TableRef, chain: str, steps: int) -> i
 
 
 def _apply_step(spark: SparkSession, ref: TableRef, run: Sequence[SchemaOp]) -> None:
+    """An add, a drop, a rename or a retype of a table with column mapping, guarded by its current schema."""
     kind = run[0].kind
     if kind in ("add", "drop"):
         current = {f.name for f in ref.read(spark).schema.fields}
