@@ -69,6 +69,8 @@ def test_a_signal_stops_the_continuous_apply_after_its_batch_with_one_line_and_e
     # Nothing recorded as failed, and the next run (here, in this process) goes on from where it stopped.
     _insert(changes, t, range(6, 8))
     lake.land(changes)
-    assert [r.transactions for r in lake.apply()] == [1]
+    # A micro-batch the stopped query applied but had not yet checkpointed comes again first: it applies
+    # nothing (its seqs are applied already), then the new transaction.
+    assert sum(r.transactions for r in lake.apply()) == 1
     assert lake.silver("public.t").count() == 7
     assert lake.table("failures").count() == 0

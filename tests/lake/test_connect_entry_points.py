@@ -123,7 +123,9 @@ def _verify_while_landing(lake: PgLake, session):
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     try:
-        run = verify(session, lake.lander_config, range_rows=8, wait_seconds=300, record=False)
+        # bag is keyless without a history table: verify names it an error (docs/VERIFY.md), so it is left out.
+        run = verify(session, lake.lander_config, ["public.t", "public.plain"], range_rows=8, wait_seconds=300,
+                     record=False)
     finally:
         stop.set()
         thread.join()
@@ -136,7 +138,7 @@ def test_verify_over_connect_finds_silver_equal_then_names_a_damaged_row(applied
     with connect_mode():
         clean = _verify_while_landing(lake, session)
     assert clean.exit_code == 0, clean.lines()
-    assert {t.table for t in clean.tables} >= {"public.t", "public.plain", "public.bag"}
+    assert {t.table: t.status for t in clean.tables} == {"public.t": "equal", "public.plain": "equal"}
     lake.spark.sql(f"UPDATE delta.`{lake.config.silver.path}/public/plain` SET v = 'damaged' WHERE id = 7")
     try:
         with connect_mode():
