@@ -174,6 +174,11 @@ class Health:
         with self._lock:
             self._reasons.pop(part, None)
 
+    def clear(self) -> None:
+        """Every part healthy again: a process that starts a command of its own (a test's) after others ran."""
+        with self._lock:
+            self._reasons.clear()
+
     def reasons(self) -> list[str]:
         """``"<part>: <reason>"`` for each unhealthy part (none: healthy)."""
         with self._lock:

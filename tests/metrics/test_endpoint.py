@@ -21,6 +21,8 @@ MINIMAL = {"bronze": {"path": "b"}, "silver": {"path": "s"}, "state": {"path": "
 
 @pytest.fixture
 def server():
+    # The registry is the process's: a pipeline another test of this worker ran may have left a failure.
+    registry.HEALTH.clear()
     served = MetricsServer("127.0.0.1", 0)
     yield served
     served.close()
@@ -103,6 +105,7 @@ def test_no_port_configured_serves_nothing():
 
 
 def test_a_configured_port_serves_while_the_command_runs_and_frees_it_after():
+    registry.HEALTH.clear()   # as in the fixture: other tests of this worker may have left a failure
     config = parse_config({**MINIMAL, "metrics": {"apply_port": 0}})
     out = io.StringIO()
     with serving(config, "apply", out) as served:
