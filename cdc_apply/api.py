@@ -161,7 +161,7 @@ def _stop_on_signals(pipeline: "ApplyPipeline") -> dict:
 
 
 def status(spark: SparkSession | None, config: ConfigLike, *, quarantine_hours: float = 24.0,
-           max_lag_seconds: float | None = None) -> list["StatusEntry"]:
+           max_lag_seconds: float | None = None, slot: bool = False) -> list["StatusEntry"]:
     """Where the apply stands, one dict per source (``[]`` before the first batch attempt; a failure whose
     error names no source is an entry of its own with ``source`` None).
 
@@ -178,6 +178,11 @@ def status(spark: SparkSession | None, config: ConfigLike, *, quarantine_hours: 
     When delta-rs opens the state tables and bronze (local paths, or object storage whose credentials are in
     the environment: :func:`cdc_apply.delta.files.rs_uri`) they are read without a JVM and ``spark`` may be
     None; catalog tables and object storage configured only in Spark are read with ``spark``.
+
+    ``slot``: each entry also gets the configured source's slot as the source sees it (``slot_active``,
+    ``slot_wal_status``, ``slot_retained_wal_bytes``, ``slot_safe_wal_size``, ``source_unavailable``; the
+    figures None with the reason there when the source does not answer within a few seconds, or for an
+    entry of a source other than ``[source]``), as ``cdc-apply status`` prints them (docs/OPERATIONS.md).
     """
     from cdc_apply.lake.books.status import read_status
 
@@ -186,7 +191,23 @@ def status(spark: SparkSession | None, config: ConfigLike, *, quarantine_hours: 
     for entry in entries:
         status_log.info("source %s: %s, applied seq %s, lag %s msgs", entry["source"], entry["health"],
                         entry["applied_seq"], entry["lag_seq"])
+    if slot:
+        from cdc_apply.metrics.source_side import read_slot, slot_entries
+
+        figures = read_slot(_source_dsn(config), config.source.slot)
+        return cast("list[StatusEntry]", slot_entries(entries, config.source.name, figures))
     return entries
+
+
+def _source_dsn(config: Config) -> str | None:
+    """The source's connection string; None when none is configured (the figures then say so)."""
+    from cdc_apply.errors import ConfigError
+    from cdc_apply.lander.dsn import resolve_dsn
+
+    try:
+        return resolve_dsn(config.source)
+    except ConfigError:
+        return None
 
 
 def exit_code(entries: list["StatusEntry"]) -> int:

@@ -8,7 +8,7 @@ from contextlib import nullcontext
 
 from cdc_apply.config import load_config
 from cdc_apply.metrics.serving import serving
-from cdc_apply.metrics.source_side import SlotFigures, read_slot
+from cdc_apply.metrics.source_side import read_slot, slot_entries
 
 # status's exit code when a slot holds back more WAL than --max-retained-wal-bytes (below a failing batch's 4).
 RETAINED_WAL_EXIT = 6
@@ -57,8 +57,7 @@ def run_status(config_path: str, as_json: bool = False, quarantine_hours: float 
         spark = spark_session(f"cdc_apply-status-{config.pipeline}")
     entries = status(spark, config, quarantine_hours=quarantine_hours, max_lag_seconds=max_lag_seconds)
     slot = read_slot(source_dsn(config), config.source.slot)
-    shown = [{**entry, **(slot if entry["source"] == config.source.name else _elsewhere).fields()}
-             for entry in entries]
+    shown = slot_entries(entries, config.source.name, slot)
     code = exit_code(entries)
     retained = slot.retained_wal_bytes
     if max_retained_wal_bytes is not None and retained is not None and retained > max_retained_wal_bytes \
@@ -77,6 +76,3 @@ def run_status(config_path: str, as_json: bool = False, quarantine_hours: float 
     sys.stdout.flush()
     return code
 
-
-# The slot figures of an entry whose source is not the configuration's [source]: no DSN to ask.
-_elsewhere = SlotFigures("", reason="not this configuration's [source]: its slot is not asked")

@@ -84,3 +84,13 @@ def _first_line(exc: BaseException) -> str:
     # libpq's messages name host and port, never the password; the first line says what failed.
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+# The slot figures of an entry whose source is not the configuration's [source]: no DSN to ask.
+ELSEWHERE = SlotFigures("", reason="not this configuration's [source]: its slot is not asked")
+
+
+def slot_entries(entries: list, source: str, figures: SlotFigures) -> list[dict]:
+    """Status entries with the slot's figures after their own keys: ``figures`` for ``source``'s entry,
+    :data:`ELSEWHERE` for another source's."""
+    return [{**entry, **(figures if entry["source"] == source else ELSEWHERE).fields()} for entry in entries]

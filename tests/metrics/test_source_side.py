@@ -59,3 +59,32 @@ def test_a_source_that_never_answers_costs_the_connect_timeout_not_a_hang():
 
 def test_no_connection_string_is_a_reason():
     assert "no connection string" in (read_slot(None, "s").reason or "")
+
+
+def test_the_status_api_adds_the_slot_as_the_source_sees_it_to_its_source_s_entry_only(postgres, monkeypatch):
+    import cdc_apply
+    from cdc_apply.config import parse_config
+    from cdc_apply.lake.books import status as status_module
+
+    db = "slot_api"
+    postgres.create_database(db)
+    postgres.execute("SELECT pg_create_logical_replication_slot('api_slot', 'pgoutput')", dbname=db)
+    config = parse_config({"bronze": {"path": "/tmp/never/bronze"}, "silver": {"path": "/tmp/never/silver"},
+                           "state": {"path": "/tmp/never/state"},
+                           "source": {"name": "pg", "dsn": postgres.dsn(db), "slot": "api_slot"}})
+    # The entries' own keys come from the state tables (tests/lake/test_status.py); here, the slot's part.
+    from cdc_apply.lake.books.status_rules import KEYS
+
+    entries = [{**dict.fromkeys(KEYS), "source": source, "health": "ok"} for source in ("pg", "other")]
+    monkeypatch.setattr(status_module, "read_status", lambda *args: [dict(e) for e in entries])
+    try:
+        plain = cdc_apply.status(None, config)
+        with_slot = cdc_apply.status(None, config, slot=True)
+    finally:
+        postgres.execute("SELECT pg_drop_replication_slot('api_slot')", dbname=db)
+    assert plain == entries
+    mine, other = with_slot
+    assert list(mine)[:len(KEYS)] == list(KEYS) and mine["slot_active"] is False
+    assert mine["slot_wal_status"] == "reserved" and mine["slot_retained_wal_bytes"] >= 0
+    assert mine["source_unavailable"] is None
+    assert other["slot_active"] is None and "not this configuration's [source]" in other["source_unavailable"]
