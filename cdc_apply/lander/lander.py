@@ -16,6 +16,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Callable, TextIO
 
 from cdc_apply.config import Config
@@ -84,7 +85,6 @@ class Lander:
         self.stop = stop or threading.Event()
         self.probe = probe or (lambda event, **info: None)
         self._probe_messages = probe         # called for every message only when there is one to call
-        self.writer = open_writer(spark, bronze_ref(config), config.source.name, say=self.say)
         self.server = SourceServer(self.dsn, config.source, config.source.connect_timeout)
         self.server.source_file = config.origin_file
         self.state = ResumeState()
@@ -95,9 +95,16 @@ class Lander:
         self._inflight: tuple[Future, Batch, float] | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._first_due = True               # the run's first batch is landed without waiting (see _session)
-        self.snapshots = Snapshots(SnapshotPort(config.source, self.dsn, self.server, self.writer,
-                                                config.land.batch_bytes, self.say,
-                                                lambda event, **info: self.probe(event, **info)))
+
+    @cached_property
+    def writer(self):
+        """The bronze writer (delta-rs's or Spark's), opened at first use: the constructor reads nothing."""
+        return open_writer(self.spark, bronze_ref(self.config), self.source.name, say=self.say)
+
+    @cached_property
+    def snapshots(self) -> Snapshots:
+        return Snapshots(SnapshotPort(self.source, self.dsn, self.server, self.writer, self.land.batch_bytes,
+                                      self.say, lambda event, **info: self.probe(event, **info)))
 
     def say(self, text: str) -> None:
         print(f"[land {self.source.name}] {text}", file=self.out, flush=True)
