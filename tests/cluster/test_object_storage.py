@@ -190,7 +190,9 @@ def test_verify_on_s3a_finds_silver_equal_to_postgresql_while_the_lander_and_app
     """``cdc-apply verify`` with bronze, silver and the state on s3a://: it waits for the pipeline to pass its
     point, so the lander and the apply job run (once each, again and again) until verify is done."""
     root, env = s3_lake
-    verify = _cli(root, "verify", env, "--json", "--wait-seconds", "480", "--range-rows", "50", name="verify")
+    # events is keyless without a history table: verify names it an error (docs/VERIFY.md), so it is left out.
+    verify = _cli(root, "verify", env, "--json", "--wait-seconds", "480", "--range-rows", "50",
+                  "--table", "public.customers", name="verify")
     rounds = 0
     while verify.proc.poll() is None and rounds < 20:
         for step in (("land", "--once"), ("apply", "--once")):
@@ -200,5 +202,5 @@ def test_verify_on_s3a_finds_silver_equal_to_postgresql_while_the_lander_and_app
     run = verify.wait(600)
     assert run.returncode == 0, run.describe()
     result = json.loads(run.stdout)
-    assert {t["table"]: t["status"] for t in result["tables"]} == {"public.customers": "equal",
-                                                                   "public.events": "equal"}, run.stdout
+    assert [(t["table"], t["status"], t["silver_rows"] > 0) for t in result["tables"]] == [
+        ("public.customers", "equal", True)], run.stdout
