@@ -25,7 +25,7 @@ import pyarrow as pa
 from cdc_apply.errors import DecodeError
 
 from ..types import MAX_ARRAY_DIMENSIONS, ColumnType
-from .array_text import BOUNDS, SPACE, read_element
+from .array_text import BOUNDS, SPACE, after_element, read_element
 from .common import Malformed, fail, raw_values, valid_mask
 
 Shape = tuple[int, ...]   # the length of each dimension; () for an empty array
@@ -108,15 +108,9 @@ def _level(text: str, pos: int, depth: int, delimiter: str, found: _Found) -> in
             element, pos = read_element(text, pos, delimiter)
             found.elements.append(element)
         count += 1
-        while pos < n and text[pos] in SPACE:
-            pos += 1
-        if pos < n and text[pos] == delimiter:
-            pos += 1
-        elif pos < n and text[pos] == "}":
-            pos += 1
+        pos, closed = after_element(text, pos, delimiter)
+        if closed:
             break
-        else:
-            raise Malformed("expected a delimiter or '}' after an element")
     if found.lengths[depth] is None:
         found.lengths[depth] = count
     elif found.lengths[depth] != count:
@@ -146,12 +140,19 @@ def parse_nested_binary(raw: bytes, element_oid: int | None) -> tuple[Shape, lis
     count = prod(shape)
     if min(shape) < 0 or count * 4 > len(raw) - pos:
         raise Malformed(f"invalid array dimensions {'x'.join(map(str, shape))}")
+    return (shape if count else ()), binary_elements(raw, pos, count)
+
+
+def binary_elements(raw: bytes, pos: int, count: int) -> list[bytes | None]:
+    """The ``count`` elements of array_send's bytes from ``pos`` on (each an int32 length, -1 for NULL, and its
+    send form), which must end exactly at the end of ``raw``."""
     end = len(raw)
     elements: list[bytes | None] = []
+    unpack = _INT32.unpack_from
     for _ in range(count):
         if pos + 4 > end:
             raise Malformed("truncated array element")
-        (length,) = _INT32.unpack_from(raw, pos)
+        (length,) = unpack(raw, pos)
         pos += 4
         if length == -1:
             elements.append(None)
@@ -162,7 +163,7 @@ def parse_nested_binary(raw: bytes, element_oid: int | None) -> tuple[Shape, lis
         pos += length
     if pos != end:
         raise Malformed("junk after the last array element")
-    return (shape if count else ()), elements
+    return elements
 
 
 def nested_text(ct: ColumnType, values: pa.Array) -> pa.Array:

@@ -156,15 +156,9 @@ def _parse_careful(text: str, delimiter: str) -> list[str | None]:
             raise Malformed(_more_dimensions(text, delimiter))
         element, pos = read_element(text, pos, delimiter)
         elements.append(element)
-        while pos < n and text[pos] in SPACE:
-            pos += 1
-        if pos < n and text[pos] == delimiter:
-            pos += 1
-        elif pos < n and text[pos] == "}":
-            pos += 1
+        pos, closed = after_element(text, pos, delimiter)
+        if closed:
             break
-        else:
-            raise Malformed("expected a delimiter or '}' after an element")
     if text[pos:].strip(SPACE):
         raise Malformed("junk after the array")
     if expected is not None and expected != len(elements):
@@ -178,6 +172,19 @@ def _more_dimensions(text: str, delimiter: str) -> str:
 
     shape, _ = parse_nested_text(text, delimiter)   # a malformed value raises its own reason
     return dimension_mismatch(len(shape), 1)
+
+
+def after_element(text: str, pos: int, delimiter: str) -> tuple[int, bool]:
+    """Past the delimiter or the ``}`` that must follow an element (blanks allowed before it): the position
+    after it, and whether it closed the array (or sub-array)."""
+    n = len(text)
+    while pos < n and text[pos] in SPACE:
+        pos += 1
+    if pos < n and text[pos] == delimiter:
+        return pos + 1, False
+    if pos < n and text[pos] == "}":
+        return pos + 1, True
+    raise Malformed("expected a delimiter or '}' after an element")
 
 
 def read_element(text: str, pos: int, delimiter: str) -> tuple[str | None, int]:

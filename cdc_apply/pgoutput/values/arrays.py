@@ -17,7 +17,7 @@ import pyarrow as pa
 from cdc_apply.errors import DecodeError
 
 from ..types import MAX_ARRAY_DIMENSIONS, ColumnType
-from .array_nested import dimension_mismatch, nested_binary, nested_text
+from .array_nested import binary_elements, dimension_mismatch, nested_binary, nested_text
 from .array_text import parse_array_text, split_array_texts
 from .common import SMALL_BATCH, Malformed, fail, offsets_and_data, raw_values, valid_mask
 
@@ -47,24 +47,7 @@ def parse_array_binary(raw: bytes, element_oid: int | None) -> list[bytes | None
     count, _ = _DIMENSION.unpack_from(raw, 12)
     if count < 0 or count > len(raw):
         raise Malformed(f"invalid array length {count}")
-    pos, end = 20, len(raw)
-    elements: list[bytes | None] = []
-    unpack = _INT32.unpack_from
-    for _ in range(count):
-        if pos + 4 > end:
-            raise Malformed("truncated array element")
-        (length,) = unpack(raw, pos)
-        pos += 4
-        if length == -1:
-            elements.append(None)
-            continue
-        if length < 0 or pos + length > end:
-            raise Malformed(f"invalid element length {length}")
-        elements.append(raw[pos: pos + length])
-        pos += length
-    if pos != end:
-        raise Malformed("junk after the last array element")
-    return elements
+    return binary_elements(raw, 20, count)
 
 
 def array_text(ct: ColumnType, values: pa.Array) -> pa.Array:
