@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from bench.lander import CONFIG, IDLE_EXIT, ROWS_PER_TXN, _insert
-from bench.results import merge_results
+from bench.results import measured_at, merge_results
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "bench" / "work" / "lander_s3"
@@ -110,8 +110,7 @@ def run(backlog: int, reps: int, write: bool) -> dict:
                       "local_messages_per_second": round(local_rate), "s3_done": done["s3"],
                       "local_done": done["local"],
                       "store": "moto_server on 127.0.0.1 (S3-compatible), delta-rs, no JVM",
-                      "measured_at": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                                    capture_output=True, text=True).stdout.strip()},
+                      "measured_at": measured_at()},
     }
     if write:
         merge_results(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,3 +22,9 @@ def merge_results(out: dict[str, Any], sort_keys: bool = False) -> dict[str, Any
 
 def read_results() -> dict[str, Any]:
     return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+
+
+def measured_at() -> str:
+    """The checkout's commit (short), recorded beside a benchmark's figures."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=RESULTS.parent.parent, capture_output=True,
+                          text=True).stdout.strip()
