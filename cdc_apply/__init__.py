@@ -27,6 +27,7 @@ from cdc_apply.api import (
     apply,
     as_of_views,
     exit_code,
+    forget,
     land,
     load_config,
     read_as_of,
@@ -41,6 +42,7 @@ from cdc_apply.errors import (
     CdcApplyError,
     ConfigError,
     DecodeError,
+    ForgetError,
     LandError,
     PathError,
     SchemaError,
@@ -53,6 +55,7 @@ from cdc_apply.log import configure_logging
 
 if TYPE_CHECKING:
 
+    from cdc_apply.forgetting.run import Forgetting
     from cdc_apply.lake.books.status_rules import StatusEntry
     from cdc_apply.lake.report import BatchReport
     from cdc_apply.lander.summary import LandSummary
@@ -65,6 +68,7 @@ _RESULT_TYPES = {
     "BatchReport": "cdc_apply.lake.report",                # apply(): one per batch
     "StatusEntry": "cdc_apply.lake.books.status_rules",    # status(): one per source
     "Verification": "cdc_apply.verification.run",          # verify()
+    "Forgetting": "cdc_apply.forgetting.run",              # forget()
     "LandSummary": "cdc_apply.lander.summary",             # land()
     "spark_session": "cdc_apply.spark.connect",            # the session: classic or Spark Connect
 }
@@ -101,6 +105,9 @@ __all__ = [
     "StatusEntry",
     "Verification",
     "VerifyError",
+    "ForgetError",
+    "forget",
+    "Forgetting",
     "__version__",
     "apply",
     "as_of_views",

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # for annotations only: importing them at run time would impo
     from pyspark.sql import SparkSession
 
     from cdc_apply.delta.engine import SparkTables
+    from cdc_apply.forgetting.run import Forgetting
     from cdc_apply.lake.books.status_rules import StatusEntry
     from cdc_apply.lake.history.as_of import AsOf, AsOfMethod
     from cdc_apply.lake.pipeline import ApplyPipeline
@@ -315,3 +316,13 @@ def verify(spark: SparkSession, config: ConfigLike, tables: list[str] | None = N
     from cdc_apply.verification.run import verify as _verify
 
     return _verify(spark, as_config(config), tables, **options)
+
+
+def forget(spark: SparkSession, config: ConfigLike, table: str, keys: list[str], **options: Any) -> "Forgetting":
+    """Remove every trace of ``keys`` of ``table`` from the lake (docs/FORGET.md): a
+    :class:`~cdc_apply.forgetting.run.Forgetting` saying what each table lost (``lines()``, ``as_dict()``).
+    ``keys``: a value each, or a JSON object by key column. ``options``: ``even_if_in_source``,
+    ``wait_seconds``, ``vacuum``, ``retain_hours``, ``dsn``. A :class:`ForgetError` when refused."""
+    from cdc_apply.forgetting.run import forget as _forget
+
+    return _forget(spark, as_config(config), table, keys, **options)

@@ -127,3 +127,10 @@ class VerifyError(CdcApplyError):
     cannot range)."""
 
     summary = "cannot verify"
+
+
+class ForgetError(CdcApplyError):
+    """``cdc-apply forget`` could not remove a key (the source still holds it, a key moved to another key, the
+    lander or the apply job did not reach the forget's point)."""
+
+    summary = "cannot forget"

@@ -1,4 +1,4 @@
-"""``cdc-apply``: apply, land, snapshot, inspect, status, optimize, as-of, verify, demo.
+"""``cdc-apply``: apply, land, snapshot, inspect, status, optimize, as-of, verify, forget, demo.
 
 Each subcommand lives in its own module and is imported only when used, so
 ``cdc-apply inspect --hex`` starts without a JVM.
@@ -99,6 +99,12 @@ def _verify(args: argparse.Namespace) -> int:
     from cdc_apply.cli.verify_cmd import run_verify
 
     return run_verify(args)
+
+
+def _forget(args: argparse.Namespace) -> int:
+    from cdc_apply.cli.forget_cmd import run_forget
+
+    return run_forget(args)
 
 
 def _as_of(args: argparse.Namespace) -> int:
@@ -237,6 +243,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify_arguments(verify)
     verify.set_defaults(run=_verify)
+
+    forget = command("forget", help="remove every trace of some keys of a table from the lake (docs/FORGET.md)",
+                     description="The keys' messages deleted from bronze and the quarantine, their rows from silver "
+                                 "and history, recorded in the forgotten state table; --vacuum removes the older "
+                                 "files that still hold them. Exit code: 0 forgotten, 2 refused or failed.")
+    from cdc_apply.cli.forget_cmd import add_arguments as forget_arguments
+
+    forget_arguments(forget)
+    forget.set_defaults(run=_forget)
 
     demo = command("demo", help="run the end-to-end demo on an embedded default")
     demo.add_argument("--workdir", default="demo-data", help="folder for the demo's tables (default: demo-data)")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Protocol, Ty
 from cdc_apply.delta import log as jvm_log
 from cdc_apply.delta import sql_table
 from cdc_apply.delta.commit import append_arrow
+from cdc_apply.delta.log_files import FileStore, store_for
 from cdc_apply.delta.names import sql_literal
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.delta.table_create import ensure_path_table, ensure_sql_table
@@ -118,6 +119,11 @@ class SparkTables(ABC):
     def files_with_stats(self, ref: TableRef, version: int) -> DataFrame | None:
         """The live files at ``version`` with their statistics, one row a file; None: ask the table."""
         return None
+
+    def file_store(self, location: str) -> tuple[FileStore, str]:
+        """The files under ``location`` (a table's folder) and how the store names it: a local folder only,
+        without a JVM (:func:`cdc_apply.delta.log_files.store_for`)."""
+        return store_for(location, None)
 
     # -- writing ------------------------------------------------------------------------------------
     def append_arrow(self, ref: TableRef, table: pa.Table, user_metadata: str | None = None) -> bool:
@@ -231,6 +237,9 @@ class ClassicTables(SparkTables):
 
     def file_column_names(self, ref: TableRef) -> dict[str, str] | None:
         return jvm_log.file_column_names(self.spark, ref)
+
+    def file_store(self, location: str) -> tuple[FileStore, str]:
+        return store_for(location, self.spark)   # any Hadoop file system, through the JVM
 
     def files_with_stats(self, ref: TableRef, version: int) -> DataFrame | None:
         return jvm_log.files_with_stats(self.spark, ref, version)

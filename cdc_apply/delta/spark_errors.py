@@ -53,6 +53,11 @@ def unwrap_error(exc: Exception, config: Config | None = None) -> Exception:
     return exc
 
 
+def is_concurrent_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is Delta's report that another writer's commit won a race with this one."""
+    return any(marker in error_text(exc) for marker in _CONCURRENT_MARKERS)
+
+
 def _concurrent_line(text: str) -> str:
     """The line of ``text`` naming the concurrency failure (a Java trace's cause sits deep below its
     first line), else its first line."""

@@ -189,6 +189,10 @@ class SourceSnapshot:
             raise VerifyError(f"reading the source failed: {scrubbed_line(exc, self.dsn)}",
                               lsn=lsn) from None
 
+    def values(self, sql: str, params: list | tuple = ()) -> list[tuple]:
+        """The rows of one query read in the snapshot (``%s`` parameters)."""
+        return self._query(sql, params)
+
     def table(self, namespace: str, name: str, options: TypeOptions = TypeOptions(),
               publications: tuple[str, ...] = ()) -> SourceTable | None:
         """The table's shape under the snapshot (None: no such table now), with the row filter
