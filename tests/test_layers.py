@@ -149,6 +149,36 @@ def test_the_lake_s_rooms_import_only_rooms_below_their_own():
     assert not wrong, wrong
 
 
+# The lander's snapshots room sits below the lander: of the lander's own modules it imports only the records
+# it hands back and forth (state.py: ResumeState, OutputTracker, Batch; framing.py beneath them) and the
+# connection settings (dsn.py, options.py). The rest of the lander reaches it through its port
+# (lander/snapshots/port.py), and the lander's modules above these may import the room.
+_SNAPSHOTS_SEE = {"state", "framing", "dsn", "options"}
+
+
+def test_the_lander_s_snapshots_import_only_its_lower_modules():
+    wrong = []
+    for path in sorted((PACKAGE / "lander" / "snapshots").rglob("*.py")):
+        for module, names, line in _imported_modules(path):
+            pieces = module.split(".")
+            if pieces[1:2] != ["lander"] or pieces[2:3] == ["snapshots"]:
+                continue
+            # ``from cdc_apply.lander import state`` names its modules after ``import``.
+            for target in pieces[2:3] or names:
+                if target not in _SNAPSHOTS_SEE:
+                    wrong.append(f"lander/snapshots imports cdc_apply.lander.{target} "
+                                 f"({path.relative_to(PACKAGE)}:{line})")
+    assert not wrong, wrong
+    # What the room sees stays below it: those modules import of the room only its own state records.
+    for name in sorted(_SNAPSHOTS_SEE):
+        for module, names, line in _imported_modules(PACKAGE / "lander" / f"{name}.py"):
+            pieces = module.split(".")
+            if pieces[1:3] == ["lander", "snapshots"]:
+                assert pieces[3:] == ["state"], f"lander/{name}.py:{line} imports {module}"
+            elif pieces[1:2] == ["lander"]:
+                assert set(pieces[2:3] or names) <= _SNAPSHOTS_SEE, f"lander/{name}.py:{line} imports {module}"
+
+
 def _module_graph() -> dict[str, set[str]]:
     modules = {}
     for path in PACKAGE.rglob("*.py"):

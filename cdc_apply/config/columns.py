@@ -11,13 +11,16 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Literal, cast
 
 from cdc_apply.errors import ConfigError
 
-SHA256 = "sha256"   # hex SHA-256 of the salt followed by the value's text: stable, joinable
-REDACT = "redact"   # the fixed text REDACTED (NULL stays NULL)
-MASKS = (SHA256, REDACT)
+# How a masked column's values reach silver: "sha256", the hex SHA-256 of the salt followed by the value's
+# text (stable, joinable); "redact", the fixed text REDACTED (NULL stays NULL under both).
+Mask = Literal["sha256", "redact"]
+SHA256: Mask = "sha256"
+REDACT: Mask = "redact"
+MASKS: tuple[Mask, ...] = (SHA256, REDACT)
 REDACTED = "REDACTED"
 
 
@@ -26,7 +29,7 @@ class ColumnPolicy:
     """One table's column rules: ``exclude`` and ``masks`` as (column pattern, exact) / (pattern, exact, kind)."""
 
     exclude: tuple[tuple[str, bool], ...] = ()
-    masks: tuple[tuple[str, bool, str], ...] = ()
+    masks: tuple[tuple[str, bool, Mask], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.exclude or self.masks)
@@ -35,7 +38,7 @@ class ColumnPolicy:
         """Whether a column of this name is left out of silver."""
         return any(_fits(p, exact, column) for p, exact in self.exclude)
 
-    def mask_of(self, column: str) -> str | None:
+    def mask_of(self, column: str) -> Mask | None:
         """The mask (``"sha256"`` or ``"redact"``) of a column of this name, or None; a table's own rule
         wins over a ``[silver]`` wildcard (they come first)."""
         return next((kind for p, exact, kind in self.masks if _fits(p, exact, column)), None)
@@ -51,6 +54,12 @@ def split_pattern(pattern: str, key: str) -> tuple[str, str]:
     if not dot or "." not in table or not column:
         raise ConfigError(f"expected \"<namespace>.<table>.<column>\" (wildcards allowed), got {pattern!r}", key=key)
     return table, column
+
+
+def _mask(word: str) -> Mask:
+    # The configuration holds a mask as the word it was given; check_masks refused every other word when
+    # the configuration was read.
+    return cast(Mask, word)
 
 
 def check_masks(masks: Iterable[tuple[str, str]], key: str) -> None:
@@ -78,7 +87,7 @@ def check_table_columns(name: str, table, key_columns: tuple[str, ...]) -> None:
 def policy_for(qualified_name: str, table, silver) -> ColumnPolicy:
     """The column rules of ``namespace.name``: its own table's, then the ``[silver]`` wildcards matching it."""
     exclude = [(c, True) for c in (table.exclude_columns if table is not None else ())]
-    masks = [(c, True, k) for c, k in (table.mask_columns if table is not None else ())]
+    masks = [(c, True, _mask(k)) for c, k in (table.mask_columns if table is not None else ())]
     for pattern in silver.exclude_columns:
         t, c = split_pattern(pattern, "silver.exclude_columns")
         if fnmatch.fnmatchcase(qualified_name, t):
@@ -86,7 +95,7 @@ def policy_for(qualified_name: str, table, silver) -> ColumnPolicy:
     for pattern, kind in silver.mask_columns:
         t, c = split_pattern(pattern, "silver.mask_columns")
         if fnmatch.fnmatchcase(qualified_name, t):
-            masks.append((c, False, kind))
+            masks.append((c, False, _mask(kind)))
     return ColumnPolicy(tuple(exclude), tuple(masks))
 
 
@@ -109,5 +118,5 @@ def read_salt(tables, silver) -> str:
     return salt
 
 
-__all__ = ["ColumnPolicy", "MASKS", "REDACT", "REDACTED", "SHA256", "check_masks", "check_table_columns",
+__all__ = ["ColumnPolicy", "MASKS", "Mask", "REDACT", "REDACTED", "SHA256", "check_masks", "check_table_columns",
            "needs_salt", "policy_for", "read_salt", "split_pattern"]

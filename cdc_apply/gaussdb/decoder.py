@@ -35,6 +35,8 @@ byte offset within the payload, never in a hang.
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from cdc_apply.errors import DecodeError
 from cdc_apply.gaussdb.records import (
     RECORD_NAMES,
@@ -42,10 +44,12 @@ from cdc_apply.gaussdb.records import (
     Column,
     Commit,
     Delete,
+    DmlKind,
     GTuple,
     Heartbeat,
     Insert,
     Record,
+    RecordKind,
     Update,
 )
 from cdc_apply.gaussdb.timestamps import parse_timestamp
@@ -146,7 +150,7 @@ def _commit(r: Reader, lsn: int) -> Commit:
     return Commit(lsn, xid, commit_ts)
 
 
-def _dml(r: Reader, lsn: int, kind: str) -> Insert | Update | Delete:
+def _dml(r: Reader, lsn: int, kind: DmlKind) -> Insert | Update | Delete:
     """Insert/Update/Delete: Uint16-prefixed schema and table, optional 'N' new tuple, optional 'O' old tuple."""
     schema = _text(r, _u16(r), "schema name")
     table = _text(r, _u16(r), "table name")
@@ -174,6 +178,11 @@ def _dml(r: Reader, lsn: int, kind: str) -> Insert | Update | Delete:
     return Update(lsn, schema, table, new, old)
 
 
+def _is_record_kind(kind: str) -> TypeGuard[RecordKind]:
+    # Narrows the byte read to the kinds dispatched on: past Begin and Commit, a DML kind for _dml.
+    return kind in "BCIUD"
+
+
 def decode_record(buf: bytes, start: int, end: int) -> Record:
     """One record's LSN, kind and body from ``buf[start:end]`` (offsets stay payload-absolute)."""
     r = Reader(buf, "GaussDB record", start)
@@ -181,7 +190,7 @@ def decode_record(buf: bytes, start: int, end: int) -> Record:
     lsn = r.u64()
     kind_at = r.pos
     kind = r.byte()
-    if kind not in "BCIUD":
+    if not _is_record_kind(kind):
         raise r.fail(f"unknown record kind {kind!r}", offset=kind_at)
     r.what = f"GaussDB {RECORD_NAMES[kind]}"
     if kind == "B":

@@ -15,7 +15,7 @@ needs quoting arrives in double quotes (:func:`unquote_name` undoes that).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Literal, Union
 
 Column = tuple[str, int, Union[str, None]]  # (name as sent, type OID, text value or None for NULL)
 GTuple = tuple[Column, ...]
@@ -96,6 +96,9 @@ class Heartbeat:
 
 
 DmlRecord = Union[Insert, Update, Delete]
+# The kind bytes of the records above a decoder reads from a payload (a Heartbeat is a payload of its own).
+RecordKind = Literal["B", "C", "I", "U", "D"]
+DmlKind = Literal["I", "U", "D"]
 Record = Union[Begin, Commit, Insert, Update, Delete, Heartbeat]
 
 RECORD_NAMES = {"B": "Begin", "C": "Commit", "I": "Insert", "U": "Update", "D": "Delete", "h": "Heartbeat"}

@@ -33,8 +33,7 @@ from cdc_apply.delta.names import pg_literal
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import CdcApplyError, LandError
 from cdc_apply.lander.bronze_commit import BronzeFile, check_not_written, stream_batch, write_file
-from cdc_apply.lander.sequencer import Batch
-from cdc_apply.lander.state import ResumeState, rebuild_state
+from cdc_apply.lander.state import Batch, ResumeState, rebuild_state
 
 BRONZE_PROPERTIES = {"delta.appendOnly": "true"}
 # delta-rs names Delta's primitive types as the protocol does; the contract states Spark's names.

@@ -24,8 +24,7 @@ from cdc_apply.delta.log import app_version, newest_snapshot
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import ConfigError, LandError
 from cdc_apply.lander.bronze_commit import check_not_written, commit_files, direct_folder, stream_batch, write_file
-from cdc_apply.lander.sequencer import Batch
-from cdc_apply.lander.state import ResumeState, rebuild_state
+from cdc_apply.lander.state import Batch, ResumeState, rebuild_state
 
 HISTORY_PROBES = (50, None)    # commits to look back for the lander's last metadata: then all
 

@@ -22,6 +22,7 @@ from typing import Callable, TextIO
 from cdc_apply.config import Config
 from cdc_apply.delta.refs import bronze_ref
 from cdc_apply.errors import LandError
+from cdc_apply.lander.bronze_files import ArrowAppender
 from cdc_apply.lander.bronze_rs import open_writer
 from cdc_apply.lander.dsn import (
     SourceLandError,
@@ -34,11 +35,11 @@ from cdc_apply.lander.dsn import (
 )
 from cdc_apply.lander.options import SESSION_SETTINGS, replication_options
 from cdc_apply.lander.reader import ReplicationReader, StreamInterrupted
-from cdc_apply.lander.sequencer import Batch, Sequencer, StreamDiverged
+from cdc_apply.lander.sequencer import Sequencer, StreamDiverged
 from cdc_apply.lander.server import SourceServer
 from cdc_apply.lander.snapshots.port import SnapshotPort
 from cdc_apply.lander.snapshots.take import Snapshots
-from cdc_apply.lander.state import ResumeState
+from cdc_apply.lander.state import Batch, ResumeState
 from cdc_apply.lander.summary import BatchReport, LandSummary, human_bytes
 from cdc_apply.metrics.registry import record_connected, record_connection_lost, record_landed_batch
 from cdc_apply.pgoutput.messages import format_lsn
@@ -103,7 +104,8 @@ class Lander:
 
     @cached_property
     def snapshots(self) -> Snapshots:
-        return Snapshots(SnapshotPort(self.source, self.dsn, self.server, self.writer, self.land.batch_bytes,
+        return Snapshots(SnapshotPort(self.source, self.dsn, self.server, self.writer,
+                                      lambda: ArrowAppender(self.writer), self.land.batch_bytes,
                                       self.say, lambda event, **info: self.probe(event, **info)))
 
     def say(self, text: str) -> None:

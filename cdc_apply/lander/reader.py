@@ -101,8 +101,7 @@ class ReplicationReader:
         import psycopg2._psycopg as ext
         from psycopg2.extras import LogicalReplicationConnection
 
-        from cdc_apply.lander.options import options_string
-        from cdc_apply.lander.server import TCP_KEEPALIVES
+        from cdc_apply.lander.options import TCP_KEEPALIVES, options_string
 
         self._lib = _libpq(ext.__file__)
         self._conn = psycopg2.connect(self.dsn, connection_factory=LogicalReplicationConnection,

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from cdc_apply.errors import LandError
 from cdc_apply.lander import framing as f
-from cdc_apply.lander.state import OutputTracker, ResumeState
+from cdc_apply.lander.state import Batch, OutputTracker, ResumeState
 from cdc_apply.pgoutput.messages import format_lsn
 
 DROP, MATCH, LAND = "drop", "match", "land"
@@ -45,15 +45,6 @@ class StreamDiverged(Exception):
     def __init__(self, xid: int, detail: str) -> None:
         super().__init__(f"streamed transaction xid {xid}: {detail}")
         self.xid = xid
-
-
-@dataclass(frozen=True)
-class Batch:
-    """Rows to append as one Delta commit, and the resume state after them."""
-
-    rows: tuple[tuple[int, int, bytes], ...]    # (seq, lsn, payload)
-    state: ResumeState
-    nbytes: int
 
 
 @dataclass

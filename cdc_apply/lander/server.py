@@ -15,16 +15,12 @@ from cdc_apply.config import SourceConfig
 from cdc_apply.delta.names import pg_ident, pg_literal
 from cdc_apply.errors import LandError
 from cdc_apply.lander.dsn import SourceLandError, Target, connection_error, is_transient, scrubbed_line
-from cdc_apply.lander.options import publication_names
+from cdc_apply.lander.options import TCP_KEEPALIVES, publication_names
 from cdc_apply.lander.state import ResumeState
 from cdc_apply.pgoutput.messages import format_lsn
 
 if TYPE_CHECKING:
     from psycopg2.extensions import connection
-
-
-# A server that vanishes without closing the socket is noticed within about 25 s, not TCP's 15 min.
-TCP_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
 
 
 # The advisory lock key of a slot's lander: hashtextextended(LOCK_PREFIX || slot, 0).

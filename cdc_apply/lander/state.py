@@ -29,6 +29,10 @@ and can also be rebuilt from the bronze rows alone (:func:`rebuild_state`).
   lander's snapshot stream (xid 2) is not among ``streams``: it is never sent
   again by the server, and its Stream Commit does not move ``resume_lsn``
   (the snapshot's LSN belongs to another slot's position, docs/SNAPSHOTS.md).
+
+A :class:`Batch` is what a bronze writer commits: rows and the state after them. These records sit below
+the sequencer, the writers and the snapshots, which all hand them on (the snapshots import nothing of the
+lander above this module and its connection settings).
 """
 
 from __future__ import annotations
@@ -114,6 +118,15 @@ class ResumeState:
             confirmed_lsn=None if body.get("confirmed") is None else int(body["confirmed"]),
             snapshots=SnapshotState.from_body(body.get("snap")),
         )
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Rows to append as one Delta commit, and the resume state after them."""
+
+    rows: tuple[tuple[int, int, bytes], ...]    # (seq, lsn, payload)
+    state: ResumeState
+    nbytes: int
 
 
 class _Unit:

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from cdc_apply.metrics.source_side import SlotFigures, read_slot
+from cdc_apply.metrics.source_side import WAL_STATUSES, SlotFigures, read_slot
 
 REGISTRY = CollectorRegistry()
 SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -25,7 +25,6 @@ SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 # that creates and drops tables without end.
 MAX_TABLE_LABELS = 500
 OTHER_TABLE = "_other"
-WAL_STATUSES = ("reserved", "extended", "unreserved", "lost")
 # Commit, Stream Commit, Commit Prepared: a source transaction decided as committed, once.
 _COMMIT_KINDS = frozenset(b"CcK")
 
@@ -212,6 +211,7 @@ def slot_families(source: str, figures: SlotFigures) -> list[GaugeMetricFamily]:
     status = GaugeMetricFamily("cdc_slot_wal_status", "1 for the slot's wal_status (reserved, extended, "
                                "unreserved, lost)", labels=[*labels, "wal_status"])
     if figures.wal_status is not None:
+        # The source's own word joins the four: a word a later PostgreSQL adds still gets its series.
         for word in sorted({*WAL_STATUSES, figures.wal_status}):
             status.add_metric([*values, word], int(word == figures.wal_status))
     found.append(status)

@@ -8,10 +8,16 @@ reason beside null figures, never an exception.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 # Seconds libpq waits for the source, and the query's own bound: status and a scrape stay quick.
 CONNECT_TIMEOUT_SECONDS = 3
 STATEMENT_TIMEOUT_MS = 3000
+
+# pg_replication_slots.wal_status: whether the WAL the slot needs is kept (reserved, extended), may go at the
+# next checkpoint (unreserved), or is gone and the slot unusable (lost).
+WalStatus = Literal["reserved", "extended", "unreserved", "lost"]
+WAL_STATUSES: tuple[WalStatus, ...] = get_args(WalStatus)
 
 # The position the source has written to: a standby (a slot on one, PostgreSQL 16+) is in recovery, where
 # pg_current_wal_lsn() fails, and its replayed position plays that part.
@@ -35,7 +41,7 @@ class SlotFigures:
     slot: str
     wal_lsn: int | None = None               # the source's current WAL position, in bytes from 0/0
     active: bool | None = None               # a walsender (the lander) streams from it now
-    wal_status: str | None = None            # reserved, extended, unreserved or lost
+    wal_status: WalStatus | None = None
     retained_wal_bytes: int | None = None    # pg_current_wal_lsn() - restart_lsn: WAL kept for the slot
     safe_wal_size: int | None = None         # bytes written before max_slot_wal_keep_size invalidates it
     confirmed_flush_lsn: int | None = None   # in bytes from 0/0

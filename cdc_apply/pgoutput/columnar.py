@@ -20,6 +20,7 @@ reference decoder message by message (the oracle of the tests).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +43,8 @@ from cdc_apply.pgoutput.columnar_walk import (
 from cdc_apply.pgoutput.decoder import decode_message
 
 _K, _O, _N = ord("K"), ord("O"), ord("N")
+# Which old tuple a DML message carries: the replica identity key ('K') or the whole old row ('O').
+OldKind = Literal["K", "O"]
 
 
 @dataclass(slots=True)
@@ -56,7 +59,7 @@ class DmlBatch:
     op: np.ndarray            # uint8: ord('I'), ord('U'), ord('D'); 0 when error
     relation_id: np.ndarray   # int64
     xid: np.ndarray           # int64, -1 outside stream blocks
-    old_kind: list            # 'K', 'O' or None per row
+    old_kind: list[OldKind | None]   # per row; None: no old tuple
     new_count: np.ndarray     # int32 column count of the new tuple, -1 when absent
     old_count: np.ndarray     # int32 column count of the key/old tuple, -1 when absent
     toast: list               # indexes of unchanged-TOAST columns in the new tuple, or None
@@ -88,7 +91,7 @@ class _Row:
     op: int
     relation_id: int
     xid: int
-    old_kind: str | None
+    old_kind: OldKind | None
     new: tuple | None
     old: tuple | None
 
@@ -100,7 +103,7 @@ def _reference_row(payload: bytes | None, in_stream: bool) -> _Row:
         raise DecodeError("expected Insert, Update or Delete", message_type=type(msg).__name__)
     new = getattr(msg, "new", None)
     key, old = getattr(msg, "key", None), getattr(msg, "old", None)
-    old_kind = None
+    old_kind: OldKind | None = None
     if key is not None:
         old_kind, old = "K", key
     elif old is not None:

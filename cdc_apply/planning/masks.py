@@ -14,10 +14,10 @@ import hashlib
 import math
 from decimal import Decimal
 
-from cdc_apply.config.columns import REDACTED, SHA256
+from cdc_apply.config.columns import REDACTED, SHA256, Mask
 
 
-def mask_sql(kind: str, salt: str, expr: str) -> str:
+def mask_sql(kind: Mask, salt: str, expr: str) -> str:
     """SQL text masking the STRING expression ``expr``. The salt enters as hex bytes: no quoting to get
     wrong, and not its clear text in a query plan."""
     if kind == SHA256:
@@ -76,7 +76,7 @@ def _java_double(value: float) -> str:
     return f"{minus}{text[0]}.{text[1:] or '0'}E{point - 1}"
 
 
-def mask_value(kind: str, salt: str, value: object) -> str | None:
+def mask_value(kind: Mask, salt: str, value: object) -> str | None:
     """``value`` masked as :func:`mask_sql` masks it in Spark."""
     if value is None:
         return None

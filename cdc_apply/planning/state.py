@@ -30,6 +30,8 @@ class OpenTxn:
     begin_lsn: int  # Begin's final LSN, or Begin Prepare's prepare LSN
     begin_ts: int
     gid: str | None = None
+    # The Origin message's origin name: any name an upstream gave its replication origin, so no word list
+    # (config.choices.Origin is the policy that filters on whether there is one).
     origin: str | None = None
     origin_lsn: int | None = None
     quarantined: str | None = None  # why the whole transaction goes to quarantine (on_error = quarantine)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from cdc_apply.config import HistorySpec
 from cdc_apply.config.choices import DropColumns, Retype
-from cdc_apply.config.columns import REDACT, ColumnPolicy
+from cdc_apply.config.columns import REDACT, ColumnPolicy, Mask
 from cdc_apply.errors import ConfigError, SchemaError
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.snapshot import SNAPSHOT_PREFIX, SNAPSHOT_XID, KeyRange, parse_snapshot_directive
@@ -73,7 +73,7 @@ class TableWork:
     clears: tuple["Clear", ...] = ()
     # (silver column index, "sha256" | "redact"): the projection masks these columns' values; the salt
     # of "sha256" rides along unprinted (docs/MASKING.md).
-    masks: tuple[tuple[int, str], ...] = ()
+    masks: tuple[tuple[int, Mask], ...] = ()
     salt: str = field(default="", repr=False, compare=False)
     # Soft deletes: the silver column marking deleted rows (``<metadata_prefix>deleted``); None: deletes remove rows.
     deleted: str | None = None

@@ -15,6 +15,7 @@ from typing import Callable, Literal, Sequence
 
 from cdc_apply.config import Config
 from cdc_apply.config.choices import DropColumns, Retype
+from cdc_apply.config.columns import Mask
 from cdc_apply.errors import ConfigError, SchemaError
 from cdc_apply.pgoutput.types import TypeOptions
 from cdc_apply.planning.schema import RelationVersion
@@ -71,7 +72,7 @@ class ColumnRules:
     columns; ``masked`` lineages (lineage, "sha256" | "redact") become STRING columns."""
 
     excluded: frozenset[int] = frozenset()
-    masked: tuple[tuple[int, str], ...] = ()
+    masked: tuple[tuple[int, Mask], ...] = ()
 
     def ddl(self, lineage: int, ddl: str) -> str:
         """The silver type of a column of ``lineage`` whose PostgreSQL type maps to ``ddl``."""
@@ -87,7 +88,7 @@ def resolve_rules(chain: Sequence[RelationVersion], policy) -> ColumnRules:
     if not policy:
         return NO_RULES
     excluded: set[int] = set()
-    masked: dict[int, str] = {}
+    masked: dict[int, Mask] = {}
     for version in chain:
         for lin, col in zip(version.lineage, version.columns):
             if lin in excluded or lin in masked:

@@ -23,7 +23,7 @@ class DecidedTxn:
     end_lsn: int | None = None
     commit_ts: int | None = None
     gid: str | None = None
-    origin: str | None = None
+    origin: str | None = None   # the origin's name, free text (see state.OpenTxn)
     origin_lsn: int | None = None
     sub_aborts: tuple[tuple[int, int], ...] = ()
     directives: tuple[tuple[str, str], ...] = ()  # cdc_apply's own messages in it: (prefix, content)

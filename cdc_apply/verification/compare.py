@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Final, Literal
 
-from cdc_apply.verification.encoding import sort_key
+from cdc_apply.verification.encoding import RangeKind, sort_key
 
 VerifyStatus = Literal["equal", "differs", "error"]   # a table's verification
 KeyDifferenceKind = Literal["missing", "unexpected", "changed", "duplicated"]
@@ -121,7 +121,7 @@ def subtract(sums: dict[int, tuple[int, int]], rows: list[tuple], index_of) -> d
     return out
 
 
-def range_index(kind: str | None, bounds: list, value) -> int:
+def range_index(kind: RangeKind | None, bounds: list, value) -> int:
     """The range a range column's value (as its key text) falls in, as :func:`spark_range_index` computes it."""
     if kind is None or not bounds:
         return 0

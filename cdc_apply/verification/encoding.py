@@ -12,6 +12,7 @@ connection.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from cdc_apply.delta.names import pg_ident
 from cdc_apply.delta.names import quote_ident as spark_ident
@@ -19,8 +20,10 @@ from cdc_apply.delta.names import quote_literal as spark_literal
 from cdc_apply.pgoutput.types import ColumnType
 from cdc_apply.verification.value_text import SourceFormat, value_text
 
+# How a range key column's values are ordered and written: as integers, as lower-case uuid text, as text.
+RangeKind = Literal["int", "uuid", "text"]
 # Key columns a range can be cut on: they order the same in PostgreSQL (text under COLLATE "C") and in Spark.
-RANGE_KINDS = {"int2": "int", "int4": "int", "int8": "int", "uuid": "uuid", "text": "text"}
+RANGE_KINDS: dict[str, RangeKind] = {"int2": "int", "int4": "int", "int8": "int", "uuid": "uuid", "text": "text"}
 
 
 
@@ -85,7 +88,7 @@ def spark_row_hash(columns: list[ColumnEncoding]) -> str:
     return f"CAST(conv(left(md5(CAST({spark_row_text(columns)} AS BINARY)), 16), 16, -10) AS BIGINT)"
 
 
-def pg_key_text(column: str, kind: str) -> str:
+def pg_key_text(column: str) -> str:
     """PostgreSQL SQL: a key column's text, as it names the key in results and in exclusions."""
     return f"{pg_ident(column)}::text"
 
@@ -94,14 +97,14 @@ def spark_key_text(column: str) -> str:
     return f"CAST({spark_ident(column)} AS STRING)"
 
 
-def range_kind(column_type: ColumnType) -> str | None:
+def range_kind(column_type: ColumnType) -> RangeKind | None:
     """How a key column is cut into ranges (``int``, ``uuid``, ``text``), or None when it cannot be."""
     if column_type.kind == "text" and column_type.pg_name.split("(")[0] in ("text", "varchar"):
         return "text"
     return RANGE_KINDS.get(column_type.kind) if column_type.kind != "text" else None
 
 
-def pg_range_predicate(column: str, kind: str | None, low, high) -> tuple[str, list]:
+def pg_range_predicate(column: str, kind: RangeKind | None, low, high) -> tuple[str, list]:
     """PostgreSQL SQL for ``low <= column < high`` (``None``: open) in the order Spark uses, and its parameters.
     Text compares under COLLATE "C" (bytes of UTF-8, as Spark compares strings); a uuid as a uuid (the
     same order as its lower-case text)."""
@@ -117,11 +120,11 @@ def pg_range_predicate(column: str, kind: str | None, low, high) -> tuple[str, l
     return (" AND ".join(parts) or "TRUE"), params
 
 
-def spark_value(kind: str, value) -> str:
+def spark_value(kind: RangeKind, value) -> str:
     return str(int(value)) if kind == "int" else spark_literal(str(value))
 
 
-def spark_range_index(column: str, kind: str, bounds: list) -> str:
+def spark_range_index(column: str, kind: RangeKind, bounds: list) -> str:
     """Spark SQL: the index of the range a row's key falls in, ranges cut at ``bounds`` (sorted): index i
     holds ``bounds[i-1] <= key < bounds[i]``. A balanced CASE tree: log2(ranges) comparisons a row."""
     s = spark_ident(column)
@@ -135,13 +138,13 @@ def spark_range_index(column: str, kind: str, bounds: list) -> str:
     return tree(0, len(bounds))
 
 
-def sort_key(kind: str):
+def sort_key(kind: RangeKind):
     """How Python orders a range column's values the way both sides do (ints as numbers, text by code
     point — UTF-8 byte order —, uuids by their lower-case text)."""
     return int if kind == "int" else (lambda v: str(v).lower() if kind == "uuid" else str(v))
 
 
-def cut_bounds(kind: str, sample: list, parts: int) -> list:
+def cut_bounds(kind: RangeKind, sample: list, parts: int) -> list:
     """``parts - 1`` distinct cut points at the quantiles of a sample of a range column's values."""
     values = sorted({(int(v) if kind == "int" else str(v).lower() if kind == "uuid" else str(v)) for v in sample
                      if v is not None}, key=sort_key(kind))

@@ -43,6 +43,7 @@ from cdc_apply.verification import compare as cmp
 from cdc_apply.verification import silver as sv
 from cdc_apply.verification.encoding import (
     NotCompared,
+    RangeKind,
     cut_bounds,
     encode_column,
     pg_row_hash,
@@ -117,7 +118,7 @@ class _Plan:
     shape: SourceTable | None = None   # set, with ``silver``, once the table is found on both sides
     silver: TableRef | None = None
     columns: list = field(default_factory=list)
-    kind: str | None = None
+    kind: RangeKind | None = None
     bounds: list = field(default_factory=list)
     buckets: int | None = None
     sums: dict = field(default_factory=dict)

@@ -23,7 +23,7 @@ from cdc_apply.lander.snapshots.catalog import FIRST_GENBKI_OID, TYPE_NAMES
 from cdc_apply.lander.snapshots.copy_sessions import ConsistentPoint, ExportSlot
 from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.pgoutput.types import ColumnType, TypeOptions, resolve_relation_column
-from cdc_apply.verification.encoding import ColumnEncoding, pg_key_text, pg_range_predicate, pg_row_hash
+from cdc_apply.verification.encoding import ColumnEncoding, RangeKind, pg_key_text, pg_range_predicate, pg_row_hash
 
 if TYPE_CHECKING:
     from psycopg2.extensions import connection as PgConnection
@@ -225,7 +225,7 @@ class SourceSnapshot:
         """Values of ``column`` from a block sample of about :data:`SAMPLE_ROWS` rows (all rows of a small table)."""
         share = min(100.0, 100.0 * SAMPLE_ROWS / max(table.estimated_rows, 1))
         sample = "" if share >= 100.0 else f" TABLESAMPLE SYSTEM ({share})"
-        rows = self._query(f"SELECT {pg_key_text(column, '')} FROM {table.sql}{sample}")
+        rows = self._query(f"SELECT {pg_key_text(column)} FROM {table.sql}{sample}")
         self.limit.read(len(rows))
         return [r[0] for r in rows]
 
@@ -248,7 +248,7 @@ class SourceSnapshot:
         """``(key texts..., row hash)`` of every row ``where`` selects (keyless: the row's text for a key)."""
         from cdc_apply.verification.encoding import pg_row_text
 
-        keys = [pg_key_text(k, "") for k in key] or [pg_row_text(columns)]
+        keys = [pg_key_text(k) for k in key] or [pg_row_text(columns)]
         out = self._query(f"SELECT {', '.join(keys)}, {pg_row_hash(columns)} FROM {table.sql} "
                           f"WHERE {table.where(where)}", params)
         self.limit.read(len(out))
@@ -275,7 +275,7 @@ class SourceSnapshot:
             conn.close()
 
 
-def key_predicate(table: SourceTable, range_column: str | None, kind: str | None, low, high) -> tuple[str, list]:
+def key_predicate(table: SourceTable, range_column: str | None, kind: RangeKind | None, low, high) -> tuple[str, list]:
     """SQL and parameters selecting one key range of ``table`` (the whole table without a range column)."""
     if range_column is None:
         return "TRUE", []

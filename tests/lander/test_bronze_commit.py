@@ -13,8 +13,7 @@ from cdc_apply.delta.engine import spark_tables
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import LandError
 from cdc_apply.lander.bronze_writer import BronzeWriter
-from cdc_apply.lander.sequencer import Batch
-from cdc_apply.lander.state import ResumeState
+from cdc_apply.lander.state import Batch, ResumeState
 
 
 def _batch(state: ResumeState, first_seq: int, n: int, lsn: int = 1000) -> Batch:

@@ -18,8 +18,7 @@ from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import LandError
 from cdc_apply.lander.bronze_rs import RsBronzeWriter, open_writer, spark_reason
 from cdc_apply.lander.bronze_writer import BronzeWriter
-from cdc_apply.lander.sequencer import Batch
-from cdc_apply.lander.state import ResumeState
+from cdc_apply.lander.state import Batch, ResumeState
 
 pytestmark = [pytest.mark.spark]
 

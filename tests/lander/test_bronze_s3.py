@@ -20,8 +20,7 @@ from cdc_apply.delta import files
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import ConfigError, LandError
 from cdc_apply.lander.bronze_rs import RsBronzeWriter, spark_reason
-from cdc_apply.lander.sequencer import Batch
-from cdc_apply.lander.state import ResumeState
+from cdc_apply.lander.state import Batch, ResumeState
 
 
 def _prefix() -> str:

@@ -22,11 +22,9 @@ from typing import TYPE_CHECKING
 
 from cdc_apply.config import Config
 from cdc_apply.delta.files import rs_uri
-from cdc_apply.delta.refs import TableRef, bronze_ref, state_ref
 from cdc_apply.errors import ConfigError
 from cdc_apply.lake.books import status_rules as rules
-from cdc_apply.lake.books.bookkeeping import Bookkeeping
-from cdc_apply.lake.books.status_rules import EXIT_CODES, KEYS, SEVERITY, StatusEntry, worst_exit_code
+from cdc_apply.lake.books.status_rules import EXIT_CODES, KEYS, SEVERITY, StatusEntry, StatusRefs, worst_exit_code
 from cdc_apply.lake.sources.bronze_tail import newest_seqs, unapplied_ages
 from cdc_apply.lake.sources.formats import SourceFormats
 
@@ -34,23 +32,17 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdc_apply.delta.engine import SparkTables
+    from cdc_apply.delta.refs import TableRef
 
 __all__ = ["EXIT_CODES", "KEYS", "SEVERITY", "StatusEntry", "needs_spark", "read_status", "read_status_spark",
            "worst_exit_code"]
 
-# The bookkeeping tables status reads (and bronze).
-STATUS_TABLES = ("progress", "failures", "quarantine")
 
-
-def status_refs(config: Config) -> list[TableRef]:
-    return [*(state_ref(config, t) for t in STATUS_TABLES), bronze_ref(config)]
-
-
-def needs_spark(config: Config) -> bool:
+def needs_spark(config: Config, refs: StatusRefs | None = None) -> bool:
     """True when a table status reads is a catalog table or a path delta-rs does not open here (object
     storage whose credentials only Spark's configuration holds): status then reads with Spark; otherwise
-    with delta-rs, no JVM."""
-    return any(rs_uri(ref) is None for ref in status_refs(config))
+    with delta-rs, no JVM. ``refs``: those tables, when the caller has named them already."""
+    return any(rs_uri(ref) is None for ref in (refs or StatusRefs.of(config)).all())
 
 
 def read_status(spark: SparkSession | None, config: Config, quarantine_window: timedelta = timedelta(hours=24),
@@ -65,23 +57,24 @@ def read_status(spark: SparkSession | None, config: Config, quarantine_window: t
 
     Without a JVM when delta-rs opens the tables (local paths, object storage configured by the environment;
     ``spark`` is then not used and may be None); with ``spark`` otherwise (:func:`needs_spark`)."""
-    if not needs_spark(config):
+    refs = StatusRefs.of(config)   # named once: the choice of read and the read itself use the same refs
+    if not needs_spark(config, refs):
         from cdc_apply.lake.books.status_files import read_status_files
 
-        return read_status_files(config, quarantine_window, max_lag_seconds)
+        return read_status_files(config, quarantine_window, max_lag_seconds, refs)
     if spark is None:
-        state = state_ref(config, "progress")
-        ref, key = ((state, "state.path" if config.state.path is not None else "state.schema")
-                    if rs_uri(state) is None else
-                    (bronze_ref(config), "bronze.path" if config.bronze.path is not None else "bronze.table"))
+        ref, key = ((refs.progress, "state.path" if config.state.path is not None else "state.schema")
+                    if rs_uri(refs.progress) is None else
+                    (refs.bronze, "bronze.path" if config.bronze.path is not None else "bronze.table"))
         raise ConfigError(f"status reads {ref} with Spark (a catalog table or a path on object storage), "
                           "and no Spark session was given", key=key)
-    return read_status_spark(spark, config, quarantine_window, max_lag_seconds)
+    return read_status_spark(spark, config, quarantine_window, max_lag_seconds, refs)
 
 
 def read_status_spark(spark: SparkSession, config: Config, quarantine_window: timedelta = timedelta(hours=24),
-                      max_lag_seconds: float | None = None) -> list[StatusEntry]:
-    """:func:`read_status` read with Spark, whatever the tables are."""
+                      max_lag_seconds: float | None = None, refs: StatusRefs | None = None) -> list[StatusEntry]:
+    """:func:`read_status` read with Spark, whatever the tables are (``refs``: as :func:`read_status` named
+    them; named here otherwise)."""
     from pyspark.sql import functions as F
     from pyspark.sql.window import Window
 
@@ -89,34 +82,32 @@ def read_status_spark(spark: SparkSession, config: Config, quarantine_window: ti
 
     tables = spark_tables(spark)   # status on Spark: the entry point picks the engine
 
-    books = Bookkeeping(config)
-    if not tables.exists(books.ref("progress")):
+    refs = refs or StatusRefs.of(config)
+    if not tables.exists(refs.progress):
         return []
     now = datetime.now(timezone.utc)
     latest = {row.source: row.asDict() for row in (
-        tables.read(books.ref("progress")).select(*rules.PROGRESS_COLUMNS)
+        tables.read(refs.progress).select(*rules.PROGRESS_COLUMNS)
         .withColumn("_r", F.row_number().over(Window.partitionBy("source").orderBy(F.desc("apply_version"))))
         .where("_r = 1").drop("_r").collect())}
-    failure = rules.current_failure(_newest_failure(tables, books), latest)
+    failure = rules.current_failure(_newest_failure(tables, refs.failures), latest)
     sources = rules.shown_sources(latest, failure)
     states = rules.source_states(latest, sources)
     formats = SourceFormats(config)
     # How far into bronze's own seqs each source is applied (GaussDB sources count transcoded messages in
     # a seq space of their own; their bronze position is kept in the format state).
     applied = {s: formats.of(s).bronze_seq(states[s]) for s in sources}
-    bronze = bronze_ref(config)
-    bronze_max = newest_seqs(tables, bronze, applied)
-    ages = unapplied_ages(tables.spark, bronze, applied, bronze_max, now,
+    bronze_max = newest_seqs(tables, refs.bronze, applied)
+    ages = unapplied_ages(tables.spark, refs.bronze, applied, bronze_max, now,
                           landed_only={s for s in sources if formats.of(s).name != "pgoutput"})
-    quarantined = _quarantined(tables, books, now - quarantine_window)
+    quarantined = _quarantined(tables, refs.quarantine, now - quarantine_window)
     return rules.entries(latest, failure, sources, states, applied, bronze_max, ages, quarantined, now,
                          max_lag_seconds)
 
 
-def _quarantined(tables: SparkTables, books: Bookkeeping, since: datetime) -> dict[str, tuple[int, int]]:
+def _quarantined(tables: SparkTables, ref: TableRef, since: datetime) -> dict[str, tuple[int, int]]:
     from pyspark.sql import functions as F
 
-    ref = books.ref("quarantine")
     if not tables.exists(ref):
         return {}
     rows = tables.read(ref).groupBy("source").agg(
@@ -125,11 +116,10 @@ def _quarantined(tables: SparkTables, books: Bookkeeping, since: datetime) -> di
     return {r.source: (int(r.total), int(r.recent)) for r in rows}
 
 
-def _newest_failure(tables: SparkTables, books: Bookkeeping) -> dict | None:
+def _newest_failure(tables: SparkTables, ref: TableRef) -> dict | None:
     """The newest failed attempt: the rows of the latest ``failed_at``, chosen among by the shared rule."""
     from pyspark.sql import functions as F
 
-    ref = books.ref("failures")
     if not tables.exists(ref):
         return None
     df = tables.read(ref).select(*rules.FAILURE_COLUMNS)

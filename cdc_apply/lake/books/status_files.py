@@ -11,42 +11,42 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 
 from cdc_apply.config import Config
-from cdc_apply.delta.refs import bronze_ref, state_ref
+from cdc_apply.delta.refs import TableRef
 from cdc_apply.delta.rs_tables import RsTables
 from cdc_apply.lake.books import status_rules as rules
-from cdc_apply.lake.books.status_rules import StatusEntry
+from cdc_apply.lake.books.status_rules import StatusEntry, StatusRefs
 from cdc_apply.lake.sources import bronze_files
 from cdc_apply.lake.sources.formats import SourceFormats
 
 
 def read_status_files(config: Config, quarantine_window: timedelta = timedelta(hours=24),
-                      max_lag_seconds: float | None = None) -> list[StatusEntry]:
+                      max_lag_seconds: float | None = None, refs: StatusRefs | None = None) -> list[StatusEntry]:
     """:func:`cdc_apply.lake.books.status.read_status`'s entries, read without Spark (state and bronze at
-    paths delta-rs opens)."""
+    paths delta-rs opens; ``refs``: as read_status named them, named here otherwise)."""
     tables = RsTables()   # the entry point's engine: delta-rs, delta-rs opens the tables (status.needs_spark)
-    progress = tables.read_rows(state_ref(config, "progress"), rules.PROGRESS_COLUMNS)
+    refs = refs or StatusRefs.of(config)
+    progress = tables.read_rows(refs.progress, rules.PROGRESS_COLUMNS)
     if progress is None:
         return []
     now = datetime.now(timezone.utc)
     latest = rules.newest_progress(_rows(progress))
-    failures = tables.read_rows(state_ref(config, "failures"), rules.FAILURE_COLUMNS)
+    failures = tables.read_rows(refs.failures, rules.FAILURE_COLUMNS)
     newest = rules.newest_failure(_rows(failures)) if failures is not None else None
     failure = rules.current_failure(newest, latest)
     sources = rules.shown_sources(latest, failure)
     states = rules.source_states(latest, sources)
     formats = SourceFormats(config)
     applied = {s: formats.of(s).bronze_seq(states[s]) for s in sources}
-    bronze = bronze_ref(config)
-    bronze_max = bronze_files.newest_seqs(bronze, applied)
-    ages = bronze_files.unapplied_ages(bronze, applied, bronze_max, now,
+    bronze_max = bronze_files.newest_seqs(refs.bronze, applied)
+    ages = bronze_files.unapplied_ages(refs.bronze, applied, bronze_max, now,
                                        landed_only={s for s in sources if formats.of(s).name != "pgoutput"})
-    quarantined = _quarantined(tables, config, now - quarantine_window)
+    quarantined = _quarantined(tables, refs.quarantine, now - quarantine_window)
     return rules.entries(latest, failure, sources, states, applied, bronze_max, ages, quarantined, now,
                          max_lag_seconds)
 
 
-def _quarantined(tables: RsTables, config: Config, since: datetime) -> dict[str, tuple[int, int]]:
-    rows = tables.read_rows(state_ref(config, "quarantine"), ["source", "quarantined_at"])
+def _quarantined(tables: RsTables, ref: TableRef, since: datetime) -> dict[str, tuple[int, int]]:
+    rows = tables.read_rows(ref, ["source", "quarantined_at"])
     if rows is None:
         return {}
     counts: dict[str, tuple[int, int]] = {}

@@ -1,14 +1,18 @@
 """What ``cdc-apply status`` makes of the rows it read, whichever way it read them: which sources it shows,
 the failure that counts, each source's health and lag and its entry. Plain rows in (dicts keyed by the
 bookkeeping tables' column names), plain dicts out: the Spark read (:mod:`~cdc_apply.lake.books.status`)
-and the read without a JVM (:mod:`~cdc_apply.lake.books.status_files`) share every rule here.
+and the read without a JVM (:mod:`~cdc_apply.lake.books.status_files`) share every rule here, and the
+tables they read (:class:`StatusRefs`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Literal, TypedDict
 
+from cdc_apply.config import Config
+from cdc_apply.delta.refs import TableRef, bronze_ref, state_ref
 from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.planning.state import SourceState
 
@@ -17,6 +21,25 @@ Health = Literal["failing", "quarantining", "lagging", "ok"]
 # Exit codes of ``cdc-apply status``, worst first (the command exits with the worst source's code).
 EXIT_CODES: dict[Health, int] = {"failing": 4, "quarantining": 3, "lagging": 5, "ok": 0}
 SEVERITY: tuple[Health, ...] = ("failing", "quarantining", "lagging", "ok")
+
+
+@dataclass(frozen=True)
+class StatusRefs:
+    """The tables one status reads, named once per call and handed to whichever read runs: three
+    bookkeeping tables and bronze."""
+
+    progress: TableRef
+    failures: TableRef
+    quarantine: TableRef
+    bronze: TableRef
+
+    @classmethod
+    def of(cls, config: Config) -> StatusRefs:
+        return cls(state_ref(config, "progress"), state_ref(config, "failures"), state_ref(config, "quarantine"),
+                   bronze_ref(config))
+
+    def all(self) -> tuple[TableRef, ...]:
+        return self.progress, self.failures, self.quarantine, self.bronze
 
 
 class StatusEntry(TypedDict):

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Literal, Mapping
 
+from cdc_apply.config.columns import Mask
 from cdc_apply.delta.ddl import USER_METADATA, set_properties, table_properties
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.refs import TableRef
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 PROP_APPLIED = "cdc_apply.masks_applied"
 PART = "column rules applied to the rows already written"
 TAG_KEY = "masks_applied"
-EXCLUDE = "exclude"
+EXCLUDE: Literal["exclude"] = "exclude"
 TEMP_SUFFIX = "__masking"
 UPDATE_DVS = "spark.databricks.delta.update.deletionVectors.persistent"
 RETENTION = "delta.deletedFileRetentionDuration"
@@ -46,12 +47,14 @@ TAG_PROBE = 64   # recent commits searched for an UPDATE whose property commit a
 # looks like what the mask writes.
 LOOKS_MASKED = {"sha256": "{c} RLIKE '^[0-9a-f]{{64}}$'", "redact": "{c} = 'REDACTED'"}
 
-Applied = dict[int, str]   # lineage -> "sha256" | "redact" | "exclude"
+Rule = Mask | Literal["exclude"]
+Rules = dict[int, Rule]     # lineage -> its rule, as the configuration gives them now
+Applied = Mapping[int, str]  # lineage -> rule, as a table records them (read back from its property or tag)
 
 
-def rules_applied(rules: ColumnRules) -> Applied:
+def rules_applied(rules: ColumnRules) -> Rules:
     """The rules as recorded on a table: each lineage's mask, or :data:`EXCLUDE`."""
-    applied: Applied = {lin: EXCLUDE for lin in rules.excluded}
+    applied: Rules = {lin: EXCLUDE for lin in rules.excluded}
     applied.update(dict(rules.masked))
     return applied
 
@@ -60,7 +63,7 @@ def encode_applied(applied: Applied) -> str:
     return json.dumps({str(lin): rule for lin, rule in sorted(applied.items())}, separators=(",", ":"))
 
 
-def decode_applied(text: str | None) -> Applied | None:
+def decode_applied(text: str | None) -> dict[int, str] | None:
     if not text:
         return None
     try:
@@ -131,7 +134,7 @@ def _temps(applied: Applied, names: dict[int, str], schema) -> list[str]:
             if rule != EXCLUDE and lin in names and names[lin] + TEMP_SUFFIX in schema]
 
 
-def _newest_tagged(tables: SparkTables, ref: TableRef) -> Applied | None:
+def _newest_tagged(tables: SparkTables, ref: TableRef) -> dict[int, str] | None:
     """The rules the newest commit tagged with them says the table's values reflect."""
     for _, metadata in tables.commit_user_metadata(ref, TAG_PROBE):
         tag = decode_tag(metadata)
@@ -140,8 +143,8 @@ def _newest_tagged(tables: SparkTables, ref: TableRef) -> Applied | None:
     return None
 
 
-def _clear_in_legacy(tables: SparkTables, ref: TableRef, present: Applied, names: dict[int, str],
-                     schema: dict[str, str]) -> Applied:
+def _clear_in_legacy(tables: SparkTables, ref: TableRef, present: Rules, names: dict[int, str],
+                     schema: dict[str, str]) -> Rules:
     """A table written before rules were recorded: a STRING column whose every value already looks masked
     (the rule was there from the start) is left as it is; the rest are clear."""
     checks = {lin: rule for lin, rule in present.items() if rule in LOOKS_MASKED and schema[names[lin]] == "string"}
@@ -155,7 +158,7 @@ def _clear_in_legacy(tables: SparkTables, ref: TableRef, present: Applied, names
     return {lin: rule for lin, rule in present.items() if lin not in masked}
 
 
-def _update(tables: SparkTables, ref: TableRef, present: Applied, names: dict[int, str], schema: dict[str, str],
+def _update(tables: SparkTables, ref: TableRef, present: Rules, names: dict[int, str], schema: dict[str, str],
             salt: str, metadata: str) -> dict[str, tuple[str, int]]:
     """The one UPDATE of every row (after adding the STRING columns masks of other types go into)."""
     spark = tables.spark

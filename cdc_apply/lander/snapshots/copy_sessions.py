@@ -26,7 +26,7 @@ import pyarrow as pa
 from cdc_apply.delta.names import pg_ident
 from cdc_apply.errors import LandError
 from cdc_apply.lander.dsn import connection_error, scrubbed_line
-from cdc_apply.lander.options import SESSION_SETTINGS, options_string
+from cdc_apply.lander.options import SESSION_SETTINGS, TCP_KEEPALIVES, options_string
 from cdc_apply.lander.snapshots.catalog import CopySource, TableShape
 from cdc_apply.lander.snapshots.copy_binary import CopySink, insert_payloads
 from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS, format_lsn, parse_lsn
@@ -87,8 +87,6 @@ class ExportSlot:
         """Create the slot; it waits for the transactions running now to end (to find a consistent point)."""
         import psycopg2
         from psycopg2.extras import LogicalReplicationConnection
-
-        from cdc_apply.lander.server import TCP_KEEPALIVES
 
         try:
             self._conn = conn = psycopg2.connect(self.dsn, connection_factory=LogicalReplicationConnection,
@@ -186,8 +184,6 @@ class TableCopier:
 
     def _connect(self):
         import psycopg2
-
-        from cdc_apply.lander.server import TCP_KEEPALIVES
 
         try:
             conn = psycopg2.connect(self.dsn, connect_timeout=max(1, int(self.connect_timeout)),

@@ -32,10 +32,8 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from cdc_apply.errors import LandError
-from cdc_apply.lander.bronze_files import ArrowAppender
 from cdc_apply.lander.dsn import scrubbed_line
 from cdc_apply.lander.options import publication_names
-from cdc_apply.lander.sequencer import Batch
 from cdc_apply.lander.snapshots import catalog
 from cdc_apply.lander.snapshots.chunks import ChunkContext, ChunkFlow, land_ranges
 from cdc_apply.lander.snapshots.copy_sessions import (
@@ -46,9 +44,9 @@ from cdc_apply.lander.snapshots.copy_sessions import (
     TableCopier,
     eta,
 )
-from cdc_apply.lander.snapshots.port import SnapshotPort
+from cdc_apply.lander.snapshots.port import Appender, SnapshotPort
 from cdc_apply.lander.snapshots.state import ALL_TABLES, Entry, entry_table, parse_range_entry
-from cdc_apply.lander.state import OutputTracker, ResumeState
+from cdc_apply.lander.state import Batch, OutputTracker, ResumeState
 from cdc_apply.metrics.registry import record_snapshot_table
 from cdc_apply.pgoutput import messages as m
 from cdc_apply.pgoutput.encoder import encode
@@ -64,7 +62,7 @@ class Snapshots:
         self.source = port.source
         self.mode = port.source.snapshot
         self.publications = publication_names(port.source)
-        self._appender: ArrowAppender | None = None
+        self._appender: Appender | None = None
         self._checked_at = float("-inf")
         self._missing = False    # the last check found a published table without a snapshot: due until taken
         self._quiet_until = 0.0
@@ -76,9 +74,9 @@ class Snapshots:
                                     say=self.say, probe=port.probe, landed=self._count_table)
 
     @property
-    def appender(self) -> ArrowAppender:
+    def appender(self) -> Appender:
         if self._appender is None:
-            self._appender = ArrowAppender(self.port.writer)
+            self._appender = self.port.appender()
         return self._appender
 
     def say(self, text: str) -> None:
