@@ -19,8 +19,9 @@ money                       cents, from ``cash_send``                        ``c
 xid8                        ``c::text``                                      the DECIMAL(20,0)'s text
 time                        the output text, six fraction digits             the STRING
 timetz                      the same, then the offset ``+HH:MM[:SS]``       the STRING
-arrays (one dimension)      ``<count>:`` then each element's ``N`` or        ``transform`` of each
-                            ``V<length>:<text>`` by its own encoding          element, the same way
+arrays (any dimensions)     ``<count>:`` then each element's ``N`` or        ``transform`` of each
+                            ``V<length>:<text>`` by its own encoding; of      element (of each sub-array,
+                            more dimensions, each sub-array's text in turn    nested), the same way
 ==========================  ==============================================  ===========================
 
 A source streaming binary pgoutput (``source.binary``) holds a built-in type without a converter (geometric,
@@ -48,6 +49,7 @@ TEXT_SEND = {"enum_send", "textsend", "citextsend", "varcharsend", "bpcharsend",
 INT32_MAX, INT32_MIN = 2 ** 31 - 1, -(2 ** 31)
 INT64_MAX, INT64_MIN = 2 ** 63 - 1, -(2 ** 63)
 ELEMENT = "verify_e"   # Spark's lambda variable for an array element (PostgreSQL's is u.e)
+SUB_ARRAY = "verify_a"  # ... and for a sub-array of an n-dimensional array, n appended (verify_a2: a 1-D one)
 
 
 @dataclass(frozen=True)
@@ -171,18 +173,52 @@ def _offset(pg: str) -> str:
 
 
 def _array(column_type: ColumnType, pg: str, spark: str, spark_type: str, form: SourceFormat) -> tuple[str, str] | str:
-    """A one-dimensional array: its element count, then each element's text as a row's columns are written
-    (``N``, or ``V<length>:<text>``), in order; a lower bound other than 1 is not kept by silver, nor here."""
-    element = column_type.element_type
-    if not (spark_type.startswith("array<") and spark_type.endswith(">")):
-        return f"silver holds {spark_type}, not an array"
-    got = value_text(element, "u.e", ELEMENT, spark_type[len("array<"):-1], form)
+    """An array of ``column_type.dimensions`` dimensions (silver: as many nested ARRAYs), written as the
+    grammar ``array = <count> ':' item*``: an item of the innermost level is an element as a row's columns
+    are written (``N``, or ``V<length>:<text>``), of an outer level its sub-array's own text (``N`` for a
+    NULL one, which only silver can hold). Each text ends where its grammar says, so a sub-array needs no
+    length prefix and equal texts are equal values: every element, NULL and sub-array length counts. Lower
+    bounds other than 1 are not kept by silver, nor here: positions are compared, not subscripts."""
+    element, dimensions = column_type.element_type, column_type.dimensions
+    inner = spark_type
+    for _ in range(dimensions):
+        if not (inner.startswith("array<") and inner.endswith(">")):
+            return f"silver holds {spark_type}, not an array of {dimensions} dimensions"
+        inner = inner[len("array<"):-1]
+    got = value_text(element, "u.e", ELEMENT, inner, form)
     if isinstance(got, str):
         return f"an array of {element.pg_name}: {got}"
     pe, se = got
-    pg_items = (f"(SELECT string_agg(CASE WHEN ({pe}) IS NULL THEN 'N' ELSE 'V' || length({pe})::text || ':' || "
-                f"({pe}) END, '' ORDER BY u.o) FROM unnest({pg}) WITH ORDINALITY AS u(e, o))")
-    spark_items = (f"array_join(transform({spark}, {ELEMENT} -> CASE WHEN ({se}) IS NULL THEN 'N' "
-                   f"ELSE concat('V', CAST(length({se}) AS STRING), ':', {se}) END), '')")
-    return (f"CASE WHEN {pg} IS NULL THEN NULL ELSE concat(cardinality({pg}), ':', {pg_items}) END",
-            f"CASE WHEN {spark} IS NULL THEN NULL ELSE concat(CAST(size({spark}) AS STRING), ':', {spark_items}) END")
+    return _pg_array(pg, pe, dimensions), _spark_array(spark, se, dimensions)
+
+
+def _pg_array(pg: str, element: str, dimensions: int) -> str:
+    """PostgreSQL SQL: the array's text in one pass over its elements in storage order (row-major), each
+    element preceded by the ``<count>:`` of every sub-array it starts: a multi-dimensional array has no
+    per-sub-array unnest, but it is rectangular, so an element at (1-based) position ``o`` starts a sub-array
+    of level ``k`` when ``o - 1`` is a multiple of the elements such a sub-array holds. An empty array has
+    0 dimensions and fits any column; a value of other dimensions (PostgreSQL does not enforce a column's)
+    is ``D<dimensions>``, which no silver value's text is."""
+    starts = []
+    for level in range(2, dimensions + 1):
+        size = " * ".join(f"array_length({pg}, {k})" for k in range(level, dimensions + 1))
+        starts.append(f"CASE WHEN mod(u.o - 1, {size}) = 0 THEN array_length({pg}, {level})::text || ':' END")
+    item = f"CASE WHEN ({element}) IS NULL THEN 'N' ELSE 'V' || length({element})::text || ':' || ({element}) END"
+    items = (f"(SELECT string_agg(concat({', '.join(starts + [item])}), '' ORDER BY u.o) "
+             f"FROM unnest({pg}) WITH ORDINALITY AS u(e, o))")
+    return (f"CASE WHEN {pg} IS NULL THEN NULL WHEN cardinality({pg}) = 0 THEN '0:' "
+            f"WHEN array_ndims({pg}) <> {dimensions} THEN 'D' || array_ndims({pg})::text "
+            f"ELSE concat(array_length({pg}, 1), ':', {items}) END")
+
+
+def _spark_array(spark: str, element: str, dimensions: int) -> str:
+    """Spark SQL: the array's text, a ``transform`` per level (its lambda variable named by its depth,
+    ``verify_a<depth>``; the innermost level's is ``verify_e``, which ``element`` reads)."""
+    if dimensions == 1:
+        item = f"{ELEMENT} -> CASE WHEN ({element}) IS NULL THEN 'N' " \
+               f"ELSE concat('V', CAST(length({element}) AS STRING), ':', {element}) END"
+    else:
+        variable = f"{SUB_ARRAY}{dimensions}"
+        item = f"{variable} -> coalesce({_spark_array(variable, element, dimensions - 1)}, 'N')"
+    return (f"CASE WHEN {spark} IS NULL THEN NULL ELSE concat(CAST(size({spark}) AS STRING), ':', "
+            f"array_join(transform({spark}, {item}), '')) END")

@@ -1,10 +1,12 @@
 """`cdc_apply.verify` compares every column type silver holds: a table per type kind, captured from a real
 PostgreSQL (the initial snapshot's rows copied as COPY BINARY, later rows streamed) by the real lander and
 apply job, verifies equal; then one value per type damaged in silver is named as `values differ` on its key.
-Both pgoutput formats: text, and binary (``source.binary``)."""
+Both pgoutput formats: text, and binary (``source.binary``). Array columns of 2 and 3 dimensions
+(``array_dimensions``) included: an element, a NULL at any depth, a sub-array's length or content."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -37,6 +39,15 @@ TABLES: dict[str, tuple[str, list[str]]] = {
         "2, '{}', '{}', '{}', '{}', '{}', '{}', '{}'",
         "3, '[0:1]={7,8}', '{\"\",\"x,y\"}', '{1e300,-Infinity}', '{NULL}', '{NULL}', '{NULL}', '{NULL,ok}'",
         "4, NULL, NULL, NULL, NULL, NULL, NULL, NULL"]),
+    # Columns of 2 and 3 dimensions (ND_DIMENSIONS); lower bounds other than 1 are dropped by silver.
+    "t_array_nd": ("a2 int[], t2 text[], a3 int[], t3 text[]", [
+        "1, '{{1,2},{3,NULL}}', '{{a,\"b c\"},{NULL,\"NULL\"}}', '{{{1,2},{3,4}},{{5,NULL},{7,8}}}', "
+        "'{{{a}},{{NULL}}}'",
+        "2, '{}', '{}', '{}', '{}'",
+        "3, '[0:1][2:3]={{7,8},{9,10}}', '{{\"x,y\",\"\"}}', '{{{NULL}}}', '{{{\"{}\",b},{c,d}}}'",
+        "4, NULL, NULL, NULL, NULL",
+        "5, '{{1,2,3},{4,5,6}}', '{{a,b},{c,d}}', '{{{1},{2}},{{3},{4}}}', '{{{a,b}}}'",
+        "6, '{{1,2}}', '{{x}}', '{{{1,2},{3,4}},{{5,NULL},{7,8}}}', '{{{a}}}'"]),
     "t_user": ("e mood, c pair", ["1, 'sad', '(1,x)'", "2, 'happy', '(2,\"y z\")'", "3, NULL, '(,)'", "4, 'ok', NULL"]),
     "t_net": ("i inet, c cidr, m macaddr, m8 macaddr8", [
         "1, '10.0.0.1', '10.0.0.0/8', '08:00:2b:01:02:03', '08:00:2b:01:02:03:04:05'",
@@ -71,6 +82,15 @@ DAMAGE = [
     ("t_array", "at", 101, "array('a', 'b c', 'NULL', 'NULL')"),       # a NULL element, now the text NULL
     ("t_array", "af", 3, "array(CAST(1e300 AS DOUBLE), CAST('Infinity' AS DOUBLE))"),
     ("t_array", "ae", 103, "array(CAST(NULL AS STRING), 'happy')"),
+    ("t_array_nd", "a2", 1, "array(array(9, 2), array(3, CAST(NULL AS INT)))"),     # an inner element
+    ("t_array_nd", "t2", 101, "array(array('a', 'b c'), array('NULL', 'NULL'))"),    # a NULL element, now text
+    ("t_array_nd", "a3", 3, "array(array(array(0)))"),                              # a NULL at depth 3, now 0
+    ("t_array_nd", "a3", 6, "array(array(array(1, 2), array(3, 4)), array(array(5, CAST(NULL AS INT)), "
+                            "array(CAST(NULL AS INT), 8)))"),                        # an element, now NULL
+    ("t_array_nd", "a2", 5, "array(array(1, 2, 3), array(4, 5))"),                  # a sub-array's length
+    ("t_array_nd", "a2", 105, "array(array(1, 2), array(3, 4), array(5, 6))"),      # the same elements reshaped
+    ("t_array_nd", "t3", 103, "array(array(array('{}', 'b'), array('d', 'c')))"),   # a sub-array's content
+    ("t_array_nd", "a3", 102, "array(array(CAST(array() AS ARRAY<INT>)))"),         # {} as [[[]]]
     ("t_user", "e", 1, "'happy'"),                                     # an enum label
     ("t_user", "c", 102, "'(2,\"y  z\")'"),
     ("t_net", "i", 1, "'10.0.0.2'"),
@@ -86,6 +106,9 @@ DAMAGE = [
     ("t_misc", "ch", 104, "'y'"),
     ("t_misc", "x8", 4, "CAST(1 AS DECIMAL(20,0))"),
 ]
+
+
+ND_DIMENSIONS = {"tables": {"public.t_array_nd": {"array_dimensions": {"a2": 2, "t2": 2, "a3": 3, "t3": 3}}}}
 
 
 assert len({(table, key) for table, _, key, _ in DAMAGE}) == len(DAMAGE), "one damaged value per row"
@@ -106,7 +129,8 @@ def lake(request, postgres, spark, tmp_path_factory):
     form = request.param
     setup = TYPES + [f"CREATE TABLE {t} (id int PRIMARY KEY, {columns})" for t, (columns, _) in TABLES.items()]
     setup += statements(0) + ["ANALYZE"]
-    lake = PgLake(postgres, spark, tmp_path_factory.mktemp(f"types_{form}"), f"verify_types_{form}", setup)
+    lake = PgLake(postgres, spark, tmp_path_factory.mktemp(f"types_{form}"), f"verify_types_{form}", setup,
+                  ND_DIMENSIONS)
     if form == "binary":
         lake.lander_config = replace(lake.lander_config, source=replace(lake.lander_config.source, binary=True))
     lake.form = form
@@ -142,3 +166,24 @@ def test_every_type_kind_verifies_equal_and_one_damaged_value_per_type_is_named_
         found = sorted((s.key, s.what) for s in damaged[f"public.{table}"].samples)
         expected = sorted(((str(key),), "changed") for t, _, key, _ in DAMAGE if t == table)
         assert found == expected, damaged[f"public.{table}"].line()
+
+
+def test_spark_writes_a_nested_array_as_its_grammar_says_ragged_and_null_sub_arrays_included(spark):
+    from cdc_apply.pgoutput.types import resolve_column_type, with_dimensions
+    from cdc_apply.verification.value_text import value_text
+    from tests.verify.test_verify_value_text import ODD_TEXTS, array_text
+
+    rng = random.Random(73)
+
+    def ragged(depth: int):   # silver may hold what PostgreSQL cannot: sub-arrays of other lengths, NULL ones
+        if depth == 0:
+            return rng.choice([None] + ODD_TEXTS)
+        return None if rng.random() < 0.1 else [ragged(depth - 1) for _ in range(rng.randint(0, 3))]
+
+    column_type = with_dimensions(resolve_column_type(1009, -1), 3)
+    values = [ragged(3) for _ in range(200)] + [[], [[]], [[[]]], [[None]], [None]]
+    _, text = value_text(column_type, "v", "`v`", "array<array<array<string>>>")
+    frame = spark.createDataFrame(list(enumerate(values)), "i int, v array<array<array<string>>>")
+    got = {r.i: r.t for r in frame.selectExpr("i", f"{text} AS t").collect()}
+    assert [got[i] for i in range(len(values))] == [array_text(v, 3) for v in values]
+    assert len({array_text(v, 3) for v in values}) == len({repr(v) for v in values})   # different values, texts

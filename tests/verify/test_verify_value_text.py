@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from cdc_apply.pgoutput.types import ARRAY_ELEMENT, resolve_column_type
+from cdc_apply.pgoutput.types import MAX_ARRAY_DIMENSIONS, resolve_column_type, with_dimensions
 from cdc_apply.pgoutput.values import convert_binary_value, convert_text_value
 from cdc_apply.verification.encoding import ColumnEncoding, NotCompared, encode_column
 from cdc_apply.verification.value_text import SourceFormat, value_text
@@ -80,6 +80,92 @@ def test_an_array_s_text_counts_its_elements_and_writes_each_as_a_column_is_writ
     pg, spark = value_text(resolve_column_type(1022, -1), '"a"', "`a`", "array<double>")
     assert "cardinality(\"a\")" in pg and "WITH ORDINALITY AS u(e, o)" in pg and "ORDER BY u.o" in pg
     assert "size(`a`)" in spark and "transform(`a`, verify_e -> " in spark and "format_string('%a', verify_e)" in spark
+
+
+def test_an_array_of_more_dimensions_nests_a_transform_per_level_with_a_variable_of_its_own():
+    grid = with_dimensions(resolve_column_type(1007, -1), 3)
+    pg, spark = value_text(grid, '"g"', "`g`", "array<array<array<int>>>")
+    assert "array_ndims(\"g\") <> 3" in pg and "mod(u.o - 1, array_length(\"g\", 2) * array_length(\"g\", 3))" in pg
+    assert "transform(`g`, verify_a3 -> " in spark and "transform(verify_a3, verify_a2 -> " in spark
+    assert "transform(verify_a2, verify_e -> " in spark and spark.count("transform(") == 3
+    flat = encode_column("g", grid, "array<array<int>>")
+    assert isinstance(flat, NotCompared) and flat.why == "silver holds array<array<int>>, not an array of 3 dimensions"
+
+
+def test_every_built_in_array_type_of_every_dimensions_is_compared_but_reg_types():
+    for oid in BUILTINS:
+        column_type = resolve_column_type(oid, -1)
+        if column_type.kind != "array":
+            continue
+        for dimensions in range(2, MAX_ARRAY_DIMENSIONS + 1):
+            nested = with_dimensions(column_type, dimensions)
+            got = encode_column("c", nested, silver_type(nested))
+            assert isinstance(got, ColumnEncoding) or column_type.pg_name.startswith("reg"), (nested.pg_name, got)
+
+
+def array_text(value, dimensions: int) -> str | None:
+    """The canonical text of a nested list of ``dimensions`` levels of strings (an element's own text),
+    written from its grammar: ``<count>:``, then each element as ``N`` or ``V<length>:<text>``, each sub-array
+    as its own text (``N`` for a NULL one)."""
+    if value is None:
+        return None
+    if dimensions == 1:
+        return f"{len(value)}:" + "".join("N" if e is None else f"V{len(e)}:{e}" for e in value)
+    return f"{len(value)}:" + "".join(array_text(s, dimensions - 1) or "N" for s in value)
+
+
+def random_array(rng: random.Random, dimensions: int, element) -> tuple[list, list[int]]:
+    """A rectangular nested list of ``dimensions`` levels, elements by ``element(rng)``, and its shape."""
+    shape = [rng.randint(1, 3) for _ in range(dimensions)]
+
+    def level(depth: int):
+        if depth == dimensions:
+            return element(rng)
+        return [level(depth + 1) for _ in range(shape[depth])]
+
+    return level(0), shape
+
+
+ODD_TEXTS = ["a", "", "NULL", "b c", "x,y", '"q"', "back\\slash", "{}", "é€😀", "1:V2"]
+
+
+def array_literal(value, shape: list[int], lower: list[int]) -> str:
+    """array_out's text of a nested list with lower bounds ``lower`` (``[l:u]...=`` when any is not 1)."""
+    def text(v) -> str:
+        if isinstance(v, list):
+            return "{" + ",".join(text(e) for e in v) + "}"
+        if v is None:
+            return "NULL"
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    bounds = "".join(f"[{lo}:{lo + n - 1}]" for lo, n in zip(lower, shape))
+    return (bounds + "=" if any(lo != 1 for lo in lower) else "") + text(value)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("oid, element", [(1007, lambda rng: rng.choice([None, str(rng.randint(-9, 99))])),
+                                          (1009, lambda rng: rng.choice([None] + ODD_TEXTS))], ids=["int4", "text"])
+def test_postgresql_writes_an_array_of_every_dimensions_as_its_grammar_says_positions_not_subscripts(
+        postgres, oid, element):
+    rng = random.Random(oid)
+    cases = []
+    for dimensions in range(1, MAX_ARRAY_DIMENSIONS + 1):
+        for _ in range(40):
+            value, shape = random_array(rng, dimensions, element)
+            lower = [rng.choice([1, 1, 0, -2, 5]) for _ in shape]
+            cases.append((dimensions, array_literal(value, shape, lower), array_text(value, dimensions)))
+        cases.append((dimensions, "{}", "0:"))          # an empty array fits any column
+        cases.append((dimensions, None, None))
+    cases += [(2, "{1}" if oid == 1007 else "{a}", "D1"), (1, "{{1}}" if oid == 1007 else "{{a}}", "D2")]
+    column_type = resolve_column_type(oid, -1)
+    for dimensions in sorted({d for d, _, _ in cases}):
+        pg, _ = value_text(with_dimensions(column_type, dimensions), "v", "`v`", silver_type(
+            with_dimensions(column_type, dimensions)))
+        mine = [(literal, text) for d, literal, text in cases if d == dimensions]
+        rows = postgres.execute(f"SELECT i, {pg} FROM (SELECT i, v::{column_type.pg_name} AS v "
+                                f"FROM unnest(%s::text[]) WITH ORDINALITY AS t(v, i)) s ORDER BY i",
+                                ([literal for literal, _ in mine],))
+        assert [r[1] for r in rows] == [text for _, text in mine], dimensions
 
 
 FLOATS = [0.0, -0.0, 1.0, -1.0, 0.1, 0.5, 1.5, 2.0, 1e300, -1e-300, 5e-324, 2.2250738585072014e-308,
