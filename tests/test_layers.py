@@ -83,7 +83,8 @@ _BELOW = {
 }
 _BELOW["verification"] = {"errors", "config", "log", "pgoutput", "planning", "spark", "delta", "metrics", "lake",
                           "lander"}
-_BELOW["api"] = _BELOW["api"] | {"verification"}
+_BELOW["forgetting"] = _BELOW["verification"] | {"verification"}
+_BELOW["api"] = _BELOW["api"] | {"verification", "forgetting"}
 _BELOW["testing"] = _BELOW["api"] | {"api"}
 _BELOW["cli"] = _BELOW["testing"] | {"testing", "demo"}
 _BELOW["__init__"] = _BELOW["api"] | {"api"}

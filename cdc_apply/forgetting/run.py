@@ -9,7 +9,9 @@
    and another key stops the forget first, naming it. A quarantined message that cannot be decoded is named
    (its seq), not guessed at.
 4. **Silver and history.** The keys' rows (soft-deleted ones too) and every history version of them, one DELETE
-   each, matched by verify's canonical text of the key columns.
+   each, matched by verify's canonical text of the key columns, with deletion vectors off; then the files an
+   earlier deletion vector hides rows in are rewritten (``REORG ... APPLY (PURGE)``): a row an earlier MERGE
+   replaced is still in such a file, in the current version.
 5. **The record.** One row per key in the ``forgotten`` state table: a SHA-256 of the table and key (no value),
    the point, what was removed. Then, with ``vacuum``, VACUUM of every table touched.
 
@@ -153,13 +155,18 @@ def forget(spark: SparkSession, config: Config, table: str, keys: Sequence[str],
         run.quarantine_messages = _scrub(engine, books.ref("quarantine"), source, spec, run, table, quarantine=True)
     match = _key_match(encodings, forgotten)
     run.silver_rows = _delete(engine, silver, match, run)
+    _purge_deleted_rows(engine, silver, run)
     history = history_ref_for(config, source, relation.versions)
     if engine.exists(history):
         run.history_rows = _delete(engine, history, match, run)
+        _purge_deleted_rows(engine, history, run)
     _record(engine, config, run, forgotten)
     if vacuum:
+        bronze = bronze_ref(config)
         for ref in _touched_refs(run, config, silver, history):
-            run.vacuumed[str(ref)] = vacuum_table(engine, ref, retain_hours)
+            # Bronze's log stays whole: the apply job's stream reads its commits in order, and its files hold
+            # no statistics of the payload (Delta keeps none of a BINARY column).
+            run.vacuumed[str(ref)] = vacuum_table(engine, ref, retain_hours, log=ref != bronze)
     run.seconds = time.monotonic() - started
     return run
 
@@ -237,6 +244,7 @@ def _scrub(engine: SparkTables, ref: TableRef, source: str, spec: ScanSpec, run:
         run.undecodable_seqs = sorted(r.seq for r in found if r.found == "undecodable")
     seqs = sorted({r.seq for r in found if r.found == "carries"})
     if not seqs:
+        _close_if_opened(engine, ref)   # a forget killed with the table open, run again
         return 0
     chunks = [seqs[i:i + 1000] for i in range(0, len(seqs), 1000)]
     where = f"source = {quote_literal(source)} AND (" + " OR ".join(
@@ -274,12 +282,30 @@ def _delete(engine: SparkTables, ref: TableRef, where: str, run: Forgetting) -> 
     return deleted
 
 
+def _purge_deleted_rows(engine: SparkTables, ref: TableRef, run: Forgetting) -> None:
+    """Rewrite the files of ``ref`` that carry a deletion vector: the rows a vector hides (an older version of
+    the key an earlier MERGE replaced, a row an earlier DELETE removed) are still in the file, in the current
+    version, where no VACUUM reaches them. Delta's ``REORG ... APPLY (PURGE)``; nothing on a table without."""
+    rows = _sql_retried(engine, f"REORG TABLE {ref.sql} APPLY (PURGE)")
+    metrics = rows[0]["metrics"] if rows and "metrics" in rows[0].asDict() else None
+    rewritten = int(getattr(metrics, "numFilesRemoved", 0) or 0) if metrics is not None else 0
+    if rewritten and str(ref) not in run.touched:
+        run.touched.append(str(ref))
+
+
 def _append_only(engine: SparkTables, ref: TableRef) -> bool:
     """Whether ``ref`` refuses DELETEs (``delta.appendOnly``); an earlier forget killed while it had the table
     open counts too (its own marker property says so), so a forget run again closes it."""
     rows = engine.spark.sql(f"SHOW TBLPROPERTIES {ref.sql}").collect()
     props = {r[0]: r[1] for r in rows}
     return props.get("delta.appendOnly") == "true" or props.get(OPENED_BY_FORGET) == "true"
+
+
+def _close_if_opened(engine: SparkTables, ref: TableRef) -> None:
+    props = {r[0]: r[1] for r in engine.spark.sql(f"SHOW TBLPROPERTIES {ref.sql}").collect()}
+    if props.get(OPENED_BY_FORGET) == "true":
+        _sql_retried(engine, f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('delta.appendOnly' = 'true', "
+                             f"'{OPENED_BY_FORGET}' = 'false')")
 
 
 def _sql_retried(engine: SparkTables, statement: str) -> list:

@@ -24,10 +24,11 @@ RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 SAFE_HOURS = 168   # Delta's own floor for VACUUM's retention (its retention check)
 
 
-def vacuum(engine: SparkTables, ref: TableRef, retain_hours: float | None) -> str:
+def vacuum(engine: SparkTables, ref: TableRef, retain_hours: float | None, log: bool = True) -> str:
     """VACUUM ``ref`` keeping ``retain_hours`` of older files (None: the table's own retention); below
     :data:`SAFE_HOURS` Delta's retention check is off for the statement (a reader of an older version, or a
-    writer that started before, may then fail). Returns the retention used, as the result line says it."""
+    writer that started before, may then fail); at 0 hours, with ``log``, :func:`purge_log` too. Returns the
+    retention used, as the result line says it."""
     session = engine.spark
     if retain_hours is None:
         session.sql(f"VACUUM {ref.sql}").collect()
@@ -39,7 +40,7 @@ def vacuum(engine: SparkTables, ref: TableRef, retain_hours: float | None) -> st
         session.sql(f"VACUUM {ref.sql} RETAIN {float(retain_hours):g} HOURS").collect()
     finally:
         session.conf.set(RETENTION_CHECK, before)
-    if retain_hours == 0:
+    if retain_hours == 0 and log:
         removed = purge_log(engine, ref)
         return f"0 hours; {removed} older log files removed"
     return f"{float(retain_hours):g} hours"

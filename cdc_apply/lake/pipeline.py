@@ -479,7 +479,9 @@ class ApplyPipeline:
         :meth:`request_stop` ends it cleanly."""
         if not self.tables.streams_in_driver:   # foreachBatch would run in the server's Python: batch_loop.py
             return run_batches(self, once, self.stopping)
-        reader = self.spark.readStream.format("delta")
+        # Bronze is append-only: a commit that removes rows from it is a forget's DELETE (cdc-apply forget,
+        # after the job applied those messages), whose rewritten files hold messages already applied.
+        reader = self.spark.readStream.format("delta").option("skipChangeCommits", "true")
         if self.config.bronze.max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", self.config.bronze.max_files_per_trigger)
         if self.config.bronze.max_bytes_per_trigger:

@@ -61,19 +61,25 @@ def lake(postgres, spark, tmp_path_factory):
 def while_landing(lake, call):
     """``call()`` while the lander and the apply job keep running (a landing and a batch a second)."""
     stop = threading.Event()
+    errors: list[BaseException] = []
 
     def loop():
-        while not stop.is_set():
-            lake.land_and_apply()
-            stop.wait(0.5)
+        try:
+            while not stop.is_set():
+                lake.land_and_apply()
+                stop.wait(0.5)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     try:
-        return call()
+        result = call()
     finally:
         stop.set()
         thread.join(120)
+    assert not errors, f"the lander or the apply job failed beside the forget: {errors[0]!r}"
+    return result
 
 
 def lake_files_holding(root: Path, needles: tuple[str, ...]) -> list[str]:
