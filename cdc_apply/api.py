@@ -89,10 +89,12 @@ def apply(spark: SparkSession, config: ConfigLike, once: bool = True, *, out: Te
     """
     from cdc_apply.delta.engine import spark_tables
     from cdc_apply.spark.executors import cluster_settings, prepare_executors
+    from cdc_apply.spark.s3_commits import check_exclusive_commits
     from cdc_apply.spark.session import session_settings
 
     config = as_config(config)
     tables = spark_tables(spark)   # the engine, chosen here once and handed down
+    check_exclusive_commits(spark, (config.silver.path, config.state.path), "apply")
     if tables.engine == "connect":
         # No SparkContext to probe executors or count task slots through: the server's settings stand,
         # and the watcher (a streaming query's and the JVM's stages) has nothing to follow.
@@ -263,6 +265,10 @@ def land(config: ConfigLike, *, spark: SparkSession | None = None, once: bool = 
         from cdc_apply.spark.session import require_classic
 
         require_classic(spark)
+    if spark is not None and spark_reason(bronze_ref(config)) is not None:   # bronze lands through Spark
+        from cdc_apply.spark.s3_commits import check_exclusive_commits
+
+        check_exclusive_commits(spark, (config.bronze.path,), "land")
     try:
         # Lander's ``out`` is typed TextIO, which a LineLog (an io.TextIOBase) is not nominally; it only prints.
         return Lander(config, spark, out=cast(TextIO, stream), stop=stop).run(once=once)

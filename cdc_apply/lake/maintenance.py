@@ -26,6 +26,7 @@ from cdc_apply.delta.names import quote_ident
 from cdc_apply.delta.refs import bronze_ref, history_ref_for, silver_ref_for
 from cdc_apply.lake.books.bookkeeping import Bookkeeping
 from cdc_apply.planning.tables import identity_of
+from cdc_apply.spark.s3_commits import check_exclusive_commits
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,6 +46,7 @@ def optimize_silver(spark: SparkSession, config: Config, tables: list[str] | Non
     """OPTIMIZE every silver table of the pipeline (or those named ``ns.name``), Z-ordered by key, and
     the history table of each that has one (named ``ns.name (history)``), Z-ordered by the same key."""
     engine = spark_tables(spark)   # the optimize command's entry: the engine chosen here
+    check_exclusive_commits(spark, (config.silver.path, config.state.path), "optimize")
     histories = Bookkeeping(config).load_history(engine)
     done = []
     for source, history in sorted(histories.items()):
@@ -74,6 +76,7 @@ def _optimize(spark: SparkSession, ref, label: str, key: tuple[str, ...]) -> Opt
 def optimize_bronze(spark: SparkSession, config: Config) -> Optimized | None:
     """Compact bronze's files (bin-packing, no Z-order); None when the pipeline has no bronze table yet."""
     ref = bronze_ref(config)
+    check_exclusive_commits(spark, (ref.path,), "optimize --bronze")
     if not spark_tables(spark).exists(ref):
         return None
     return _optimize(spark, ref, "bronze", ())

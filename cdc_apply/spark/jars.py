@@ -332,11 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("INFO", fmt="cdc_apply: %(message)s")
     args = sys.argv[1:] if argv is None else argv
     try:
-        fetch_delta_jars()
+        delta_jars = fetch_delta_jars()
         if "--s3" in args:
-            from cdc_apply.spark.s3_jars import fetch_s3_jars
+            from cdc_apply.spark.s3_jars import fetch_s3_jars, log_store_jar
 
             fetch_s3_jars()
+            log.info("S3 log store for exclusive commits: %s", log_store_jar(delta_jars))
     except SetupError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

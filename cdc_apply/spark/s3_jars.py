@@ -112,3 +112,50 @@ def fetch_s3_jars(jars_dir: Path | None = None) -> list[Path]:
     found = installed_s3_jars(jars_dir)
     log.info("%d jars in %s", len(found), jars_dir)
     return found
+
+
+LOG_STORE_SOURCE = Path(__file__).resolve().parent / "java" / "cdc_apply" / "delta" / "S3ConditionalPutLogStore.java"
+
+
+def log_store_jar(delta_jars: list[Path] | None = None, *, build: bool = True) -> Path | None:
+    """The jar of cdc_apply's log store for exclusive commits on S3 (:mod:`cdc_apply.spark.s3_commits`),
+    compiled from :data:`LOG_STORE_SOURCE` with ``javac`` against Spark's Hadoop, Delta's storage jar and
+    the AWS SDK the s3a jars bring, into ``~/.cache/cdc_apply/logstore/<source hash>/`` (a changed source
+    is built anew). None when it is not built and ``build`` is false; a :class:`SetupError` when it cannot
+    be built (no ``javac``, no s3a jars, no ``delta-storage`` jar among ``delta_jars``)."""
+    import hashlib
+
+    import pyspark  # local import: only set-up needs pyspark here
+
+    from cdc_apply.spark.s3_commits import LOG_STORE_JAR
+
+    digest = hashlib.sha256(LOG_STORE_SOURCE.read_bytes()).hexdigest()[:12]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "cdc_apply" / "logstore" / digest
+    jar = cache / LOG_STORE_JAR
+    if jar.is_file() or not build:
+        return jar if jar.is_file() else None
+    javac, jar_tool = shutil.which("javac"), shutil.which("jar")
+    if javac is None or jar_tool is None:
+        raise SetupError("building cdc_apply's S3 log store needs a JDK (javac and jar on PATH; Debian: apt-get "
+                         "install openjdk-17-jdk-headless)", source=str(LOG_STORE_SOURCE))
+    spark_jars = Path(pyspark.__file__).resolve().parent / "jars"
+    classpath = [*spark_jars.glob("hadoop-client-api-*.jar"), *installed_s3_jars(),
+                 *(j for j in delta_jars or [] if j.name.startswith("delta-storage-"))]
+    if not any(j.name.startswith("bundle-") for j in classpath) or not any(
+            j.name.startswith("delta-storage-") for j in classpath):
+        raise SetupError("building cdc_apply's S3 log store needs the s3a jars and Delta's jars: run "
+                         "python -m cdc_apply.spark.jars --s3 first", source=str(LOG_STORE_SOURCE))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=cache.parent) as tmp:
+        classes = Path(tmp) / "classes"
+        for cmd in ([javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp",
+                     os.pathsep.join(str(j) for j in classpath), str(LOG_STORE_SOURCE)],
+                    [jar_tool, "cf", str(Path(tmp) / LOG_STORE_JAR), "-C", str(classes), "cdc_apply"]):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SetupError("building cdc_apply's S3 log store failed:\n" + (proc.stdout + proc.stderr)[-2000:],
+                                 source=str(LOG_STORE_SOURCE))
+        cache.mkdir(exist_ok=True)
+        os.replace(Path(tmp) / LOG_STORE_JAR, jar)
+    log.info("built %s", jar)
+    return jar

@@ -46,11 +46,15 @@ class S3Server:
                 "AWS_SECRET_ACCESS_KEY": secret}
 
     def spark_conf(self, jars: list[Path]) -> dict[str, str]:
-        """Spark settings for ``s3a://`` paths on this server, ``jars`` (hadoop-aws and the SDK) added."""
+        """Spark settings for ``s3a://`` paths on this server, ``jars`` (hadoop-aws and the SDK) added; with
+        cdc_apply's S3 log store among them, the settings that make Delta's commits exclusive (s3_commits)."""
+        from cdc_apply.spark.s3_commits import EXCLUSIVE_SETTINGS, LOG_STORE_JAR
+
+        exclusive = EXCLUSIVE_SETTINGS if any(Path(j).name == LOG_STORE_JAR for j in jars) else {}
         hadoop = {"fs.s3a.endpoint": self.endpoint, "fs.s3a.endpoint.region": REGION,
                   "fs.s3a.path.style.access": "true", "fs.s3a.connection.ssl.enabled": "false",
                   "fs.s3a.access.key": ACCESS_KEY, "fs.s3a.secret.key": SECRET_KEY}
-        return {"spark.jars": ",".join(str(j) for j in jars),
+        return {"spark.jars": ",".join(str(j) for j in jars), **exclusive,
                 **{f"spark.hadoop.{key}": value for key, value in hadoop.items()}}
 
     def list_keys(self, prefix: str) -> str:

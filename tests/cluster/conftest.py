@@ -9,14 +9,22 @@ import pytest
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    """``(S3Server, s3a jars)``, or None when the s3a jars are not fetched (the S3 tests then skip)."""
-    from cdc_apply.spark.s3_jars import installed_s3_jars
+    """``(S3Server, s3a jars)``, or None when the s3a jars are not fetched (the S3 tests then skip). The jars
+    include cdc_apply's S3 log store (built with javac on first use), so Spark's commits are exclusive."""
+    from cdc_apply.errors import SetupError
+    from cdc_apply.spark.jars import find_delta_jars
+    from cdc_apply.spark.s3_jars import installed_s3_jars, log_store_jar
     from cdc_apply.testing.object_store import start_s3_server
 
     jars = installed_s3_jars()
     if not jars:
         yield None
         return
+    try:
+        store = log_store_jar(find_delta_jars().jars)
+    except SetupError:
+        store = None   # no JDK: Delta's default log store (the race test skips)
+    jars = [*jars, store] if store else jars
     server = start_s3_server(tmp_path_factory.mktemp("s3"))
     try:
         yield server, jars
