@@ -17,6 +17,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cached_property
+from operator import itemgetter
 from typing import Callable, TextIO
 
 from cdc_apply.config import Config
@@ -42,6 +43,7 @@ from cdc_apply.lander.state import ResumeState
 from cdc_apply.lander.summary import BatchReport, LandSummary, human_bytes
 from cdc_apply.metrics.registry import record_connected, record_connection_lost, record_landed_batch
 from cdc_apply.pgoutput.messages import format_lsn
+from cdc_apply.pgoutput.wire import first_bytes
 
 POLL_SECONDS = 0.2
 ORPHAN_CHECK_SECONDS = 5.0
@@ -51,6 +53,7 @@ FOLLOW_BYTES = 16 * 1024 * 1024
 MAX_DIVERGENCES = 3
 # Messages read at most between two passes of the session's checks (a batch due, an append done, stop).
 READ_MESSAGES = 2000
+_PAYLOAD = itemgetter(2)      # of a batch's (seq, lsn, payload) rows
 
 
 @dataclass
@@ -435,5 +438,5 @@ class Lander:
                              batch.rows[-1][0], batch.rows[-1][1], reader.flush_lsn, lag,
                              time.monotonic() - started)
         self.reports.append(report)
-        record_landed_batch(self.source.name, report, batch.rows)
+        record_landed_batch(self.source.name, report, first_bytes(map(_PAYLOAD, batch.rows)))
         print(report.line(self.source.name), file=self.out, flush=True)
