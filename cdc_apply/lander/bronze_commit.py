@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 from itertools import accumulate
 from typing import Iterable, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 
 from cdc_apply.delta.bronze_schema import ARROW_SCHEMA
@@ -67,7 +68,6 @@ def write_file(folder: str, batches: Iterable[pa.RecordBatch], filesystem=None) 
     """Write ``batches`` (bronze rows in seq order) to one new Parquet file in ``folder``; with
     ``filesystem`` (the table's :class:`~cdc_apply.delta.files.StoreFiles`, on object storage) the file is
     made in memory and written there by one upload."""
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
@@ -80,10 +80,10 @@ def write_file(folder: str, batches: Iterable[pa.RecordBatch], filesystem=None) 
         for batch in batches:
             out.write_batch(batch)
             rows += batch.num_rows
-            for column in bounds:
-                low_high = pc.min_max(batch.column(column))
-                bounds[column].append((low_high["min"].as_py(), low_high["max"].as_py()))
-            sources.update(pc.unique(batch.column("source")).to_pylist())
+            if batch.num_rows:
+                for column in bounds:
+                    bounds[column].append(_int_bounds(batch.column(column)))
+                sources.update(_sources(batch.column("source")))
     low: dict[str, int | str] = {c: min(b[0] for b in v) for c, v in bounds.items() if v}
     high: dict[str, int | str] = {c: max(b[1] for b in v) for c, v in bounds.items() if v}
     if len(sources) == 1 and len(next(iter(sources))) <= STRING_STATS_CHARS:
@@ -95,6 +95,27 @@ def write_file(folder: str, batches: Iterable[pa.RecordBatch], filesystem=None) 
     data = memory.getvalue()
     filesystem.put(name, data.to_pybytes())
     return BronzeFile(name, data.size, rows, stats)
+
+
+# A file's statistics without pyarrow.compute: importing it costs ~0.05–0.15 s, which a lander's first append
+# would pay while the stream flows (the lander imports it nowhere else).
+def _int_bounds(column: pa.Array) -> tuple[int, int]:
+    """Min and max of an int64 column, from its buffer (nulls, which bronze's columns never hold: pyarrow's)."""
+    if column.null_count:
+        import pyarrow.compute as pc
+
+        low_high = pc.min_max(column)
+        return low_high["min"].as_py(), low_high["max"].as_py()
+    values = np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
+    return int(values.min()), int(values.max())
+
+
+def _sources(column: pa.Array) -> set[str]:
+    """The distinct values of a non-empty source column: one compare where all are the first (a lander's batch)."""
+    first = column[0].as_py()
+    if first is not None and column.equals(repeated_string(first, len(column))):
+        return {first}
+    return set(column.to_pylist())
 
 
 def stream_batch(source: str, rows, landed_at: datetime) -> pa.RecordBatch:

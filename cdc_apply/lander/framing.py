@@ -9,6 +9,7 @@ PostgreSQL's "Logical Replication Message Formats" (protocol 1-4).
 from __future__ import annotations
 
 import hashlib
+import re
 
 from cdc_apply.errors import LandError
 from cdc_apply.pgoutput import messages as m
@@ -31,6 +32,8 @@ STREAM_START, STREAM_STOP, STREAM_COMMIT, STREAM_ABORT, STREAM_PREPARE = map(
 # Row changes: inside a transaction being landed they only count and extend its digest (the fast path of
 # Sequencer.feed_many).
 CHANGES = frozenset(map(_kind, (m.Insert, m.Update, m.Delete)))
+# Runs of row changes among the type bytes of a read (wire.first_bytes): each run is numbered in one step.
+CHANGE_RUNS = re.compile(b"[" + b"".join(sorted(CHANGES)) + b"]+")
 
 # Relation and Type messages are resent whenever the walsender's cache says so (a new session,
 # any invalidation), so their number and place differ between two sendings of the same

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cached_property
+from operator import itemgetter
 from typing import Callable, TextIO
 
 from cdc_apply.config import Config
@@ -43,8 +44,12 @@ from cdc_apply.lander.state import Batch, ResumeState
 from cdc_apply.lander.summary import BatchReport, LandSummary, human_bytes
 from cdc_apply.metrics.registry import record_connected, record_connection_lost, record_landed_batch
 from cdc_apply.pgoutput.messages import format_lsn
+from cdc_apply.pgoutput.wire import first_bytes
 
 POLL_SECONDS = 0.2
+# An idle --once run waiting for the keepalive it asked for (_idle) reads with this timeout instead: a read
+# returns only with messages or at its timeout, and the run ends as soon as the keepalive shows it is done.
+IDLE_POLL_SECONDS = 0.02
 ORPHAN_CHECK_SECONDS = 5.0
 # Idle, the slot is confirmed past bronze's last unit (to the walsender's wal_end) only once it holds
 # this much WAL back: each such confirmation costs a bronze commit (see Lander._follow).
@@ -52,6 +57,7 @@ FOLLOW_BYTES = 16 * 1024 * 1024
 MAX_DIVERGENCES = 3
 # Messages read at most between two passes of the session's checks (a batch due, an append done, stop).
 READ_MESSAGES = 2000
+_PAYLOAD = itemgetter(2)      # of a batch's (seq, lsn, payload) rows
 
 
 @dataclass
@@ -276,12 +282,12 @@ class Lander:
     def _read(self, reader: ReplicationReader, seq: Sequencer, clock: _SessionClock) -> list | None:
         """What has arrived, up to where the batch is full (the session's checks run once per read); one message
         at a time while a snapshot is due or a chunk flow is under way; None: the flow's point is reached."""
-        flow = self.snapshots.flow
+        flow, poll = self.snapshots.flow, POLL_SECONDS if clock.idle_target is None else IDLE_POLL_SECONDS
         if flow is None and not clock.snapshot_due:
             land = self.land
-            return reader.read_many(POLL_SECONDS, max(1, min(READ_MESSAGES, land.batch_messages - seq.pending)),
+            return reader.read_many(poll, max(1, min(READ_MESSAGES, land.batch_messages - seq.pending)),
                                     max(1, land.batch_bytes - seq.nbytes))
-        message = reader.read(POLL_SECONDS)
+        message = reader.read(poll)
         if flow is not None and self._inflight is None and flow.reached(message, seq, reader):
             return None
         return [message] if message is not None else []
@@ -437,5 +443,5 @@ class Lander:
                              batch.rows[-1][0], batch.rows[-1][1], reader.flush_lsn, lag,
                              time.monotonic() - started)
         self.reports.append(report)
-        record_landed_batch(self.source.name, report, batch.rows)
+        record_landed_batch(self.source.name, report, first_bytes(map(_PAYLOAD, batch.rows)))
         print(report.line(self.source.name), file=self.out, flush=True)

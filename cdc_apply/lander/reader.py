@@ -18,17 +18,22 @@ from __future__ import annotations
 
 import ctypes
 import select
-import struct
 import time
 from typing import TYPE_CHECKING
 
 from cdc_apply.errors import LandError
 from cdc_apply.pgoutput.messages import PG_EPOCH_UNIX_MICROS
+from cdc_apply.pgoutput.wire import KEEPALIVE, STANDBY_STATUS, XLOG_DATA
 
 if TYPE_CHECKING:
     from psycopg2.extras import LogicalReplicationConnection
 
-_XLOG_START = struct.Struct("!Q")   # XLogData: 'w', data start, wal end, send time, payload
+_XLOG_HEADER = XLOG_DATA.size
+_XLOG_KIND = ord("w")
+# A bytes object copied from C memory in one call (what ctypes.string_at does behind a Python wrapper), its
+# own prototype so that no setting of the shared ctypes.pythonapi function is touched.
+_bytes_at = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_ssize_t)(
+    ("PyBytes_FromStringAndSize", ctypes.pythonapi))
 
 class StreamInterrupted(Exception):
     """The replication connection ended or failed while streaming (may heal: reconnect)."""
@@ -56,6 +61,18 @@ def _libpq(module_file: str) -> ctypes.CDLL:
     lib.PQresultErrorMessage.restype = ctypes.c_char_p
     lib.PQclear.argtypes = [ctypes.c_void_p]
     lib.PQclear.restype = None
+    return lib
+
+
+def _libpq_holding_gil(module_file: str) -> ctypes.PyDLL:
+    # The two calls made for every message never wait (PQgetCopyData with async = 1 only takes what
+    # PQconsumeInput buffered; PQfreemem is free()): called through a PyDLL they keep the GIL, where a CDLL
+    # call releases and takes it back each time, a wait behind the bronze append's thread whenever it runs.
+    lib = ctypes.PyDLL(module_file)
+    lib.PQgetCopyData.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+    lib.PQgetCopyData.restype = ctypes.c_int
+    lib.PQfreemem.argtypes = [ctypes.c_void_p]
+    lib.PQfreemem.restype = None
     return lib
 
 
@@ -88,6 +105,7 @@ class ReplicationReader:
         self._conn: LogicalReplicationConnection | None = None
         self._ptr: ctypes.c_void_p | None = None    # the PGconn of the started session
         self._lib: ctypes.CDLL | None = None        # the libpq psycopg2 is linked with (loaded by connect)
+        self._quick: ctypes.PyDLL | None = None     # the same libpq, for the calls that never wait
         self._last_status = 0.0
         # One out-parameter for PQgetCopyData, made once: a ctypes object per message costs more than the call.
         self._buf = ctypes.c_void_p()
@@ -104,6 +122,7 @@ class ReplicationReader:
         from cdc_apply.lander.options import TCP_KEEPALIVES, options_string
 
         self._lib = _libpq(ext.__file__)
+        self._quick = _libpq_holding_gil(ext.__file__)
         self._conn = psycopg2.connect(self.dsn, connection_factory=LogicalReplicationConnection,
                                       connect_timeout=max(1, int(self.connect_timeout)),
                                       application_name=self.application_name[:63],
@@ -163,21 +182,24 @@ class ReplicationReader:
         conn = self._conn
         assert conn is not None  # start() took the PGconn from it; close() drops both
         out: list[tuple[int, bytes]] = []
+        append, count = out.append, 0
         nbytes, limit = 0, max_bytes if max_bytes is not None else 1 << 62
-        get, free, string_at = lib.PQgetCopyData, lib.PQfreemem, ctypes.string_at
-        buf, ref, unpack = self._buf, self._buf_ref, _XLOG_START.unpack_from
+        assert self._quick is not None  # connect() loads both handles
+        get, free, bytes_at = self._quick.PQgetCopyData, self._quick.PQfreemem, _bytes_at
+        buf, ref, header, unpack = self._buf, self._buf_ref, _XLOG_HEADER, XLOG_DATA.unpack_from
         deadline = None
         while True:
             n = get(ptr, ref, 1)
             if n > 0:
                 try:
-                    data = string_at(buf, n)
+                    data = bytes_at(buf, n)
                 finally:
                     free(buf)
-                if data[:1] == b"w" and n >= 25:
-                    out.append((unpack(data, 1)[0], data[25:]))
-                    nbytes += n - 25
-                    if len(out) >= max_messages or nbytes >= limit:
+                if n >= header and data[0] == _XLOG_KIND:
+                    append((unpack(data)[1], data[header:]))
+                    count += 1
+                    nbytes += n - header
+                    if count >= max_messages or nbytes >= limit:
                         break
                 else:
                     self._handle(data)
@@ -217,8 +239,8 @@ class ReplicationReader:
     def _handle(self, data: bytes) -> None:
         """A message other than XLogData: a keepalive (anything else is refused)."""
         kind = data[:1]
-        if kind == b"k" and len(data) >= 18:
-            wal_end, _, reply = struct.unpack_from("!QqB", data, 1)
+        if kind == b"k" and len(data) >= KEEPALIVE.size:
+            _, wal_end, _, reply = KEEPALIVE.unpack_from(data)
             self.wal_end = max(self.wal_end, wal_end)
             self.keepalive_at = time.monotonic()
             if reply:
@@ -263,7 +285,7 @@ class ReplicationReader:
         lib, ptr = session
         now = time.time_ns() // 1000 - PG_EPOCH_UNIX_MICROS
         lsn = self.flush_lsn
-        message = b"r" + struct.pack("!QQQqB", lsn, lsn, lsn, now, 1 if reply else 0)
+        message = STANDBY_STATUS.pack(b"r", lsn, lsn, lsn, now, 1 if reply else 0)
         if lib.PQputCopyData(ptr, message, len(message)) != 1 or lib.PQflush(ptr) != 0:
             raise StreamInterrupted(self._error())
         self._last_status = time.monotonic()

@@ -147,6 +147,10 @@ class _Unit:
         self.count += 1
         self._pending.append(payload)
 
+    def extend(self, payloads: list[bytes]) -> None:
+        self.count += len(payloads)
+        self._pending.extend(payloads)
+
     @property
     def digest(self) -> bytes:
         if self._pending:
@@ -196,14 +200,15 @@ class OutputTracker:
     def _complete(self, lsn: int) -> None:
         self.resume_lsn = max(self.resume_lsn, lsn)
 
-    def add_change(self, seq: int, payload: bytes) -> bool:
-        """Account for a row change (:data:`framing.CHANGES`) landed inside an open transaction, as :meth:`add`
-        would; False, with nothing done, when no transaction is open outside a block (then :meth:`add` it)."""
+    def add_changes(self, payloads: list[bytes]) -> bool:
+        """Account for row changes (:data:`framing.CHANGES`) landed in a row inside an open transaction, as
+        :meth:`add` would one by one; False, with nothing done, when no transaction is open outside a block
+        (then :meth:`add` each)."""
         if self.txn is None or self.block is not None:
             return False
-        self.last_seq = seq
-        self.messages += 1
-        self.txn[3].add(payload)
+        self.last_seq += len(payloads)
+        self.messages += len(payloads)
+        self.txn[3].extend(payloads)
         return True
 
     def add(self, seq: int, lsn: int, payload: bytes) -> None:

@@ -26,7 +26,7 @@ SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 MAX_TABLE_LABELS = 500
 OTHER_TABLE = "_other"
 # Commit, Stream Commit, Commit Prepared: a source transaction decided as committed, once.
-_COMMIT_KINDS = frozenset(b"CcK")
+_COMMIT_KINDS = (b"C", b"c", b"K")
 
 
 def _counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
@@ -89,11 +89,12 @@ class _LandedReport(Protocol):
     def seconds(self) -> float: ...
 
 
-def record_landed_batch(source: str, report: _LandedReport, rows: Iterable[tuple[int, int, bytes]]) -> None:
-    """A batch of ``rows`` (seq, lsn, payload) committed to bronze and confirmed up to ``report.flush_lsn``."""
+def record_landed_batch(source: str, report: _LandedReport, kinds: bytes) -> None:
+    """A batch committed to bronze and confirmed up to ``report.flush_lsn``; ``kinds``: its messages' type bytes,
+    one per message (counted in C, not row by row)."""
     LANDED_MESSAGES.labels(source).inc(report.messages)
     LANDED_BYTES.labels(source).inc(report.nbytes)
-    LANDED_TRANSACTIONS.labels(source).inc(sum(1 for row in rows if row[2][:1] and row[2][0] in _COMMIT_KINDS))
+    LANDED_TRANSACTIONS.labels(source).inc(sum(map(kinds.count, _COMMIT_KINDS)))
     BRONZE_COMMITS.labels(source).inc()
     BRONZE_COMMIT_SECONDS.labels(source).observe(report.seconds)
     if report.flush_lsn:

@@ -8,6 +8,7 @@ the message type and the byte offset.
 from __future__ import annotations
 
 import struct
+from operator import itemgetter
 
 from cdc_apply.errors import DecodeError
 
@@ -26,12 +27,29 @@ UINT64 = struct.Struct(">Q")
 BEGIN_FIELDS = struct.Struct(">QqI")
 COMMIT_FIELDS = struct.Struct(">BQQq")
 
+# The streaming replication protocol's CopyData messages around pgoutput (the lander's reader): XLogData
+# ('w', data start, wal end, send time; the payload follows at XLOG_DATA.size), the primary keepalive
+# ('k', wal end, send time, reply requested) and the standby status update ('r', write, flush, apply, now,
+# reply requested).
+XLOG_DATA = struct.Struct(">cQQq")
+KEEPALIVE = struct.Struct(">cQqB")
+STANDBY_STATUS = struct.Struct(">cQQQqB")
+
 _u8 = UINT8.unpack_from
 _i16 = INT16.unpack_from
 _i32 = INT32.unpack_from
 _u32 = UINT32.unpack_from
 _i64 = INT64.unpack_from
 _u64 = UINT64.unpack_from
+
+
+_first = itemgetter(0)
+
+
+def first_bytes(payloads) -> bytes:
+    """The first byte of each payload (a pgoutput message's type) as one bytes object, made in C loops: the
+    lander looks at thousands of messages per read. An empty payload raises ``IndexError``."""
+    return bytes(map(_first, payloads))
 
 
 class Reader:
