@@ -13,7 +13,8 @@
    earlier deletion vector hides rows in are rewritten (``REORG ... APPLY (PURGE)``): a row an earlier MERGE
    replaced is still in such a file, in the current version.
 5. **The record.** One row per key in the ``forgotten`` state table: a SHA-256 of the table and key (no value),
-   the point, what was removed. Then, with ``vacuum``, VACUUM of every table touched.
+   the point, what was removed. Then, with ``vacuum``, VACUUM of the four tables — each, even where this run
+   deleted nothing: a run killed before its VACUUM, or the source's own DELETE, left the rows in older files.
 
 Every step is idempotent, so a forget killed anywhere is finished by running it again. Older Delta versions keep
 the removed values in files the current version no longer reads, until VACUUM passes the table's retention.
@@ -88,9 +89,9 @@ class Forgetting:
                        f"be decoded (seq {', '.join(map(str, self.undecodable_seqs[:10]))}); delete them by hand")
         if self.vacuumed:
             out.append("vacuumed: " + ", ".join(f"{t} ({r})" for t, r in self.vacuumed.items()))
-        elif self.touched:
-            out.append(f"older files of {len(self.touched)} table(s) keep the values until VACUUM passes their "
-                       "retention (Delta's default 7 days): run forget again with --vacuum, or VACUUM them")
+        else:
+            out.append("older files of bronze, the quarantine, silver and history keep the values until VACUUM passes "
+                       "their retention (Delta's default 7 days): run forget again with --vacuum, or VACUUM them")
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -107,7 +108,7 @@ def forget(spark: SparkSession, config: Config, table: str, keys: Sequence[str],
     """Remove every trace of ``keys`` (``--key`` texts: a value, or a JSON object by key column) of ``table``
     (qualified) from bronze, the quarantine, silver and history; a :class:`ForgetError` when the source still
     holds one (unless ``even_if_in_source``), a key moved to a key not forgotten, or the lander or the apply
-    job does not reach the point within ``wait_seconds``. ``vacuum``: VACUUM the touched tables, keeping
+    job does not reach the point within ``wait_seconds``. ``vacuum``: VACUUM the table's four tables, keeping
     ``retain_hours`` (default: each table's own retention)."""
     from cdc_apply.delta.engine import spark_tables
 
@@ -163,7 +164,7 @@ def forget(spark: SparkSession, config: Config, table: str, keys: Sequence[str],
     _record(engine, config, run, forgotten)
     if vacuum:
         bronze = bronze_ref(config)
-        for ref in _touched_refs(run, config, silver, history):
+        for ref in _vacuumed_refs(engine, config, silver, history):
             # Bronze's log stays whole: the apply job's stream reads its commits in order, and its files hold
             # no statistics of the payload (Delta keeps none of a BINARY column).
             run.vacuumed[str(ref)] = vacuum_table(engine, ref, retain_hours, log=ref != bronze)
@@ -333,7 +334,7 @@ def _record(engine: SparkTables, config: Config, run: Forgetting, keys: Sequence
     ref.append(local_frame(engine.spark, FORGOTTEN_COLUMNS, rows), None, 0)
 
 
-def _touched_refs(run: Forgetting, config: Config, silver: TableRef, history: TableRef) -> list[TableRef]:
-    books = Bookkeeping(config)
-    refs = [bronze_ref(config), books.ref("quarantine"), silver, history]
-    return [ref for ref in refs if str(ref) in run.touched]
+def _vacuumed_refs(engine: SparkTables, config: Config, silver: TableRef, history: TableRef) -> list[TableRef]:
+    """Every table that held the keys, whether or not this run deleted from it."""
+    refs = [bronze_ref(config), Bookkeeping(config).ref("quarantine"), silver, history]
+    return [ref for ref in refs if engine.exists(ref)]
