@@ -1,6 +1,7 @@
 """Each entry point over Spark Connect, on a lake landed from a real PostgreSQL 18 with the classic session:
 the apply job (three batches, a history table on one table), ``status``, reads as of a commit (history and
-time travel), ``optimize``, ``verify``, and ``cdc-apply apply --once`` started with ``SPARK_REMOTE=local[2]``."""
+time travel), ``optimize``, ``verify``, ``forget``, and ``cdc-apply apply --once`` started with
+``SPARK_REMOTE=local[2]``."""
 
 from __future__ import annotations
 
@@ -103,12 +104,10 @@ def test_optimize_over_connect_compacts_silver_and_keeps_its_rows(applied):
     assert lake.silver_differences() == []
 
 
-def _verify_while_landing(lake: PgLake, session):
-    """``verify`` over Connect while the lander and the Connect apply job run in a loop beside it (verify waits
-    for them to pass its point); the run."""
+def _while_landing(lake: PgLake, session, call):
+    """``call()`` over Connect while the lander and the Connect apply job run in a loop beside it (verify and
+    forget wait for them to pass their point); what it returned."""
     import threading
-
-    from cdc_apply.api import verify
 
     stop, errors = threading.Event(), []
 
@@ -123,14 +122,20 @@ def _verify_while_landing(lake: PgLake, session):
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     try:
-        # bag is keyless without a history table: verify names it an error (docs/VERIFY.md), so it is left out.
-        run = verify(session, lake.lander_config, ["public.t", "public.plain"], range_rows=8, wait_seconds=300,
-                     record=False)
+        result = call()
     finally:
         stop.set()
         thread.join()
     assert not errors, errors
-    return run
+    return result
+
+
+def _verify_while_landing(lake: PgLake, session):
+    from cdc_apply.api import verify
+
+    # bag is keyless without a history table: verify names it an error (docs/VERIFY.md), so it is left out.
+    return _while_landing(lake, session, lambda: verify(session, lake.lander_config, ["public.t", "public.plain"],
+                                                        range_rows=8, wait_seconds=300, record=False))
 
 
 def test_verify_over_connect_finds_silver_equal_then_names_a_damaged_row(applied):
@@ -150,6 +155,20 @@ def test_verify_over_connect_finds_silver_equal_then_names_a_damaged_row(applied
         lake.run("UPDATE plain SET v = v WHERE id = 7")   # the row applied again: silver as the source holds it
         with connect_mode():
             _apply_over_connect(lake, session)
+
+
+def test_forget_over_connect_removes_a_deleted_key_from_bronze_and_its_older_files(applied):
+    """The fixture's source deleted plain's key 2: its snapshot Insert and its Delete leave bronze, VACUUM at 0
+    hours and the log's older commits go (through the local folder: no JVM on this side), silver stays equal."""
+    from cdc_apply.api import forget
+
+    lake, session, _, _ = applied
+    with connect_mode():
+        run = _while_landing(lake, session, lambda: forget(session, lake.lander_config, "public.plain", ["2"],
+                                                           wait_seconds=300, vacuum=True, retain_hours=0))
+    assert (run.bronze_messages, run.silver_rows) == (2, 0), run.lines()
+    assert "older log files removed" in run.vacuumed[f"{lake.config.silver.path}/public/plain"]
+    assert lake.silver_differences() == []
 
 
 CLI_CONFIG = """pipeline = "connect_cli"
