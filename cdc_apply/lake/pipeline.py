@@ -78,6 +78,24 @@ FRESH_CACHE_BYTES = 16 << 20
 DECODE_ERRORS_AS_ROWS = True
 
 
+# A batch that lost a commit race to another writer of one of its tables (a forget, optimize) runs again, whole,
+# up to this many times in all; a conflict that keeps coming is another apply job, the StateError's case.
+CONFLICT_ATTEMPTS = 3
+# Delta's exceptions for a commit race on a table's files (not the checkpoint's or the stream's).
+_RACE_MARKERS = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
+                 "DELTA_CONCURRENT_APPEND", "DELTA_CONCURRENT_DELETE_READ", "DELTA_CONCURRENT_DELETE_DELETE")
+
+
+def _lost_a_race(exc: Exception) -> bool:
+    from cdc_apply.delta.spark_errors import error_text
+    from cdc_apply.errors import CdcApplyError
+
+    if isinstance(exc, CdcApplyError):
+        return False
+    text = error_text(exc)
+    return any(marker in text for marker in _RACE_MARKERS)
+
+
 def fits_fresh_cache(size: int | None) -> bool:
     """Whether ``size`` bytes (None: not known) may be a small batch's (``FRESH_CACHE_BYTES``). Asked of the
     batch's files before its bounds query, which then sums the payloads only where they may fit: files
@@ -98,6 +116,18 @@ class Resumed:
     quarantined_sources: set[str]            # sources with a change ever quarantined
 
 
+def _resume(tables: SparkTables, config: Config, books: Bookkeeping, formats: SourceFormats,
+            created: frozenset[str] = frozenset()) -> Resumed:
+    """Where the applied batches left off, read from the tables (``created``: the tables this process has just
+    made, which hold no row: a new pipeline's first run reads none of them)."""
+    version, states = (0, {}) if "progress" in created else books.load_progress(tables)
+    # The versions recorded by the batches progress covers (not those of a batch cut short after its append).
+    histories = ({} if {"schema_history", "type_cache"} <= created
+                 else books.load_history(tables, through_version=version))
+    quarantined = set() if "quarantine" in created else books.quarantined_sources(tables)
+    return Resumed(books, formats, version, states, histories, quarantined)
+
+
 class ApplyPipeline:
     """Holds the carried state between micro-batches of one apply job."""
 
@@ -114,15 +144,9 @@ class ApplyPipeline:
             created = books.create_all(tables)
         except Exception as exc:  # another job creating the same tables: the named error, not Delta's
             raise unwrap_error(exc, config) from None
-        # A table this process has just created holds no row: a new pipeline's first run reads none of them.
-        version, states = (0, {}) if "progress" in created else books.load_progress(tables)
-        # The versions recorded by the batches progress covers (not those of a batch cut short after its append).
-        histories = ({} if {"schema_history", "type_cache"} <= created
-                     else books.load_history(tables, through_version=version))
-        quarantined = set() if "quarantine" in created else books.quarantined_sources(tables)
         formats = SourceFormats(config)
         formats.create_tables(tables)
-        return cls(tables, config, Resumed(books, formats, version, states, histories, quarantined), out, fault_hook)
+        return cls(tables, config, _resume(tables, config, books, formats, created), out, fault_hook)
 
     def __init__(self, tables: SparkTables, config: Config, resumed: Resumed, out: TextOut = sys.stdout,
                  fault_hook: Callable[[str], None] | None = None) -> None:
@@ -179,15 +203,36 @@ class ApplyPipeline:
             self._busy = True
         try:
             with session_settings(self.spark, BATCH_SETTINGS):
-                try:
-                    return self._process(df, batch_id)
-                except Exception as exc:
-                    self._record_failure(unwrap_error(exc))
-                    raise
+                for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+                    try:
+                        return self._process(df, batch_id)
+                    except Exception as exc:
+                        if attempt < CONFLICT_ATTEMPTS and _lost_a_race(exc):
+                            self._run_again(exc, attempt)
+                            continue
+                        self._record_failure(unwrap_error(exc))
+                        raise
+                raise AssertionError("unreachable: the last attempt returns or raises")
         finally:
             with self._idle:
                 self._busy = False
                 self._idle.notify_all()
+
+    def _run_again(self, exc: Exception, attempt: int) -> None:
+        """After a batch lost a commit race to another writer of a table (``cdc-apply forget``'s DELETE,
+        ``optimize``'s compaction): read where the applied batches left off again, as a restart would, so the
+        batch runs again whole — its writes already committed are recognised by their tags and not repeated."""
+        from cdc_apply.delta.spark_errors import error_text
+
+        line = next((ln.strip() for ln in error_text(exc).splitlines() if "Concurrent" in ln or "CONCURRENT" in ln),
+                    error_text(exc).splitlines()[0] if error_text(exc) else type(exc).__name__)
+        print(f"cdc_apply: batch {self.version + 1} lost a commit race to another writer ({line[:200]}); "
+              f"running it again (attempt {attempt + 1} of {CONFLICT_ATTEMPTS})", file=self.out, flush=True)
+        resumed = _resume(self.tables, self.config, Bookkeeping(self.config), self.formats)
+        self.books, self.version, self.states = resumed.books, resumed.version, resumed.states
+        self.histories, self.quarantined_sources = resumed.histories, resumed.quarantined_sources
+        self.silver = SilverTables(self.tables, self.config, self.type_options)
+        self.logs = BatchLogs(self.tables, self.config, self.books, self.silver.names_of, self._type_name)
 
     def request_stop(self) -> None:
         """Stop the job once the batch under way (if any) is applied: no batch is cut short, none starts

@@ -148,3 +148,52 @@ def test_a_crash_after_a_batchs_schema_history_reruns_its_relation_messages_in_o
     assert lake.state("schema_history").where("apply_version = 2").count() == 1  # the batch's append landed
     lake.apply()
     assert sorted((r.id, r.v, r.w) for r in lake.silver("public", "t").collect()) == [(1, "uno", None), (2, "two", 2)]
+
+
+RACE = ("io.delta.exceptions.ConcurrentDeleteReadException: [DELTA_CONCURRENT_DELETE_READ] This transaction "
+        "attempted to read one or more files that were deleted (injected)")
+
+
+def test_a_batch_that_loses_a_commit_race_runs_again_whole_and_writes_nothing_twice(lake_factory):
+    """Another writer's DELETE (a forget) wins against the first batch's second table: the batch runs again
+    from the tables' state, its first table's writes recognised, and every row is written once."""
+    import io
+
+    from cdc_apply.lake.pipeline import ApplyPipeline
+
+    lake = lake_factory("race", apply={"parallelism": 1})
+    rows = _land_stream(lake)
+    raised = []
+
+    def hook(point):
+        if point == "table:public.bag" and not raised:
+            raised.append(point)
+            raise RuntimeError(RACE)
+
+    out = io.StringIO()
+    ApplyPipeline.open(spark_tables(lake.spark), lake.config, out=out, fault_hook=hook).run(once=True)
+    assert raised and "batch 1 lost a commit race to another writer" in out.getvalue()
+    ref = ReferenceApplier()
+    for _, seq, _, payload in rows:
+        ref.feed(seq, payload)
+    assert sorted((r.id, r.v) for r in lake.silver("public", "a").collect()) == [(10, "ten")]
+    bag = sorted(r.x for r in lake.silver("public", "bag").collect())
+    assert bag == sorted(int(r["x"]) for r in ref.rows("public.bag"))
+    assert lake.state("transactions").count() == 3
+    assert lake.state("progress").select("apply_version").distinct().count() == 2
+
+
+def test_a_commit_race_lost_again_and_again_stops_the_job_naming_another_writer(lake_factory):
+    from cdc_apply.errors import StateError
+    from cdc_apply.lake.pipeline import ApplyPipeline
+
+    lake = lake_factory("race_again", apply={"parallelism": 1})
+    _land_stream(lake)
+
+    def hook(point):
+        if point == "table:public.bag":
+            raise RuntimeError(RACE)
+
+    pipeline = ApplyPipeline.open(spark_tables(lake.spark), lake.config, fault_hook=hook)
+    with pytest.raises(StateError, match="another job is applying pipeline"):
+        pipeline.run(once=True)
