@@ -17,7 +17,7 @@ from cdc_apply.errors import ConfigError
 PACKAGE = Path(cdc_apply.__file__).parent
 # The entry points that pick an engine from their session (and the test helpers users call as entry points).
 ENTRY_POINTS = {"api.py", "lake/books/status.py", "lake/history/as_of.py", "lake/maintenance.py",
-                "verification/run.py", "lander/bronze_rs.py", "testing/compare.py", "testing/history_check.py",
+                "verification/run.py", "forgetting/run.py", "lander/bronze_rs.py", "testing/compare.py", "testing/history_check.py",
                 "testing/differential.py", "testing/pytest_plugin.py"}
 
 
