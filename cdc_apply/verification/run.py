@@ -23,6 +23,7 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
@@ -80,6 +81,16 @@ class Verification:
     source_rows_read: int = 0
     repair: dict | None = None             # --repair: what was copied again ({"tables", "ranges", "lsn"})
     repaired: "Verification | None" = None  # --repair: the differing tables verified again after the copy
+    # Seconds per phase, summed over tables (the source's and silver's sides overlap): where a run's time goes.
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def timed(self, phase: str):
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[phase] = round(self.phases.get(phase, 0.0) + time.monotonic() - started, 3)
 
     @property
     def exit_code(self) -> int:
@@ -103,7 +114,7 @@ class Verification:
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"run_id": self.run_id, "source": self.source, "lsn": format_lsn(self.lsn),
                "applied_lsn": format_lsn(self.applied_lsn) if self.applied_lsn is not None else None,
-               "seconds": round(self.seconds, 3), "exit_code": self.exit_code,
+               "seconds": round(self.seconds, 3), "exit_code": self.exit_code, "phases": self.phases,
                "tables": [t.as_dict() for t in self.tables]}
         if self.repair:
             out["repair"] = {**self.repair, "after": self.repaired.as_dict() if self.repaired else None}
@@ -178,22 +189,26 @@ def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = N
         options = type_options_of(config)
         # The source's sums are read while the apply job catches up with the point: both take seconds.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-source") as pool:
-            planned = pool.submit(lambda: [_plan_source(engine, config, snap, name, ref, rel, options, range_rows,
-                                                        tables is not None, present[name])
-                                           for name, ref, rel in relations])
+            def plan_all():
+                with run.timed("source"):
+                    return [_plan_source(engine, config, snap, name, ref, rel, options, range_rows,
+                                         tables is not None, present[name]) for name, ref, rel in relations]
+            planned = pool.submit(plan_all)
             try:
-                run.applied_lsn = sv.wait_applied(engine, config, source, point.lsn, wait_seconds)
+                with run.timed("wait"):
+                    run.applied_lsn = sv.wait_applied(engine, config, source, point.lsn, wait_seconds)
             finally:
                 plans = planned.result()
         plans = [p for p in plans if not p.skipped]
         for plan in plans:
             if plan.result.status != cmp.ERROR:
-                _compare(engine, config, snap, plan, point.lsn, samples, wait_seconds)
+                _compare(engine, config, snap, plan, point.lsn, samples, wait_seconds, run)
         run.tables = [p.result for p in plans]
         run.source_rows_read = snap.limit.rows
     run.seconds = time.monotonic() - started
     if record:
-        record_run(engine, config, run)
+        with run.timed("record"):
+            record_run(engine, config, run)
     whole, ranges, entries = repair_targets(plans) if repair else ([], [], [])
     if entries:
         at = emit_request(config, whole, ranges)
@@ -299,19 +314,21 @@ def _masked_names(config: Config, name: str, relation) -> set[str]:
 
 
 def _compare(engine: SparkTables, config: Config, snap: SourceSnapshot, plan: _Plan, lsn: int, samples: int,
-             wait_seconds: float) -> None:
+             wait_seconds: float, run: Verification) -> None:
     started = time.monotonic()
     result = plan.result
     shape, silver, relation = plan.found()
     key = list(shape.key)
     try:
-        result.silver_version, frame = sv.pin(engine, silver)
+        with run.timed("pin"):
+            result.silver_version, frame = sv.pin(engine, silver)
         frame = live_rows(frame, config.silver.metadata_prefix)   # soft-deleted rows are rows the source lacks
         history = history_ref_for(config, config.source.name, relation.versions)
-        if config.history_for(result.table) is not None and engine.exists(history):
-            excluded = sv.changed_keys(engine, history, config.silver.metadata_prefix, lsn, plan.columns, key)
-        else:
-            excluded = _changed_from_bronze(engine, config, plan, lsn, key, wait_seconds)
+        with run.timed("excluded"):
+            if config.history_for(result.table) is not None and engine.exists(history):
+                excluded = sv.changed_keys(engine, history, config.silver.metadata_prefix, lsn, plan.columns, key)
+            else:
+                excluded = _changed_from_bronze(engine, config, plan, lsn, key, wait_seconds)
         result.excluded_keys = len(excluded)
         source_sums = plan.sums
         if excluded:
@@ -319,7 +336,8 @@ def _compare(engine: SparkTables, config: Config, snap: SourceSnapshot, plan: _P
             source_sums = cmp.subtract(source_sums, snap.rows(shape, plan.columns, key, where, params), plan.index_of)
         range_sql = spark_range_index(key[0], plan.kind, plan.bounds) if key and plan.kind and plan.bounds else None
         rows = sv.without(engine, sv.prepared(frame, plan.columns, key, range_sql, plan.buckets), key, excluded)
-        silver_sums = sv.range_sums(rows)
+        with run.timed("silver_sums"):
+            silver_sums = sv.range_sums(rows)
         result.source_rows = sum(n for n, _ in source_sums.values())
         result.silver_rows = sum(n for n, _ in silver_sums.values())
         differing = cmp.differing_ranges(source_sums, silver_sums)
