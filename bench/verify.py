@@ -4,18 +4,18 @@ An embedded PostgreSQL 18 holds one table of ``--rows`` rows (bigint key, int, t
 landed by the lander's initial snapshot and applied to silver. Then, interleaved (``--rounds`` times, the
 best of each kept), in the same process:
 
-* **floor** — ``SELECT count(*)`` of the table in PostgreSQL plus one Spark scan of the silver table that
-  reads every column (a sum of ``hash(*)``; a bare ``count()`` would answer from Delta's statistics):
-  the least a comparison of both sides has to read.
-* **source hashing** — one query hashing every row with verify's canonical text (no ranges): the least
-  the source's side of this design costs, reported beside the floor.
+* **the two sides' floors** — one query hashing every row in PostgreSQL with verify's canonical text (no
+  ranges; the least the source's side of this design costs) and one Spark scan of the silver table that
+  reads every column (a sum of ``hash(*)``; a bare ``count()`` would answer from Delta's statistics), each
+  alone: verify reads both sides at once, so its floor is the slower of the two.
 * **verify** — :func:`cdc_apply.verify` of the table (ranges of ``--range-rows``), with an apply job
-  applying in a thread meanwhile (verify waits for it to pass the source's point).
+  applying in a thread meanwhile (verify waits for it to pass the source's point); its phases' seconds.
 
     .venv/bin/python -m bench.verify --rows 10000000
 
 Keys merged into bench/results.json: ``verify_rows_per_second`` (rows / verify seconds),
-``verify_vs_floor`` (verify / floor seconds) and the details under ``verify``.
+``verify_vs_floor`` (verify seconds / the slower side's floor, best of the rounds each) and the details
+under ``verify``.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
 
-from bench.results import merge_results
-from bench.snapshot import TOML   # the same pipeline: one source, the initial snapshot
+from bench.pipeline_toml import pipeline_toml  # the same pipeline: one source, the initial snapshot
+from bench.results import measured_at, merge_results
+from cdc_apply.verification.encoding import NotCompared
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = Path(os.environ.get("CDC_APPLY_BENCH_WORK", ROOT / "bench" / "work")) / "verify"
@@ -52,11 +52,11 @@ def _load(pg, rows: int) -> None:
     pg.execute("CREATE PUBLICATION bench_pub FOR TABLE big", dbname="bench")
 
 
-def _floor(pg, spark, silver_path: str) -> float:
+def _scan(spark, silver_path: str) -> float:
+    """One Spark scan of silver reading every column: the least silver's side reads."""
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    pg.execute("SELECT count(*) FROM big", dbname="bench")
     frame = spark.read.format("delta").load(silver_path)
     frame.select(F.sum(F.hash(*frame.columns).cast("long"))).first()
     return time.monotonic() - started
@@ -74,7 +74,9 @@ def _hash_floor(spark, config, silver_path: str) -> float:
     with SourceSnapshot(resolve_dsn(config.source)) as snap:
         snap.open()
         shape = snap.table("public", "big")
-        columns = [e for e in (encode_column(c.name, c.type, types[c.name]) for c in shape.columns) if e]
+        assert shape is not None
+        columns = [e for e in (encode_column(c.name, c.type, types[c.name]) for c in shape.columns)
+                   if not isinstance(e, NotCompared)]
         started = time.monotonic()
         snap.range_sums(shape, columns, "TRUE", [])
         return time.monotonic() - started
@@ -97,7 +99,7 @@ def run(rows: int, range_rows: int, rounds: int, keep: bool) -> dict:
         from cdc_apply.spark import spark_session
 
         toml = WORK / "bench.toml"
-        toml.write_text(TOML.format(root=WORK, dsn=pg.dsn("bench"), workers=2))
+        toml.write_text(pipeline_toml("bench_verify", WORK, pg.dsn("bench"), snapshot_workers=2))
         config = load_config(toml)
         spark = spark_session("cdc_apply-bench-verify")
         log = io.StringIO()
@@ -106,6 +108,7 @@ def run(rows: int, range_rows: int, rounds: int, keep: bool) -> dict:
         apply(spark, config, once=True, out=log)
         print(f"landed and applied in {time.monotonic() - started:.0f} s", flush=True)
         silver_path = silver_ref(config, "public", "big").path
+        assert silver_path is not None   # a path-based silver location (the pipeline file above)
 
         stop = threading.Event()
 
@@ -117,29 +120,34 @@ def run(rows: int, range_rows: int, rounds: int, keep: bool) -> dict:
 
         applier = threading.Thread(target=keep_applying, daemon=True)
         applier.start()
-        hashing = _hash_floor(spark, config, silver_path)
-        print(f"PostgreSQL hashing every row once: {hashing:.1f} s", flush=True)
-        floors, verifies, last = [], [], None
+        hashes: list[float] = []
+        scans: list[float] = []
+        verifies: list[float] = []
+        last, phases = None, {}
         try:
             for round_ in range(rounds):
-                floors.append(_floor(pg, spark, silver_path))
+                hashes.append(_hash_floor(spark, config, silver_path))
+                scans.append(_scan(spark, silver_path))
                 started = time.monotonic()
                 last = verify(spark, config, range_rows=range_rows, wait_seconds=600, record=False)
                 verifies.append(time.monotonic() - started)
-                print(f"round {round_ + 1}: floor {floors[-1]:.1f} s, verify {verifies[-1]:.1f} s", flush=True)
+                if verifies[-1] == min(verifies):
+                    phases = last.phases
+                print(f"round {round_ + 1}: PostgreSQL hashing every row {hashes[-1]:.1f} s, Spark scan "
+                      f"{scans[-1]:.1f} s, verify {verifies[-1]:.1f} s {last.phases}", flush=True)
                 print("\n".join(last.lines()), flush=True)
         finally:
             stop.set()
             applier.join()
-        assert last is not None and last.exit_code == 0, last.lines()
-        floor, seconds = min(floors), min(verifies)
+        assert last is not None
+        assert last.exit_code == 0, last.lines()
+        floor, seconds = max(min(hashes), min(scans)), min(verifies)
         details = {
-            "measured_at": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                          text=True).stdout.strip(),
+            "measured_at": measured_at(),
             "rows": rows, "range_rows": range_rows, "rounds": rounds, "ranges": last.tables[0].ranges,
-            "floor_seconds": [round(s, 2) for s in floors], "verify_seconds": [round(s, 2) for s in verifies],
-            "source_hash_seconds": round(hashing, 2),
-            "lines": last.lines(),
+            "source_hash_seconds": [round(s, 2) for s in hashes], "scan_seconds": [round(s, 2) for s in scans],
+            "floor_seconds": round(floor, 2), "verify_seconds": [round(s, 2) for s in verifies],
+            "verify_phases": phases, "lines": last.lines(),
         }
         out = {"verify_rows_per_second": round(rows / seconds), "verify_vs_floor": round(seconds / floor, 2),
                "verify": details}

@@ -152,6 +152,14 @@ class SourceSnapshot:
             slot.close()   # the imported transaction keeps the snapshot; the temporary slot goes
         return self.point
 
+    def cancel(self) -> None:
+        """Stop the query under way (from another thread), if any: the run ends without its result."""
+        if self.conn is not None:
+            try:
+                self.conn.cancel()
+            except Exception:  # best effort: the session is closed next
+                pass
+
     def close(self) -> None:
         if self.conn is not None:
             try:
@@ -240,6 +248,22 @@ class SourceSnapshot:
         else:
             sql = f"SELECT 0, count(*), COALESCE(sum({h}), 0) FROM {table.sql} WHERE {table.where(where)}"
         out = {int(r): (int(n), int(s)) for r, n, s in self._query(sql, params) if n}
+        self.limit.read(sum(n for n, _ in out.values()))
+        return out
+
+    def grouped_sums(self, table: SourceTable, columns: list[ColumnEncoding], column: str, kind: RangeKind,
+                     bounds: list) -> dict[int, tuple[int, int]]:
+        """``{range: (rows, hash sum)}`` of every range cut at ``bounds`` on ``column``, in one scan: a row's range
+        is ``width_bucket`` over the cut points (the count of those at or below its key, as Spark's
+        :func:`~cdc_apply.verification.encoding.spark_range_index` numbers it), in the order both sides use.
+        One scan of the table costs less than a query per range: each is an index range scan that reads the
+        heap in the index's order."""
+        h = pg_row_hash(columns)
+        c = pg_ident(column) + (' COLLATE "C"' if kind == "text" else "")
+        array = {"int": "int8", "uuid": "uuid", "text": "text"}[kind]
+        sql = (f"SELECT r, count(*), sum(h) FROM (SELECT width_bucket({c}, %s::{array}[]) AS r, {h} AS h "
+               f"FROM {table.sql} WHERE {table.where('TRUE')}) g GROUP BY r")
+        out = {int(r): (int(n), int(s)) for r, n, s in self._query(sql, [list(bounds)]) if n}
         self.limit.read(sum(n for n, _ in out.values()))
         return out
 

@@ -179,6 +179,47 @@ def test_silver_damaged_in_five_ways_is_found_in_the_right_ranges(lake):
         (t.table, t.status) for t in run.tables)
 
 
+def test_the_source_read_a_range_per_query_finds_what_one_grouped_scan_finds(lake):
+    """Silver as the test above left it: the source's sums read in one scan grouped by range (width_bucket over
+    the cut points, text under COLLATE "C") and, paced, a query per range give the same ranges and keys."""
+    grouped = verify_while_applying(lake, [], 0, steady=False, record=False)
+    paced = verify_while_applying(lake, [], 0, steady=False, record=False, max_source_rows_per_second=10 ** 9)
+
+    def found(run):
+        return {t.table: (t.status, t.source_rows, [(d.index, d.source_rows, d.silver_rows) for d in t.differing],
+                          [(s.key, s.what) for s in t.samples]) for t in run.tables}
+
+    assert found(grouped) == found(paced)
+    assert {t for t, (status, *_) in found(grouped).items() if status == "differs"} == {
+        "public.t_int", "public.t_uuid", "public.t_comp", "public.t_full", "public.p"}
+
+
+@pytest.mark.parametrize("table", ["t_int", "t_uuid", "t_text"])
+def test_one_grouped_scan_puts_each_row_in_the_range_a_query_per_range_does(lake, table):
+    """Each key kind's ranges (text: non-ASCII keys, COLLATE "C"), summed by one scan and by a query each."""
+    from cdc_apply.lander.dsn import resolve_dsn
+    from cdc_apply.verification.encoding import NotCompared, cut_bounds, encode_column, range_bounds, range_kind
+    from cdc_apply.verification.silver import silver_columns
+    from cdc_apply.verification.source import SourceSnapshot, key_predicate
+
+    silver = lake.spark.read.format("delta").load(f"{lake.config.silver.path}/public/{table}")
+    types = silver_columns(silver, lake.config.silver.metadata_prefix)
+    with SourceSnapshot(resolve_dsn(lake.lander_config.source)) as snap:
+        snap.open()
+        shape = snap.table("public", table)
+        columns = [e for e in (encode_column(c.name, c.type, types[c.name]) for c in shape.columns)
+                   if not isinstance(e, NotCompared)]
+        key = shape.key[0]
+        kind = range_kind(shape.column(key).type)
+        bounds = cut_bounds(kind, snap.sample(shape, key), 7)
+        assert len(bounds) == 6, bounds
+        apart = {}
+        for index in range(len(bounds) + 1):
+            where, params = key_predicate(shape, key, kind, *range_bounds(bounds, index))
+            apart.update({index: s for s in snap.range_sums(shape, columns, where, params).values()})
+        assert snap.grouped_sums(shape, columns, key, kind, bounds) == apart
+
+
 def test_a_silver_location_without_the_tables_is_an_error_naming_silver_not_an_empty_success(lake, tmp_path):
     """The pipeline's own state, but ``[silver] path`` at a folder that does not exist: no table can be
     compared, and verify says so at once instead of reporting a run with no table as equal."""
