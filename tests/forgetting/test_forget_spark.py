@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,7 +15,7 @@ import pytest
 from cdc_apply.delta.refs import state_ref
 from cdc_apply.errors import ForgetError
 from cdc_apply.forgetting.run import forget
-from tests.lake.pg_lake import PgLake
+from tests.lake.pg_lake import PgLake, beside
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -59,27 +58,8 @@ def lake(postgres, spark, tmp_path_factory):
 
 
 def while_landing(lake, call):
-    """``call()`` while the lander and the apply job keep running (a landing and a batch a second)."""
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def loop():
-        try:
-            while not stop.is_set():
-                lake.land_and_apply()
-                stop.wait(0.5)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        result = call()
-    finally:
-        stop.set()
-        thread.join(120)
-    assert not errors, f"the lander or the apply job failed beside the forget: {errors[0]!r}"
-    return result
+    """``call()`` while the lander and the apply job keep running (a landing and a batch every half second)."""
+    return beside(lake.land_and_apply, call)
 
 
 def lake_files_holding(root: Path, needles: tuple[str, ...]) -> list[str]:

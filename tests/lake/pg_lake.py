@@ -85,3 +85,30 @@ class PgLake:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def beside(step, call, pause: float = 0.5):
+    """``call()`` while ``step()`` runs again and again in a thread (the lander and the apply job, say), ``pause``
+    seconds apart; what ``call`` returned. A failure of ``step`` fails the caller, naming it."""
+    import threading
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop():
+        try:
+            while not stop.is_set():
+                step()
+                stop.wait(pause)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        result = call()
+    finally:
+        stop.set()
+        thread.join(120)
+    assert not errors, f"the loop beside failed: {errors[0]!r}"
+    return result

@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from pg_lake import PgLake
+from pg_lake import PgLake, beside
 
 from cdc_apply.delta.engine import spark_tables
 from cdc_apply.testing.connect_server import connect_mode
@@ -107,27 +107,7 @@ def test_optimize_over_connect_compacts_silver_and_keeps_its_rows(applied):
 def _while_landing(lake: PgLake, session, call):
     """``call()`` over Connect while the lander and the Connect apply job run in a loop beside it (verify and
     forget wait for them to pass their point); what it returned."""
-    import threading
-
-    stop, errors = threading.Event(), []
-
-    def loop():
-        try:
-            while not stop.is_set():
-                _apply_over_connect(lake, session)
-                stop.wait(1.0)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        result = call()
-    finally:
-        stop.set()
-        thread.join()
-    assert not errors, errors
-    return result
+    return beside(lambda: _apply_over_connect(lake, session), call, pause=1.0)
 
 
 def _verify_while_landing(lake: PgLake, session):
