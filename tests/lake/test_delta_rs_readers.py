@@ -1,9 +1,10 @@
 """``silver.readers = "delta-rs"`` on a real PostgreSQL 18 capture: silver and history tables made without
-column mapping, type widening and deletion vectors, which delta-rs (``deltalake``) and polars open.
+column mapping, type widening and deletion vectors, which delta-rs (``deltalake``) and polars open (and
+DuckDB, which also opens silver as made by default).
 
 One lake, seven batches: the initial snapshot; inserts, updates and deletes (soft in ``s``); then a column
 of ``k`` added, renamed, dropped, widened (int to bigint) and retyped incompatibly (text to int), each with
-a change after it; both tables keep history tables. After every batch, deltalake and polars read every
+a change after it; both tables keep history tables. After every batch, deltalake, polars and DuckDB read every
 silver and history table as Spark reads it, and silver (read as the pipeline's readers read it)
 equals PostgreSQL. Other lakes: a chain of schema changes in one batch crashed between its commits, a
 column name Delta cannot hold without column mapping, and a table made before the setting.
@@ -60,15 +61,35 @@ def _sorted(rows) -> list[tuple]:
     return sorted((tuple(sorted((k, _plain(v)) for k, v in row.items())) for row in rows), key=repr)
 
 
-def _reads(spark, path: str) -> tuple[list, list, list, object]:
-    """The table at ``path`` as Spark, deltalake and polars read it, and the protocol deltalake sees."""
+def duckdb_rows(path: str, leave_out: tuple[str, ...] = ()) -> list[tuple]:
+    """The table at ``path`` as DuckDB's ``delta`` extension reads it (less the columns ``leave_out``): the
+    extension's file from the ``duckdb-ext-delta`` package, loaded from disk (nothing downloaded)."""
+    import glob
+    import os
+
+    import duckdb
+
+    here = os.path.dirname(os.path.dirname(duckdb.__file__))
+    (extension,) = glob.glob(os.path.join(here, "duckdb_ext", "extensions", "*", "*", "delta.duckdb_extension"))
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    try:
+        con.execute(f"LOAD '{extension}'")
+        rows = con.execute(f"SELECT * FROM delta_scan('{path}')").fetch_arrow_table().to_pylist()
+        return _sorted({k: v for k, v in row.items() if k not in leave_out} for row in rows)
+    finally:
+        con.close()
+
+
+def _reads(spark, path: str) -> tuple[list, list, list, object, list]:
+    """The table at ``path`` as Spark, deltalake and polars read it, the protocol deltalake sees, and DuckDB's
+    read."""
     import polars
     from deltalake import DeltaTable
 
     spark_rows = _sorted(r.asDict() for r in spark.read.format("delta").load(path).collect())
     table = DeltaTable(path)
     return spark_rows, _sorted(table.to_pyarrow_table().to_pylist()), _sorted(polars.read_delta(path).to_dicts()), \
-        table.protocol()
+        table.protocol(), duckdb_rows(path)
 
 
 @pytest.fixture(scope="module")
@@ -95,22 +116,55 @@ def readers(postgres, spark, tmp_path_factory):
 def test_silver_and_history_tables_are_made_without_reader_features(readers):
     _, seen, _, _ = readers
     for step, (tables, _) in seen.items():
-        for name, (_, _, _, protocol) in tables.items():
+        for name, (_, _, _, protocol, _) in tables.items():
             assert (protocol.min_reader_version, protocol.reader_features) == (1, None), (step, name, protocol)
 
 
 def test_deltalake_reads_every_table_as_spark_reads_it_after_every_batch(readers):
     _, seen, _, _ = readers
     for step, (tables, _) in seen.items():
-        for name, (spark_rows, rs_rows, _, _) in tables.items():
+        for name, (spark_rows, rs_rows, _, _, _) in tables.items():
             assert spark_rows and rs_rows == spark_rows, (step, name)
 
 
 def test_polars_reads_every_table_as_spark_reads_it_after_every_batch(readers):
     _, seen, _, _ = readers
     for step, (tables, _) in seen.items():
-        for name, (spark_rows, _, polars_rows, _) in tables.items():
+        for name, (spark_rows, _, polars_rows, _, _) in tables.items():
             assert polars_rows == spark_rows, (step, name)
+
+
+def test_duckdb_reads_every_table_as_spark_reads_it_after_every_batch(readers):
+    _, seen, _, _ = readers
+    for step, (tables, _) in seen.items():
+        for name, (spark_rows, _, _, _, duck_rows) in tables.items():
+            assert duck_rows == spark_rows, (step, name)
+
+
+@pytest.mark.system
+def test_duckdb_reads_default_silver_with_its_reader_features_as_spark_reads_it_after_every_batch(
+        postgres, spark, tmp_path):
+    """Silver as made by default (column mapping, type widening, deletion vectors), after the same seven
+    batches: DuckDB's ``delta`` extension reads every silver and history table as Spark does — but a history
+    table's partition column ``_cdc_is_current``, which DuckDB 1.4.4's extension reads as NULL from a table
+    with column mapping (README's readers row says so)."""
+    lake = PgLake(postgres, spark, tmp_path, "readers_spark", SETUP,
+                  {"silver": {"soft_deletes": ["public.s"], "history": ["public.*"]}})
+    paths = [f"{lake.config.silver.path}{suffix}/public/{t}" for suffix in ("", lake.config.silver.history_suffix)
+             for t in ("k", "s")]
+    try:
+        for step, statements in STEPS:
+            if statements:
+                lake.run(*statements)
+            lake.land_and_apply()
+            for path in paths:
+                leave_out = ("_cdc_is_current",) if lake.config.silver.history_suffix in path else ()
+                spark_rows = _sorted({k: v for k, v in r.asDict().items() if k not in leave_out}
+                                     for r in spark.read.format("delta").load(path).collect())
+                assert spark_rows and duckdb_rows(path, leave_out) == spark_rows, (step, path)
+        assert lake.silver_differences() == []
+    finally:
+        lake.close()
 
 
 def test_silver_equals_postgres_after_every_batch(readers):
@@ -138,7 +192,8 @@ def test_the_rewrites_keep_the_history_tables_partitioning_and_silvers_propertie
 
 def test_soft_deleted_rows_stay_in_silver_marked_for_every_reader(readers):
     _, seen, _, _ = readers
-    _, rs_rows, _, _ = seen["retype"][0]["s"]
+    _, rs_rows, _, _, duck_rows = seen["retype"][0]["s"]
+    assert duck_rows == rs_rows
     marks = {dict(row)["id"]: dict(row)["_cdc_deleted"] for row in rs_rows}
     assert marks == {1: True, 2: True, 3: False}
 
@@ -202,8 +257,8 @@ def test_a_schema_chain_crashed_between_its_commits_lands_every_step_once_on_the
         lake.apply()
         assert _chain_steps(lake) == [0, 1]   # the rewrite and the fill of f, each once
         assert lake.silver_differences() == []
-        spark_rows, rs_rows, polars_rows, _ = _reads(spark, f"{lake.config.silver.path}/public/t")
-        assert rs_rows == polars_rows == spark_rows
+        spark_rows, rs_rows, polars_rows, _, duck_rows = _reads(spark, f"{lake.config.silver.path}/public/t")
+        assert rs_rows == polars_rows == duck_rows == spark_rows
         assert {dict(r)["id"]: (dict(r)["a2"], dict(r)["b"], dict(r)["f"]) for r in rs_rows} == {
             1: ("a1", 1, 5), 2: ("a2", 20, 5), 3: ("a3", 3, 5)}
     finally:
