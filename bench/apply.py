@@ -179,8 +179,9 @@ def write_bronze(spark, path: Path, parts: list[str], first_seq: int = 0, source
     import pandas as pd
 
     from cdc_apply.delta.bronze_schema import create_bronze_table
+    from cdc_apply.delta.engine import spark_tables
 
-    create_bronze_table(spark, str(path))
+    create_bronze_table(spark_tables(spark), str(path))
     seq, ranges = first_seq, {}
     for part in parts:
         table = _read(part)
@@ -269,6 +270,7 @@ class MergeTimer:
 
 def apply_once(spark, rep_dir: Path, after_base: Path, bronze: Path, variant: str, scratch: Path) -> dict:
     """Apply every change from a copy of the after-base lake; returns timings and batch figures."""
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.lake.pipeline import ApplyPipeline
 
     shutil.rmtree(rep_dir, ignore_errors=True)
@@ -276,7 +278,7 @@ def apply_once(spark, rep_dir: Path, after_base: Path, bronze: Path, variant: st
     extra = {"parallel": {}, "serial": {"apply": {"parallelism": 1}},
              "dv": {"silver": {"deletion_vectors": True}}}[variant]
     config = lake_config(rep_dir, bronze, **extra)
-    pipeline = ApplyPipeline(spark, config, out=open(os.devnull, "w"))
+    pipeline = ApplyPipeline.open(spark_tables(spark), config, out=open(os.devnull, "w"))
     timer = MergeTimer(scratch) if variant == "serial" else None
     started = time.perf_counter()
     if timer:
@@ -314,8 +316,8 @@ def delta_metrics(spark, table: Path) -> dict:
 def decode_floor(spark, captured: list, reps: int) -> dict:
     """Decode stage vs an identity mapInArrow over the same bronze rows, interleaved."""
     from cdc_apply.decode.changes import decode_batches
-    from cdc_apply.planning.decode_plan import output_ddl
     from cdc_apply.lake.sources.payload_columns import is_change
+    from cdc_apply.planning.decode_plan import output_ddl
 
     def identity(batches):
         yield from batches
@@ -419,6 +421,7 @@ def _jvm_pid() -> int | None:
 
 def large_transaction(spark, root: Path, part: str) -> dict:
     """Apply one large transaction; peak RSS of the Python workers, the JVM and this driver."""
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.lake.pipeline import ApplyPipeline
 
     lake = root / part
@@ -442,7 +445,7 @@ def large_transaction(spark, root: Path, part: str) -> dict:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     started = time.perf_counter()
-    pipeline = ApplyPipeline(spark, config, out=open(os.devnull, "w"))
+    pipeline = ApplyPipeline.open(spark_tables(spark), config, out=open(os.devnull, "w"))
     pipeline.run(once=True)
     seconds = time.perf_counter() - started
     done.set()
@@ -474,6 +477,7 @@ def compare_deletion_vectors(spark, lake: Path, after_base: Path, bronze: Path, 
     The silver tables were created by the base load with the default: each copy gets the variant's
     property before the changes are applied.
     """
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.lake.pipeline import ApplyPipeline
 
     metrics, seconds = {}, {"off": [], "on": []}
@@ -485,7 +489,7 @@ def compare_deletion_vectors(spark, lake: Path, after_base: Path, bronze: Path, 
             config = lake_config(keep, bronze, silver={"deletion_vectors": variant == "on"})
             switch_silver_properties(spark, config)
             started = time.perf_counter()
-            ApplyPipeline(spark, config, out=open(os.devnull, "w")).run(once=True)
+            ApplyPipeline.open(spark_tables(spark), config, out=open(os.devnull, "w")).run(once=True)
             seconds[variant].append(time.perf_counter() - started)
             metrics[variant] = {f"t{i}": delta_metrics(spark, keep / "silver" / "public" / f"t{i}") for i in (0, 1)}
             shutil.rmtree(keep, ignore_errors=True)
@@ -495,6 +499,7 @@ def compare_deletion_vectors(spark, lake: Path, after_base: Path, bronze: Path, 
 
 
 def run(reps: int = 5, base: int = 100_000, changes: int = 50_000, large_mb: int = 128, write: bool = True) -> dict:
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.spark import spark_session
 
@@ -508,7 +513,7 @@ def run(reps: int = 5, base: int = 100_000, changes: int = 50_000, large_mb: int
     after_base = lake / "after_base"
     started = time.perf_counter()
     cfg = lake_config(after_base, bronze, bronze={"max_files_per_trigger": 1000})
-    ApplyPipeline(spark, cfg, out=open(os.devnull, "w")).run(once=True)
+    ApplyPipeline.open(spark_tables(spark), cfg, out=open(os.devnull, "w")).run(once=True)
     base_s = time.perf_counter() - started
     # Copies of the after-base lake (its checkpoint included) go on with the commits appended now.
     write_bronze(spark, bronze, ["changes", "one_row"], first_seq=ranges["base"][1] + 1)

@@ -83,6 +83,7 @@ def child(mode: str, seed: int, measured: int) -> dict:
     import cdc_apply
     from cdc_apply.config import parse_config
     from cdc_apply.delta.bronze_schema import spark_schema
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.lake.pipeline import ApplyPipeline
 
     spark = cdc_apply.spark_session(f"cdc_apply-bench-{mode}")
@@ -94,7 +95,7 @@ def child(mode: str, seed: int, measured: int) -> dict:
     for k, rows in enumerate(build_batches(seed, measured)):
         spark.createDataFrame([(*r, None) for r in rows], spark_schema()).coalesce(1) \
             .write.format("delta").mode("append").save(bronze)
-        pipeline = pipeline or ApplyPipeline(spark, config, out=io.StringIO())   # once bronze exists
+        pipeline = pipeline or ApplyPipeline.open(spark_tables(spark), config, out=io.StringIO())   # once bronze exists
         before = len(pipeline.reports)
         pipeline.run(once=True)
         if k > WARM:   # batch 0 is the base rows, then the warm-up batches

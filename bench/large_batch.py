@@ -115,13 +115,15 @@ def child(batches: list[tuple[str, int]], floor: bool = False) -> dict:
     """One job over the batches; seconds, changes per second and phases per batch. With ``floor``, Delta's
     own floor (bench.delta_floor) of each measured batch, run just before the job's batch on copies of
     silver as the job's previous batch left it."""
+    from pyspark.sql import functions as F
+
     import cdc_apply
     from cdc_apply import spark_session
     from cdc_apply.config import parse_config
-    from pyspark.sql import functions as F
 
     if (Path(cdc_apply.__file__).parent / "lake").is_dir():
         from cdc_apply.delta.bronze_schema import create_bronze_table
+        from cdc_apply.delta.engine import spark_tables
         from cdc_apply.lake.pipeline import ApplyPipeline
     else:  # a commit before the lake layer's rename (c9068a9): cdc_apply.delta
         from cdc_apply.delta.bronze import create_bronze_table
@@ -130,13 +132,13 @@ def child(batches: list[tuple[str, int]], floor: bool = False) -> dict:
     spark = spark_session("cdc_apply-bench-large")
     root = Path(tempfile.mkdtemp(prefix="large-batch-", dir=os.environ.get("CDC_APPLY_BENCH_TMP")))
     bronze = str(root / "bronze")
-    create_bronze_table(spark, bronze)
+    create_bronze_table(spark_tables(spark), bronze)
     for name, _ in batches:   # one file per bronze commit: one micro-batch each
         (spark.read.parquet(str(WORK / f"{name}.parquet")).withColumn("landed_at", F.lit(None).cast("timestamp"))
          .coalesce(1).write.format("delta").mode("append").save(bronze))
     config = parse_config({"pipeline": "bench", "bronze": {"path": bronze, "max_files_per_trigger": 1},
                            "silver": {"path": str(root / "silver")}, "state": {"path": str(root / "state")}})
-    pipeline = ApplyPipeline(spark, config, out=io.StringIO())
+    pipeline = ApplyPipeline.open(spark_tables(spark), config, out=io.StringIO())
     floors: dict = {}
     if floor:
         _floor_before_batches(spark, pipeline, root, [name for name, _ in batches], config.apply.parallelism, floors)

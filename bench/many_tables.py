@@ -83,18 +83,20 @@ def _bronze(tables: int, base_rows: int, sizes: list[int], seed: int):
 
 
 def run(tables: int, base_rows: int, sizes: list[int], parallelisms: list[int], seed: int) -> dict:
+    from pyspark.sql.types import StructField, StructType
+
     from bench.delta_floor import Floor, collapse
     from cdc_apply import spark_session
     from cdc_apply.config import parse_config
     from cdc_apply.delta.bronze_schema import create_bronze_table
     from cdc_apply.delta.bronze_schema import spark_schema as bronze_schema
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.lake.pipeline import ApplyPipeline
-    from pyspark.sql.types import StructField, StructType
 
     spark = spark_session("cdc_apply-bench-many-tables")
     root = Path(tempfile.mkdtemp(prefix="many-tables-", dir=os.environ.get("CDC_APPLY_BENCH_TMP")))
     bronze = str(root / "bronze")
-    create_bronze_table(spark, bronze)
+    create_bronze_table(spark_tables(spark), bronze)
     started = time.monotonic()
     batches = _bronze(tables, base_rows, sizes, seed)
     for _, rows, _, _ in batches:
@@ -103,7 +105,7 @@ def run(tables: int, base_rows: int, sizes: list[int], parallelisms: list[int], 
     bronze_seconds = time.monotonic() - started
     config = parse_config({"pipeline": "bench", "bronze": {"path": bronze, "max_files_per_trigger": 1},
                            "silver": {"path": str(root / "silver")}, "state": {"path": str(root / "state")}})
-    pipeline = ApplyPipeline(spark, config, out=io.StringIO())
+    pipeline = ApplyPipeline.open(spark_tables(spark), config, out=io.StringIO())
     silver = root / "silver" / "public"
     floor = Floor(spark, silver, root / "floor", [], None, 1)
     names = [name for name, _, _, _ in batches]

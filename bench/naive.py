@@ -47,6 +47,7 @@ def sample_commits(transactions: int) -> tuple[list[int], int]:
 
 
 def run(transactions: int = 8, reps: int = 5, write: bool = True) -> dict:
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.spark import spark_session
 
@@ -60,7 +61,7 @@ def run(transactions: int = 8, reps: int = 5, write: bool = True) -> dict:
     after_base = lake / "after_base"
     started = time.perf_counter()
     cfg = lake_config(after_base, bronze["per_txn"], bronze={"max_files_per_trigger": 1000})
-    ApplyPipeline(spark, cfg, out=open("/dev/null", "w")).run(once=True)
+    ApplyPipeline.open(spark_tables(spark), cfg, out=open("/dev/null", "w")).run(once=True)
     print(f"[bench naive] base load in {time.perf_counter() - started:.1f} s", flush=True)
     # A copy of bronze is the same Delta table (same id), so the after-base lake's stream goes on from either.
     shutil.copytree(bronze["per_txn"], bronze["batched"])

@@ -40,6 +40,7 @@ def build(work: Path, sources: int, transactions: int) -> Path:
     """The lake: applied sources with quarantined messages, one more transaction each landed after."""
     import cdc_apply
     from cdc_apply.delta.bronze_schema import create_bronze_table
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.testing.pytest_plugin import append_bronze
     from cdc_apply.testing.stream import StreamBuilder
 
@@ -48,7 +49,7 @@ def build(work: Path, sources: int, transactions: int) -> Path:
     config = _config_file(work)
     spark = cdc_apply.spark_session("cdc_apply-bench-status")
     bronze = str(work / "bronze")
-    create_bronze_table(spark, bronze)
+    create_bronze_table(spark_tables(spark), bronze)
     builders = []
     for n in range(sources):
         b = StreamBuilder(f"src{n}")

@@ -185,6 +185,7 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
 
     from cdc_apply.config import parse_config
     from cdc_apply.delta.bronze_schema import create_bronze_table
+    from cdc_apply.delta.engine import spark_tables
     from cdc_apply.lake.pipeline import ApplyPipeline
     from cdc_apply.lander.lander import Lander
     from cdc_apply.spark import spark_session
@@ -210,14 +211,14 @@ def run(rates: list[int], seconds: float, trigger: str, preload: int, gap: float
                "source": {"name": "pg", "dsn": pg.dsn("bench"), "slot": "sus", "publication": "sus"},
                "land": {"batch_seconds": land_seconds}}
         config = parse_config(raw)
-        create_bronze_table(spark, str(root / "bronze"))
+        create_bronze_table(spark_tables(spark), str(root / "bronze"))
         silver = str(root / "silver" / "public" / "ev")
         stop_land = threading.Event()
         lander = Lander(config, spark, out=io.StringIO(), stop=stop_land)
         lander.reports = landed = Landed()
         land_thread = threading.Thread(target=lander.run, daemon=True)
         land_thread.start()
-        pipeline = ApplyPipeline(spark, config, out=io.StringIO())
+        pipeline = ApplyPipeline.open(spark_tables(spark), config, out=io.StringIO())
         query = pipeline.run(await_termination=False)
         conn = pg.connect("bench")
         live = list(range(1, preload + 1))
