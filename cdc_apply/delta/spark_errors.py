@@ -24,10 +24,13 @@ def first_decode_error(decoded) -> CdcApplyError:
 # Hadoop's FileAlreadyExistsException before either has a batch. A stream that read the new checkpoint
 # as empty and finds the other's offsets there when it plans its first batch fails with
 # STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY.
+# Delta's exceptions for a commit that lost a race on a table's files to another writer's commit: the statement
+# (or batch) can run again on the table's new version.
+_RACE_MARKERS = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
+                 "DELTA_CONCURRENT_APPEND", "DELTA_CONCURRENT_DELETE_READ", "DELTA_CONCURRENT_DELETE_DELETE")
 _CONCURRENT_MARKERS = ("CONCURRENT_STREAM_LOG_UPDATE", "CONCURRENT_QUERY", "is already active",
                        "FileAlreadyExistsException", "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY",
-                       "ConcurrentAppendException", "ConcurrentDeleteReadException",
-                       "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
+                       *_RACE_MARKERS, "ConcurrentTransactionException",
                        "MetadataChangedException", "ProtocolChangedException", "DELTA_CONCURRENT_")
 
 
@@ -53,9 +56,10 @@ def unwrap_error(exc: Exception, config: Config | None = None) -> Exception:
     return exc
 
 
-def is_concurrent_conflict(exc: BaseException) -> bool:
-    """Whether ``exc`` is Delta's report that another writer's commit won a race with this one."""
-    return any(marker in error_text(exc) for marker in _CONCURRENT_MARKERS)
+def lost_commit_race(exc: BaseException) -> bool:
+    """Whether ``exc`` is Delta's report that another writer's commit to a table won a race with this one (not
+    a cdc_apply error, nor a checkpoint or stream conflict)."""
+    return not isinstance(exc, CdcApplyError) and any(marker in error_text(exc) for marker in _RACE_MARKERS)
 
 
 def _concurrent_line(text: str) -> str:

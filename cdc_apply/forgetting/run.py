@@ -29,9 +29,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
 
 from cdc_apply.config import Config
-from cdc_apply.delta.ddl import create_table
+from cdc_apply.delta.ddl import create_table, property_list, table_properties
 from cdc_apply.delta.names import quote_literal
 from cdc_apply.delta.refs import TableRef, bronze_ref, history_ref_for, silver_ref_for, state_ref
+from cdc_apply.delta.spark_errors import lost_commit_race
 from cdc_apply.errors import CdcApplyError, ForgetError
 from cdc_apply.forgetting.keys import ForgetKey, ScanSpec, parse_keys, scan_batches
 from cdc_apply.forgetting.source import key_encodings, keys_held, render_keys
@@ -42,6 +43,7 @@ from cdc_apply.pgoutput.messages import format_lsn
 from cdc_apply.planning.tables import type_options_of
 from cdc_apply.verification import silver as sv
 from cdc_apply.verification.source import SourceSnapshot
+from cdc_apply.verification.table import masked_names
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -149,22 +151,23 @@ def forget(spark: SparkSession, config: Config, table: str, keys: Sequence[str],
         sv.wait_applied(engine, config, source, run.lsn, wait)
     except CdcApplyError as exc:
         raise ForgetError(exc.detail, **exc.context) from None
-    spec = ScanSpec(_versions(relation, key_columns), tuple(forgotten), _stream_blocks(engine, config, source))
-    run.bronze_messages = _scrub(engine, bronze_ref(config), source, spec, run, table)
-    books = Bookkeeping(config)
-    if engine.exists(books.ref("quarantine")):
-        run.quarantine_messages = _scrub(engine, books.ref("quarantine"), source, spec, run, table, quarantine=True)
+    bronze, quarantine = bronze_ref(config), Bookkeeping(config).ref("quarantine")
+    history = history_ref_for(config, source, relation.versions)
+    # Every table that held the keys, whether or not this run deletes from it (a run killed before its VACUUM).
+    holders = [bronze] + [ref for ref in (quarantine, silver, history) if ref is silver or engine.exists(ref)]
+    spec = ScanSpec(_versions(relation, key_columns), tuple(forgotten), _stream_blocks(engine, bronze, source))
+    run.bronze_messages = _scrub(engine, bronze, source, spec, run, table)
+    if quarantine in holders:
+        run.quarantine_messages = _scrub(engine, quarantine, source, spec, run, table, quarantine=True)
     match = _key_match(encodings, forgotten)
     run.silver_rows = _delete(engine, silver, match, run)
     _purge_deleted_rows(engine, silver, run)
-    history = history_ref_for(config, source, relation.versions)
-    if engine.exists(history):
+    if history in holders:
         run.history_rows = _delete(engine, history, match, run)
         _purge_deleted_rows(engine, history, run)
     _record(engine, config, run, forgotten)
     if vacuum:
-        bronze = bronze_ref(config)
-        for ref in _vacuumed_refs(engine, config, silver, history):
+        for ref in holders:
             # Bronze's log stays whole: the apply job's stream reads its commits in order, and its files hold
             # no statistics of the payload (Delta keeps none of a BINARY column).
             run.vacuumed[str(ref)] = vacuum_table(engine, ref, retain_hours, log=ref != bronze)
@@ -182,11 +185,7 @@ def _relation(engine: SparkTables, config: Config, source: str, table: str) -> R
 
 
 def _refuse_masked_keys(config: Config, table: str, relation: RelationHistory, key_columns: list[str]) -> None:
-    from cdc_apply.planning.tables import resolve_rules
-
-    latest = relation.versions[-1]
-    masked = dict(resolve_rules(relation.versions, config.columns_for(table)).masked)
-    names = [c.name for lin, c in zip(latest.lineage, latest.columns) if lin in masked and c.name in key_columns]
+    names = sorted(masked_names(config, table, relation) & set(key_columns))
     if names:
         raise ForgetError(f"key column {', '.join(names)} is masked (mask_columns): silver holds no key to match",
                           table=table)
@@ -205,11 +204,11 @@ def _versions(relation: RelationHistory, key_columns: list[str]) -> dict:
     return {relation.relation_id: (tuple(seqs), tuple(positions))}
 
 
-def _stream_blocks(engine: SparkTables, config: Config, source: str) -> tuple[tuple[int, int], ...]:
+def _stream_blocks(engine: SparkTables, bronze: TableRef, source: str) -> tuple[tuple[int, int], ...]:
     """The source's Stream Start ... Stop blocks in bronze, as (start seq, stop seq); an open one ends never."""
     from pyspark.sql import functions as F
 
-    rows = (engine.read(bronze_ref(config)).where((F.col("source") == source)
+    rows = (engine.read(bronze).where((F.col("source") == source)
                                                   & F.expr("substring(payload, 1, 1) IN (X'53', X'45')"))
             .select("seq", F.expr("substring(payload, 1, 1) = X'53'").alias("start")).orderBy("seq").collect())
     blocks, start = [], None
@@ -265,8 +264,7 @@ def _delete(engine: SparkTables, ref: TableRef, where: str, run: Forgetting) -> 
     by a forget run again, too, when one was killed in between."""
     append_only = _append_only(engine, ref)
     if append_only:
-        _sql_retried(engine, f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('delta.appendOnly' = 'false', "
-                             f"'{OPENED_BY_FORGET}' = 'true')")
+        _sql_retried(engine, _opened(ref, True))
     # Deletion vectors off: a file holding a removed row is rewritten without it and leaves the current version
     # (with a deletion vector it would stay current, the row in it, beyond any VACUUM).
     engine.spark.conf.set(DELETE_DVS, "false")
@@ -275,8 +273,7 @@ def _delete(engine: SparkTables, ref: TableRef, where: str, run: Forgetting) -> 
     finally:
         engine.spark.conf.unset(DELETE_DVS)
         if append_only:
-            _sql_retried(engine, f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('delta.appendOnly' = 'true', "
-                             f"'{OPENED_BY_FORGET}' = 'false')")
+            _sql_retried(engine, _opened(ref, False))
     deleted = int(result[0][0]) if result and result[0][0] is not None else 0
     if deleted:
         run.touched.append(str(ref))
@@ -297,27 +294,28 @@ def _purge_deleted_rows(engine: SparkTables, ref: TableRef, run: Forgetting) -> 
 def _append_only(engine: SparkTables, ref: TableRef) -> bool:
     """Whether ``ref`` refuses DELETEs (``delta.appendOnly``); an earlier forget killed while it had the table
     open counts too (its own marker property says so), so a forget run again closes it."""
-    rows = engine.spark.sql(f"SHOW TBLPROPERTIES {ref.sql}").collect()
-    props = {r[0]: r[1] for r in rows}
+    props = table_properties(engine.spark, ref)
     return props.get("delta.appendOnly") == "true" or props.get(OPENED_BY_FORGET) == "true"
 
 
 def _close_if_opened(engine: SparkTables, ref: TableRef) -> None:
-    props = {r[0]: r[1] for r in engine.spark.sql(f"SHOW TBLPROPERTIES {ref.sql}").collect()}
-    if props.get(OPENED_BY_FORGET) == "true":
-        _sql_retried(engine, f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('delta.appendOnly' = 'true', "
-                             f"'{OPENED_BY_FORGET}' = 'false')")
+    if table_properties(engine.spark, ref).get(OPENED_BY_FORGET) == "true":
+        _sql_retried(engine, _opened(ref, False))
+
+
+def _opened(ref: TableRef, opened: bool) -> str:
+    """The ALTER that lifts ``delta.appendOnly`` for a forget's DELETE (``opened``), or sets it again."""
+    return (f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ("
+            f"{property_list({'delta.appendOnly': str(not opened).lower(), OPENED_BY_FORGET: str(opened).lower()})})")
 
 
 def _sql_retried(engine: SparkTables, statement: str) -> list:
-    from cdc_apply.delta.spark_errors import is_concurrent_conflict
-
     """One statement's rows, the statement run again when another writer's commit won a race with it."""
     for attempt in range(CONFLICT_RETRIES):
         try:
             return engine.spark.sql(statement).collect()
         except Exception as exc:
-            if attempt + 1 == CONFLICT_RETRIES or not is_concurrent_conflict(exc):
+            if attempt + 1 == CONFLICT_RETRIES or not lost_commit_race(exc):
                 raise
             time.sleep(0.5 * (attempt + 1))
     return []
@@ -332,9 +330,3 @@ def _record(engine: SparkTables, config: Config, run: Forgetting, keys: Sequence
     rows = [(run.source, run.table, key.digest(run.table), run.lsn, run.forget_id, run.bronze_messages,
              run.quarantine_messages, run.silver_rows, run.history_rows, now) for key in keys]
     ref.append(local_frame(engine.spark, FORGOTTEN_COLUMNS, rows), None, 0)
-
-
-def _vacuumed_refs(engine: SparkTables, config: Config, silver: TableRef, history: TableRef) -> list[TableRef]:
-    """Every table that held the keys, whether or not this run deleted from it."""
-    refs = [bronze_ref(config), Bookkeeping(config).ref("quarantine"), silver, history]
-    return [ref for ref in refs if engine.exists(ref)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from cdc_apply.delta.ddl import table_properties
 from cdc_apply.delta.log_files import log_version
 from cdc_apply.errors import ForgetError
 
@@ -49,8 +50,7 @@ def vacuum(engine: SparkTables, ref: TableRef, retain_hours: float | None, log: 
 def purge_log(engine: SparkTables, ref: TableRef) -> int:
     """A checkpoint of ``ref``'s current version, then its log files of older versions removed; how many."""
     session = engine.spark
-    props = {r[0]: r[1] for r in session.sql(f"SHOW TBLPROPERTIES {ref.sql}").collect()}
-    interval = props.get("delta.checkpointInterval")
+    interval = table_properties(session, ref).get("delta.checkpointInterval")
     # A commit that sets the interval to 1 is checkpointed as it commits; the interval is then set back.
     session.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('delta.checkpointInterval' = '1')").collect()
     if interval is None:

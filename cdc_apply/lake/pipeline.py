@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from cdc_apply.config import Config
 from cdc_apply.config.choices import OnError
 from cdc_apply.delta.refs import bronze_ref
-from cdc_apply.delta.spark_errors import first_decode_error, unwrap_error
+from cdc_apply.delta.spark_errors import error_text, first_decode_error, lost_commit_race, unwrap_error
 from cdc_apply.errors import ApplyError, StopRequested
 from cdc_apply.lake.batch_context import BatchContext, Landed
 from cdc_apply.lake.batch_loop import run_batches
@@ -81,21 +81,6 @@ DECODE_ERRORS_AS_ROWS = True
 # A batch that lost a commit race to another writer of one of its tables (a forget, optimize) runs again, whole,
 # up to this many times in all; a conflict that keeps coming is another apply job, the StateError's case.
 CONFLICT_ATTEMPTS = 3
-# Delta's exceptions for a commit race on a table's files (not the checkpoint's or the stream's).
-_RACE_MARKERS = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
-                 "DELTA_CONCURRENT_APPEND", "DELTA_CONCURRENT_DELETE_READ", "DELTA_CONCURRENT_DELETE_DELETE")
-
-
-def _lost_a_race(exc: Exception) -> bool:
-    from cdc_apply.delta.spark_errors import error_text
-    from cdc_apply.errors import CdcApplyError
-
-    if isinstance(exc, CdcApplyError):
-        return False
-    text = error_text(exc)
-    return any(marker in text for marker in _RACE_MARKERS)
-
-
 def fits_fresh_cache(size: int | None) -> bool:
     """Whether ``size`` bytes (None: not known) may be a small batch's (``FRESH_CACHE_BYTES``). Asked of the
     batch's files before its bounds query, which then sums the payloads only where they may fit: files
@@ -207,7 +192,7 @@ class ApplyPipeline:
                     try:
                         return self._process(df, batch_id)
                     except Exception as exc:
-                        if attempt < CONFLICT_ATTEMPTS and _lost_a_race(exc):
+                        if attempt < CONFLICT_ATTEMPTS and lost_commit_race(exc):
                             self._run_again(exc, attempt)
                             continue
                         self._record_failure(unwrap_error(exc))
@@ -222,10 +207,9 @@ class ApplyPipeline:
         """After a batch lost a commit race to another writer of a table (``cdc-apply forget``'s DELETE,
         ``optimize``'s compaction): read where the applied batches left off again, as a restart would, so the
         batch runs again whole — its writes already committed are recognised by their tags and not repeated."""
-        from cdc_apply.delta.spark_errors import error_text
-
-        line = next((ln.strip() for ln in error_text(exc).splitlines() if "Concurrent" in ln or "CONCURRENT" in ln),
-                    error_text(exc).splitlines()[0] if error_text(exc) else type(exc).__name__)
+        lines = [ln.strip() for ln in error_text(exc).splitlines() if ln.strip()]
+        line = next((ln for ln in lines if "Concurrent" in ln or "CONCURRENT" in ln), lines[0] if lines else
+                    type(exc).__name__)
         print(f"cdc_apply: batch {self.version + 1} lost a commit race to another writer ({line[:200]}); "
               f"running it again (attempt {attempt + 1} of {CONFLICT_ATTEMPTS})", file=self.out, flush=True)
         resumed = _resume(self.tables, self.config, Bookkeeping(self.config), self.formats)

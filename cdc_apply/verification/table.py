@@ -110,7 +110,7 @@ def plan_table(engine: SparkTables, config: Config, snap: SourceSnapshot, name: 
                               "configuration: [silver] path or table_template)", table=name)
         plan.shape, plan.silver = shape, ref
         silver_types = sv.silver_columns(engine.read(ref), config.silver.metadata_prefix)
-        masked = _masked_names(config, name, relation)
+        masked = masked_names(config, name, relation)
         masked_keys = [k for k in shape.key if k in masked]
         if masked_keys:   # silver's keys are hashes: no key range or key of silver names a source row
             raise VerifyError(f"key column {', '.join(masked_keys)} is masked (mask_columns): verify cannot "
@@ -246,7 +246,7 @@ def compare(engine: SparkTables, snap: SourceSnapshot, plan: Plan, samples: int,
         result.seconds += plan.source_seconds + time.monotonic() - started
 
 
-def _masked_names(config: Config, name: str, relation) -> set[str]:
+def masked_names(config: Config, name: str, relation) -> set[str]:
     """The table's columns silver keeps masked (``mask_columns``), by their current names."""
     from cdc_apply.planning.tables import resolve_rules
 
