@@ -137,7 +137,7 @@ def test_the_endpoints_during_a_workload_outage_and_a_stopped_lander(postgres, t
         applied = Scrapes(apply_url)
         for i in range(5):
             sql(f"INSERT INTO t SELECT g, 'txn {i}' FROM generate_series({1000 + 10 * i}, {1009 + 10 * i}) g")
-        _wait("five landed transactions", lambda: value(landed(), "cdc_lander_transactions_total", source="pg") >= 5,
+        _wait("five landed transactions", lambda: (value(landed(), "cdc_lander_transactions_total", source="pg") or 0) >= 5,
               60, (lander,))
         rows = lambda: value(applied(), "cdc_apply_rows_total", pipeline="scraped", table="public.t")  # noqa: E731
         _wait("the applied rows", lambda: (rows() or 0) >= 50, 240, (lander, apply))
