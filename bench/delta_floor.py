@@ -22,7 +22,10 @@ Every floor table is a copy of the job's silver table before its measured batche
 metadata columns), the same Delta properties read from the silver table (Change Data Feed, deletion
 vectors, column mapping, type widening), its rows written the way the job writes them (one file,
 sorted by key). Each variant writes its own copy, so every variant starts from the same state. Only
-the Delta call is timed: the source DataFrames exist before the clock starts.
+the Delta call is timed: the source DataFrames are built and held in the JVM before the clock starts
+(:func:`materialized`), as the job's decoded rows are when its MERGEs read them — a source left as a
+local DataFrame would make every MERGE scan it through Python workers (pickled rows, a worker per
+task), time that is no part of Delta's write.
 """
 
 from __future__ import annotations
@@ -193,10 +196,8 @@ class Floor:
         variants' order rotated by ``rotate``; ``serial=False``: the MERGE marking rows and the append, four
         at once, only: the variants ``set_up(PARALLEL)`` copies)."""
         collapsed = collapse(changes)
-        merge_sources = {t: self._source(collapsed.get(t, {}), True) for t in self.tables}
-        append_sources = {t: self._source(collapsed.get(t, {}), False) for t in self.tables}
-        for df in (*merge_sources.values(), *append_sources.values()):
-            df.count()  # built and planned once, before the clock
+        merge_sources = {t: materialized(self._source(collapsed.get(t, {}), True)) for t in self.tables}
+        append_sources = {t: materialized(self._source(collapsed.get(t, {}), False)) for t in self.tables}
         out = {"rows": sum(len(collapsed.get(t, {})) for t in self.tables),
                "deletes": sum(op == "D" for t in self.tables for op, _, _ in collapsed.get(t, {}).values())}
         variants = [("merge_parallel", self.merge, merge_sources, True),
@@ -217,8 +218,7 @@ class Floor:
         sources = {}
         for name, changes in (("hot", hot_changes), ("random", random_changes)):
             rows = collapse(changes)[self.hot]
-            sources[name] = (self._source(rows, False), (min(rows), max(rows)))
-            sources[name][0].count()
+            sources[name] = (materialized(self._source(rows, False)), (min(rows), max(rows)))
         out = {}
         for variant in _rotated(["hot_plain", "hot_range", "hot_plain_wide", "hot_range_wide", "hot_range_rewrite"],
                                 rotate):
@@ -227,6 +227,12 @@ class Floor:
                 out[variant] = {name: self.merge(path, df, bounds if "range" in variant else None, upsert=False)
                                 for name, (df, bounds) in sources.items()}
         return out
+
+
+def materialized(df):
+    """``df`` computed now and held in the JVM's block manager (a local checkpoint: not the cache, whose
+    state Delta's MERGE checks does not change while MERGEs run beside it)."""
+    return df.localCheckpoint(eager=True)
 
 
 def _rotated(items: list, k: int) -> list:

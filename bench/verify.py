@@ -8,14 +8,19 @@ best of each kept), in the same process:
   ranges; the least the source's side of this design costs) and one Spark scan of the silver table that
   reads every column (a sum of ``hash(*)``; a bare ``count()`` would answer from Delta's statistics), each
   alone: verify reads both sides at once, so its floor is the slower of the two.
+* **the canonical floor** — one Spark query summing every silver row's hash with verify's own canonical
+  text and MD5 (no ranges, no keys, no wait): what silver's side of this design costs at the least.
+  Building each row's text as PostgreSQL writes it is most of a verify's Spark time, so against this floor
+  the wait for the apply job and the run's own overhead show.
 * **verify** — :func:`cdc_apply.verify` of the table (ranges of ``--range-rows``), with an apply job
   applying in a thread meanwhile (verify waits for it to pass the source's point); its phases' seconds.
 
     .venv/bin/python -m bench.verify --rows 10000000
 
 Keys merged into bench/results.json: ``verify_rows_per_second`` (rows / verify seconds),
-``verify_vs_floor`` (verify seconds / the slower side's floor, best of the rounds each) and the details
-under ``verify``.
+``verify_vs_floor`` (verify seconds / the slower side's floor, best of the rounds each),
+``verify_vs_canonical_floor`` (verify seconds / the slower of PostgreSQL's hashing and the canonical floor)
+and the details under ``verify``.
 """
 
 from __future__ import annotations
@@ -62,9 +67,22 @@ def _scan(spark, silver_path: str) -> float:
     return time.monotonic() - started
 
 
-def _hash_floor(spark, config, silver_path: str) -> float:
+def _canonical_floor(spark, config, silver_path: str, columns) -> float:
+    """One Spark query summing every silver row's hash with verify's encoding (``columns``: those
+    :func:`_hash_floor` hashed): the least silver's side costs."""
+    from cdc_apply.lake.silver.soft_deletes import live_rows
+    from cdc_apply.verification.encoding import spark_row_hash
+    from cdc_apply.verification.silver import HASH, total
+
+    frame = live_rows(spark.read.format("delta").load(silver_path), config.silver.metadata_prefix)
+    started = time.monotonic()
+    total(frame.selectExpr(f"{spark_row_hash(columns)} AS {HASH}"))
+    return time.monotonic() - started
+
+
+def _hash_floor(spark, config, silver_path: str) -> tuple[float, list]:
     """One PostgreSQL query hashing every row with verify's own encoding (no ranges, no Spark side): what the
-    source's side costs at the least, one session."""
+    source's side costs at the least, one session. Returns its seconds and the columns' encodings."""
     from cdc_apply.lander.dsn import resolve_dsn
     from cdc_apply.verification.encoding import encode_column
     from cdc_apply.verification.silver import silver_columns
@@ -79,7 +97,7 @@ def _hash_floor(spark, config, silver_path: str) -> float:
                    if not isinstance(e, NotCompared)]
         started = time.monotonic()
         snap.range_sums(shape, columns, "TRUE", [])
-        return time.monotonic() - started
+        return time.monotonic() - started, columns
 
 
 def run(rows: int, range_rows: int, rounds: int, keep: bool) -> dict:
@@ -122,19 +140,23 @@ def run(rows: int, range_rows: int, rounds: int, keep: bool) -> dict:
         applier.start()
         hashes: list[float] = []
         scans: list[float] = []
+        canonicals: list[float] = []
         verifies: list[float] = []
         last, phases = None, {}
         try:
             for round_ in range(rounds):
-                hashes.append(_hash_floor(spark, config, silver_path))
+                seconds, columns = _hash_floor(spark, config, silver_path)
+                hashes.append(seconds)
                 scans.append(_scan(spark, silver_path))
+                canonicals.append(_canonical_floor(spark, config, silver_path, columns))
                 started = time.monotonic()
                 last = verify(spark, config, range_rows=range_rows, wait_seconds=600, record=False)
                 verifies.append(time.monotonic() - started)
                 if verifies[-1] == min(verifies):
                     phases = last.phases
                 print(f"round {round_ + 1}: PostgreSQL hashing every row {hashes[-1]:.1f} s, Spark scan "
-                      f"{scans[-1]:.1f} s, verify {verifies[-1]:.1f} s {last.phases}", flush=True)
+                      f"{scans[-1]:.1f} s, Spark hashing every row {canonicals[-1]:.1f} s, verify "
+                      f"{verifies[-1]:.1f} s {last.phases}", flush=True)
                 print("\n".join(last.lines()), flush=True)
         finally:
             stop.set()
@@ -142,15 +164,17 @@ def run(rows: int, range_rows: int, rounds: int, keep: bool) -> dict:
         assert last is not None
         assert last.exit_code == 0, last.lines()
         floor, seconds = max(min(hashes), min(scans)), min(verifies)
+        canonical = max(min(hashes), min(canonicals))
         details = {
             "measured_at": measured_at(),
             "rows": rows, "range_rows": range_rows, "rounds": rounds, "ranges": last.tables[0].ranges,
             "source_hash_seconds": [round(s, 2) for s in hashes], "scan_seconds": [round(s, 2) for s in scans],
+            "canonical_hash_seconds": [round(s, 2) for s in canonicals],
             "floor_seconds": round(floor, 2), "verify_seconds": [round(s, 2) for s in verifies],
             "verify_phases": phases, "lines": last.lines(),
         }
         out = {"verify_rows_per_second": round(rows / seconds), "verify_vs_floor": round(seconds / floor, 2),
-               "verify": details}
+               "verify_vs_canonical_floor": round(seconds / canonical, 2), "verify": details}
         merge_results(out)
         print(json.dumps(out, indent=2))
         return out
