@@ -14,6 +14,11 @@ timestamptz; ~70 bytes a row) before any slot exists. Measured in the same run, 
   least one Delta write of the rows through Spark costs on this machine (a snapshot writes two: bronze,
   then silver).
 
+* **bronze transfer floor** — after the run, bronze's Insert rows read by Spark and handed through an
+  identity ``mapInArrow`` (to a Python worker and back, written nowhere): what any decode of bronze in
+  Python costs before it decodes a byte. With the two floors above it makes the floor of this design's
+  second hop (bronze → silver): ``snapshot_vs_two_hop_floor``.
+
 The JVM is warmed up first (a small Delta write, read and ``mapInArrow``: ~10 s, once per process,
 the same for any table size) and that is not counted.
 
@@ -21,7 +26,8 @@ the same for any table size) and that is not counted.
 
 Keys merged into bench/results.json: ``snapshot_rows_per_second`` (rows / (land + apply) seconds),
 ``snapshot_vs_copy_floor`` ((land + apply) / floor seconds), ``snapshot_vs_delta_floor`` ((land +
-apply) / (floor + Delta append floor) seconds) and the details under ``snapshot`` (rows, seconds of
+apply) / (floor + Delta append floor) seconds), ``snapshot_vs_two_hop_floor`` ((land + apply) / (floor +
+bronze transfer floor + Delta append floor) seconds) and the details under ``snapshot`` (rows, seconds of
 each phase, land-only rate, table and bronze sizes).
 """
 
@@ -135,7 +141,8 @@ def _floor(pg, workers: int, out: Path) -> tuple[float, int]:
 def _warm_up(spark, path: Path) -> None:
     """The first Delta write, read and Python worker of a JVM compile and load what every later one
     reuses: done once before anything is timed."""
-    spark.range(10_000).selectExpr("id", "cast(id as string) as s").write.format("delta").mode("overwrite").save(str(path))
+    spark.range(10_000).selectExpr("id", "cast(id as string) as s").write.format("delta").mode("overwrite") \
+        .save(str(path))
     df = spark.read.format("delta").load(str(path))
     df.mapInArrow(lambda batches: batches, df.schema).count()
 
@@ -148,6 +155,21 @@ def _delta_append(spark, floor: Path, path: Path) -> float:
     seconds = time.monotonic() - started
     shutil.rmtree(path, ignore_errors=True)
     return seconds
+
+
+def _transfer_floor(spark, bronze: Path) -> float:
+    """Seconds Spark takes to read bronze's Insert rows through an identity ``mapInArrow``, written nowhere."""
+    from pyspark.sql import functions as F
+
+    rows = spark.read.format("delta").load(str(bronze)).where(F.substring("payload", 1, 1) == F.lit(b"I"))
+    rows = rows.select("source", "seq", "lsn", "payload")
+    started = time.monotonic()
+    rows.mapInArrow(_identity, rows.schema).write.format("noop").mode("overwrite").save()
+    return time.monotonic() - started
+
+
+def _identity(batches):
+    yield from batches
 
 
 def _du(path: Path) -> int:
@@ -191,6 +213,8 @@ def run(rows: int, workers: int, keep: bool) -> dict:
         silver_rows = silver_ref(config, "public", "big").read(spark).count()
         print(log.getvalue(), flush=True)
         assert silver_rows == rows, (silver_rows, rows)
+        transfer_seconds = _transfer_floor(spark, WORK / "bronze")
+        print(f"bronze transfer floor: {transfer_seconds:.1f} s", flush=True)
         total = land_seconds + apply_seconds
         details = {
             "measured_at": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -200,6 +224,7 @@ def run(rows: int, workers: int, keep: bool) -> dict:
             "land_seconds": round(land_seconds, 1), "apply_seconds": round(apply_seconds, 1),
             "floor_seconds": round(floor_seconds, 1),
             "delta_append_floor_seconds": round(delta_seconds, 1),
+            "bronze_transfer_floor_seconds": round(transfer_seconds, 1),
             "land_rows_per_second": round(rows / land_seconds),
             "land_vs_copy_floor": round(land_seconds / floor_seconds, 2),
             "log": [line for line in log.getvalue().splitlines()       # the copy, the landing, the apply batch
@@ -207,7 +232,9 @@ def run(rows: int, workers: int, keep: bool) -> dict:
         }
         out = {"snapshot_rows_per_second": round(rows / total),
                "snapshot_vs_copy_floor": round(total / floor_seconds, 2),
-               "snapshot_vs_delta_floor": round(total / (floor_seconds + delta_seconds), 2), "snapshot": details}
+               "snapshot_vs_delta_floor": round(total / (floor_seconds + delta_seconds), 2),
+               "snapshot_vs_two_hop_floor": round(total / (floor_seconds + transfer_seconds + delta_seconds), 2),
+               "snapshot": details}
         merge_results(out)
         print(json.dumps(out, indent=2))
         return out
