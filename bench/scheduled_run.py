@@ -16,7 +16,8 @@ Each repetition runs every process once, in an order rotated by repetition:
 * **floor** — ``python -m bench.scheduled_run --floor-child ...`` on a fresh copy of the template's
   silver tables: a Python process that builds its own Spark session with the same Delta jars and
   configuration (``cdc_apply.spark_session``, as a spark-submit job with ``--packages`` would get), reads
-  the batch's collapsed rows (one per key, last change wins; written by the set-up as JSON) and runs
+  the batch's collapsed rows (one per key, last change wins; written by the set-up as JSON), holds them
+  in the JVM (``bench.delta_floor.materialized``: no MERGE scans them through Python workers) and runs
   one plain ``DeltaTable.merge`` per table (delete / update every column / insert), then exits; one
   process with four MERGEs at once (the job's ``apply.parallelism``) and one with one at a time
   (``--floors``), and each repetition's faster one is its floor. It has no reading of bronze, planning, decoding or
@@ -185,9 +186,10 @@ def floor_child(silver: Path, parallelism: int) -> dict:
     """The floor process's work: its own session, the rows, one Delta MERGE per table, ``parallelism`` at
     once (1: one after the other)."""
     started = time.monotonic()
-    from cdc_apply.spark import spark_session
-    from bench.delta_floor import Floor
     from pyspark.sql.types import StructField, StructType
+
+    from bench.delta_floor import Floor, materialized
+    from cdc_apply.spark import spark_session
 
     spark = spark_session("bench-scheduled-floor")
     session = time.monotonic() - started
@@ -196,8 +198,8 @@ def floor_child(silver: Path, parallelism: int) -> dict:
     floor = Floor(spark, silver, silver, names, None, max(parallelism, 1))
     floor.schema = StructType([StructField(f.name, f.dataType, f.nullable) for f in
                                floor.spark.read.format("delta").load(str(silver / "public" / names[0])).schema])
-    sources = {n: floor.source([({"id": i, "a": a, "t": t} if op != "D" else {"id": i}, op == "D")
-                                for i, op, a, t in rows[n]], True) for n in names}
+    sources = {n: materialized(floor.source([({"id": i, "a": a, "t": t} if op != "D" else {"id": i}, op == "D")
+                                             for i, op, a, t in rows[n]], True)) for n in names}
     merged = floor._each("public", floor.merge, sources, parallelism > 1)
     counts = {k: sum(floor.counts[str(silver / "public" / n)][k] for n in names)
               for k in ("updated", "deleted", "inserted")}
