@@ -72,9 +72,10 @@ def _canonical_floor(spark, config, silver_path: str, columns) -> float:
     :func:`_hash_floor` hashed): the least silver's side costs."""
     from cdc_apply.lake.silver.soft_deletes import live_rows
     from cdc_apply.verification.encoding import spark_row_hash
-    from cdc_apply.verification.silver import HASH, total
+    from cdc_apply.verification.silver import HASH, total, with_value_texts
 
     frame = live_rows(spark.read.format("delta").load(silver_path), config.silver.metadata_prefix)
+    frame, columns = with_value_texts(frame, columns)   # as verify's own silver side computes them
     started = time.monotonic()
     total(frame.selectExpr(f"{spark_row_hash(columns)} AS {HASH}"))
     return time.monotonic() - started

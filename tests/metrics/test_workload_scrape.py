@@ -183,7 +183,11 @@ def test_the_endpoints_during_a_workload_outage_and_a_stopped_lander(postgres, t
         landed = Scrapes(land_url)
 
         def fallen():
-            sql("SELECT pg_log_standby_snapshot()")   # a running-xacts record lets the slot's restart_lsn move
+            # A running-xacts record past the rows lets the slot's restart_lsn move up to it once the lander
+            # confirms a commit after it: the one written here (without it, the lander confirms the rows'
+            # commit only, and the record a slow host's bgwriter logs past it is never confirmed).
+            sql("SELECT pg_log_standby_snapshot()")
+            sql("INSERT INTO t VALUES (20000, 'tick') ON CONFLICT (id) DO UPDATE SET v = 'tick'")
             figure = value(landed(), "cdc_slot_retained_wal_bytes", source="pg")
             return figure is not None and figure < retained
 
