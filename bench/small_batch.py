@@ -150,9 +150,19 @@ def child(seed: int, floor: int | None = None) -> dict:
         from cdc_apply.delta.pipeline import ApplyPipeline
 
     spark = spark_session("cdc_apply-bench-small")
+    # Since the engine seam the pipeline and bronze's creation take the engine, which the entry point chooses.
+    engine_seam = (package / "delta" / "engine.py").is_file()
+    if engine_seam:
+        from cdc_apply.delta.engine import spark_tables
+
+        def opened(config):
+            return ApplyPipeline.open(spark_tables(spark), config, out=io.StringIO())
+    else:
+        def opened(config):
+            return ApplyPipeline(spark, config, out=io.StringIO())
     root = Path(tempfile.mkdtemp(prefix="small-batch-", dir=os.environ.get("CDC_APPLY_BENCH_TMP")))
     bronze = str(root / "bronze")
-    create_bronze_table(spark, bronze)
+    create_bronze_table(spark_tables(spark) if engine_seam else spark, bronze)
     log: dict = {}
     batches = _bronze(seed, log)
     for _, rows in batches:
@@ -160,7 +170,7 @@ def child(seed: int, floor: int | None = None) -> dict:
             .write.format("delta").mode("append").save(bronze)
     config = parse_config({"pipeline": "bench", "bronze": {"path": bronze, "max_files_per_trigger": 1},
                            "silver": {"path": str(root / "silver")}, "state": {"path": str(root / "state")}})
-    pipeline = ApplyPipeline(spark, config, out=io.StringIO())
+    pipeline = opened(config)
     floors: dict = {}
     if floor is not None:
         _interleave_floor(spark, pipeline, config, root, [name for name, _ in batches], log, floor, floors)
