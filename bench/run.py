@@ -101,11 +101,11 @@ STEPS: tuple[Step, ...] = (
          what="a 500-table publication, batches touching 10, 50, 200 tables with 5 changes each, against "
               "Delta's own MERGEs at parallelism 1, 2, 4"),
     Step("snapshot", "snapshot", ("--rows", "10000000"),
-         what="a 10M-row table PostgreSQL -> bronze -> silver by the initial snapshot, vs binary COPY into Parquet "
-              "and a Delta append of it"),
+         what="a 10M-row table PostgreSQL -> bronze -> silver by the initial snapshot, vs binary COPY into Parquet, "
+              "a Delta append of it and bronze's rows through an identity mapInArrow"),
     Step("verify", "verify", ("--rows", "10000000"),
-         what="`cdc-apply verify` of a 10M-row table with an apply job running, vs PostgreSQL's count(*) plus one "
-              "Spark scan of silver"),
+         what="`cdc-apply verify` of a 10M-row table with an apply job running, vs PostgreSQL hashing every row, "
+              "one Spark scan of silver and Spark hashing every row with verify's encoding"),
     Step("status", "status", ("--reps", "7"),
          what="`cdc-apply status --json`, process start to exit, on a lake of three sources with quarantined "
               "messages and a lag (local paths: no JVM)"),
