@@ -154,15 +154,10 @@ def child(seed: int, floor: int | None = None) -> dict:
     engine_seam = (package / "delta" / "engine.py").is_file()
     if engine_seam:
         from cdc_apply.delta.engine import spark_tables
-
-        def opened(config):
-            return ApplyPipeline.open(spark_tables(spark), config, out=io.StringIO())
-    else:
-        def opened(config):
-            return ApplyPipeline(spark, config, out=io.StringIO())
+    engine = spark_tables(spark) if engine_seam else spark
     root = Path(tempfile.mkdtemp(prefix="small-batch-", dir=os.environ.get("CDC_APPLY_BENCH_TMP")))
     bronze = str(root / "bronze")
-    create_bronze_table(spark_tables(spark) if engine_seam else spark, bronze)
+    create_bronze_table(engine, bronze)
     log: dict = {}
     batches = _bronze(seed, log)
     for _, rows in batches:
@@ -170,7 +165,8 @@ def child(seed: int, floor: int | None = None) -> dict:
             .write.format("delta").mode("append").save(bronze)
     config = parse_config({"pipeline": "bench", "bronze": {"path": bronze, "max_files_per_trigger": 1},
                            "silver": {"path": str(root / "silver")}, "state": {"path": str(root / "state")}})
-    pipeline = opened(config)
+    pipeline = (ApplyPipeline.open(engine, config, out=io.StringIO()) if engine_seam
+                else ApplyPipeline(spark, config, out=io.StringIO()))
     floors: dict = {}
     if floor is not None:
         _interleave_floor(spark, pipeline, config, root, [name for name, _ in batches], log, floor, floors)

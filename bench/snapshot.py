@@ -161,15 +161,13 @@ def _transfer_floor(spark, bronze: Path) -> float:
     """Seconds Spark takes to read bronze's Insert rows through an identity ``mapInArrow``, written nowhere."""
     from pyspark.sql import functions as F
 
+    from bench.large_batch import _identity  # the same identity floor as the large batches'
+
     rows = spark.read.format("delta").load(str(bronze)).where(F.substring("payload", 1, 1) == F.lit(b"I"))
     rows = rows.select("source", "seq", "lsn", "payload")
     started = time.monotonic()
     rows.mapInArrow(_identity, rows.schema).write.format("noop").mode("overwrite").save()
     return time.monotonic() - started
-
-
-def _identity(batches):
-    yield from batches
 
 
 def _du(path: Path) -> int:
