@@ -40,7 +40,7 @@ from cdc_apply.lake.books.ledger import (
 )
 from cdc_apply.lake.books.state_match import check_tables
 from cdc_apply.lake.history.tables import HistoryTables, history_app_id
-from cdc_apply.lake.silver.appends import append_new_keys, append_rows
+from cdc_apply.lake.silver.appends import append_new_keys, append_rows, split_new_keys
 from cdc_apply.lake.silver.collapse import collapse, key_events
 from cdc_apply.lake.silver.merge import (
     BATCH_SETTINGS,
@@ -369,9 +369,10 @@ class SilverTables:
             return write(step, lambda _: merge_keyed(tables, collapsed, work, bounds)) or done
         # Keys the batch inserted first are appended; only the others are joined with silver.
         rest = collapsed.where("NOT _new")
-        rows, low, high = key_range(rest, work)
+        rows, low, high, new_rows = split_new_keys(collapsed, work)
         merged = (write(step, lambda _: merge_keyed(tables, rest, work, (low, high))) if rows else None) or done
-        appended = write(new_keys_step(version, segment), lambda meta: append_new_keys(spark, collapsed, work, meta))
+        appended = write(new_keys_step(version, segment),
+                         lambda meta: append_new_keys(spark, collapsed, work, meta, new_rows))
         return MergeResult(merged.inserted + (appended or 0), merged.updated, merged.deleted)
 
     def _choose_deletion_vectors(self, tables: SparkTables, work: TableWork, planned: TablePlan) -> int | None:

@@ -151,3 +151,17 @@ def test_silver_writes_of_a_table_keyed_by_one_column_build_no_parquet_dictionar
                             for k in range(pq.ParquetFile(file).metadata.num_columns))}
         if physical["v"] in chunks:
             assert chunks[physical["v"]].has_dictionary_page and not chunks[physical["id"]].has_dictionary_page
+
+
+@pytest.mark.parametrize("key_columns", [1, 2], ids=["one key column", "two key columns"])
+def test_a_batch_splits_into_the_keys_to_merge_their_range_and_the_rows_to_append(spark, key_columns):
+    from types import SimpleNamespace
+
+    from cdc_apply.lake.silver.appends import split_new_keys
+
+    # (key, new, action, complete): only new, kept, complete rows are appended; the range is of the others
+    rows = [(5, False, "upsert", True), (2, False, "delete", True), (9, True, "upsert", True),
+            (11, True, "upsert", False), (12, True, "delete", True), (40, True, "upsert", True)]
+    collapsed = spark.createDataFrame(rows, "k_0 int, _new boolean, _action string, _complete boolean")
+    work = SimpleNamespace(key_index=tuple(range(key_columns)))
+    assert split_new_keys(collapsed, work) == ((2, 2, 5, 2) if key_columns == 1 else (2, None, None, 2))

@@ -9,7 +9,7 @@ statistics bound key ranges tightly for the MERGEs that follow.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdc_apply.delta.names import quote_ident
 from cdc_apply.lake.books.commit_tag import decode_tag, encode_tag
@@ -24,22 +24,42 @@ if TYPE_CHECKING:
 CELLS_PER_FILE = 8_000_000
 
 
-def append_new_keys(spark: SparkSession, collapsed, work: TableWork, metadata: str) -> int:
+def append_new_keys(spark: SparkSession, collapsed, work: TableWork, metadata: str, count: int) -> int:
     """Append the collapsed rows of keys new in this batch (``_new``, kept and complete): rows no silver
-    row can match. Its ``userMetadata`` marks it as the batch's new-key part. Returns how many rows
-    it wrote."""
+    row can match; ``count`` of them (:func:`split_new_keys` counted them), which sizes the files. Its ``userMetadata`` marks it as the batch's new-key part. Returns ``count``."""
     from pyspark.sql import functions as F
 
-    rows = collapsed.where(F.col("_new") & (F.col("_action") == "upsert") & F.col("_complete"))
+    rows = collapsed.where(_appended())
     values = [F.col(cc.final(i)).alias(c.name) for i, c in enumerate(work.columns)]
     meta = [F.col(src).alias(col) for col, src in work.meta] + live_marker(work)
-    count = rows.count()
     if count:
         out = rows.select(*values, *meta).coalesce(append_files(count, len(work.columns)))
         tag = decode_tag(metadata)
         assert tag is not None  # ``metadata`` is the batch step's own tag (the ledger's write)
         work.ref.append(_key_sorted(out, work), None, 0, encode_tag({**tag, "part": "new keys"}))
     return count
+
+
+def split_new_keys(collapsed, work: TableWork) -> tuple[int, Any, Any, int]:
+    """``(rows to MERGE, their lowest key, highest key, rows to append)`` of collapsed rows whose new keys
+    (``_new``) are appended and the others merged — one job where a key range and a count of the rows
+    to append were two. The range only for a single-column key (``None`` otherwise)."""
+    from pyspark.sql import functions as F
+
+    merged, appended = ~F.col("_new"), _appended()
+    counts = [F.count(F.when(merged, 1)), F.count(F.when(appended, 1))]
+    single = len(work.key_index) == 1
+    key = F.col(cc.key(0))
+    bounds = [F.min(F.when(merged, key)), F.max(F.when(merged, key))] if single else []
+    row = collapsed.agg(*counts, *bounds).first()
+    return row[0], row[2] if single else None, row[3] if single else None, row[1]
+
+
+def _appended():
+    """The collapsed rows an append of new keys writes: new, kept, complete."""
+    from pyspark.sql import functions as F
+
+    return F.col("_new") & (F.col("_action") == "upsert") & F.col("_complete")
 
 
 def _key_sorted(rows, work: TableWork):
