@@ -87,28 +87,34 @@ def landed_lsn(engine: SparkTables, config: Config, source: str) -> int | None:
     return engine.read(bronze_ref(config)).where(F.col("source") == source).agg(F.max("lsn")).collect()[0][0]
 
 
-def wait_logged(engine: SparkTables, config: Config, ref: TableRef, version: int, timeout: float,
-                poll: float = 1.0) -> None:
-    """Wait until the batch that wrote silver version ``version`` (the newest tagged commit at or below it) has
-    its progress row: its transactions log rows, written before that row, are then all there."""
+def newest_tag(engine: SparkTables, ref: TableRef, version: int) -> dict | None:
+    """The commit tag (:mod:`cdc_apply.lake.books.commit_tag`) of the newest batch write at or below silver
+    version ``version`` among its last 100 commits (None: no such write)."""
     from pyspark.sql import functions as F
 
     from cdc_apply.lake.books.commit_tag import decode_tag
-    from cdc_apply.lake.books.ledger import STEPS_PER_VERSION
 
     commits = (engine.spark.sql(f"DESCRIBE HISTORY {ref.sql}").where(F.col("version") <= version)
                .orderBy(F.desc("version")).select("userMetadata").limit(100).collect())
-    step = next((tag["apply_step"] for tag in (decode_tag(r.userMetadata) for r in commits)
-                 if tag and "apply_step" in tag), None)
-    if step is None:
+    return next((tag for tag in (decode_tag(r.userMetadata) for r in commits) if tag and "apply_step" in tag), None)
+
+
+def wait_logged(engine: SparkTables, config: Config, tag: dict | None, timeout: float, poll: float = 1.0,
+                **context: str) -> None:
+    """Wait until the batch whose write ``tag`` names (:func:`newest_tag`) has its progress row: its
+    transactions log rows, written before that row, are then all there."""
+    from pyspark.sql import functions as F
+
+    from cdc_apply.lake.books.ledger import STEPS_PER_VERSION
+
+    if tag is None:
         return
-    wanted = int(step) // STEPS_PER_VERSION
+    wanted = int(tag["apply_step"]) // STEPS_PER_VERSION
     progress = Bookkeeping(config).ref("progress")
     deadline = time.monotonic() + timeout
     while (engine.read(progress).agg(F.max("apply_version")).collect()[0][0] or -1) < wanted:
         if time.monotonic() >= deadline:
-            raise VerifyError(f"the batch that wrote silver version {version} did not finish within {timeout:g} s",
-                              table=str(ref))
+            raise VerifyError(f"the batch of apply version {wanted} did not finish within {timeout:g} s", **context)
         time.sleep(poll)
 
 

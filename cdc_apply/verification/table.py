@@ -271,7 +271,13 @@ def _changed_from_bronze(engine: SparkTables, config: Config, plan: Plan, lsn: i
     _, silver, relation = plan.found()
     version = plan.result.silver_version
     assert version is not None  # silver_side pinned silver before asking
-    sv.wait_logged(engine, config, silver, version, wait_seconds)
+    tag = sv.newest_tag(engine, silver, version)
+    applied = None if tag is None else tag.get("last_commit_lsn_bigint")
+    if applied is not None and int(applied) < lsn:
+        # The pinned version's newest batch write applied no transaction at or past the point (a source
+        # quiet since, or one whose changes since touched other tables): no key of it changed past the point.
+        return []
+    sv.wait_logged(engine, config, tag, wait_seconds, table=f"{silver} (version {version})")
     names = sorted({v.qualified_name for v in relation.versions})
     spans = bronze_keys.transactions_past(engine, config, source, names, lsn)
     units = bronze_keys.bronze_units(engine, config, source, spans)

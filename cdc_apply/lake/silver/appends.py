@@ -26,7 +26,8 @@ CELLS_PER_FILE = 8_000_000
 
 def append_new_keys(spark: SparkSession, collapsed, work: TableWork, metadata: str, count: int) -> int:
     """Append the collapsed rows of keys new in this batch (``_new``, kept and complete): rows no silver
-    row can match; ``count`` of them (:func:`split_new_keys` counted them), which sizes the files. Its ``userMetadata`` marks it as the batch's new-key part. Returns ``count``."""
+    row can match; ``count`` of them (:func:`split_new_keys` counted them), which sizes the files. Its
+    ``userMetadata`` marks it as the batch's new-key part. Returns ``count``."""
     from pyspark.sql import functions as F
 
     rows = collapsed.where(_appended())
