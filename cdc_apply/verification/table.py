@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager
 from cdc_apply.config import Config
 from cdc_apply.delta.refs import history_ref_for
 from cdc_apply.errors import CdcApplyError, VerifyError
+from cdc_apply.lake.books.ledger import tag_commit_lsn
 from cdc_apply.lake.silver.soft_deletes import live_rows
 from cdc_apply.lander.options import publication_names
 from cdc_apply.pgoutput.types import TypeOptions
@@ -272,8 +273,8 @@ def _changed_from_bronze(engine: SparkTables, config: Config, plan: Plan, lsn: i
     version = plan.result.silver_version
     assert version is not None  # silver_side pinned silver before asking
     tag = sv.newest_tag(engine, silver, version)
-    applied = None if tag is None else tag.get("last_commit_lsn_bigint")
-    if applied is not None and int(applied) < lsn:
+    applied = None if tag is None else tag_commit_lsn(tag)
+    if applied is not None and applied < lsn:
         # The pinned version's newest batch write applied no transaction at or past the point (a source
         # quiet since, or one whose changes since touched other tables): no key of it changed past the point.
         return []

@@ -28,7 +28,7 @@ from cdc_apply.delta.ddl import USER_METADATA
 from cdc_apply.delta.refs import TableRef
 from cdc_apply.errors import StateError
 from cdc_apply.lake.books.commit_tag import app_marker, decode_tag, encode_tag
-from cdc_apply.pgoutput.messages import format_lsn
+from cdc_apply.pgoutput.messages import format_lsn, parse_lsn
 
 if TYPE_CHECKING:
     from cdc_apply.delta.engine import SparkTables
@@ -67,6 +67,14 @@ def batch_tag(source: str, relation: str, last_commit_lsn: int, history: bool = 
         tag["history"] = True
     tag.update(last_commit_lsn=format_lsn(last_commit_lsn), last_commit_lsn_bigint=last_commit_lsn)
     return tag
+
+
+def tag_commit_lsn(tag: Mapping[str, Any]) -> int | None:
+    """The commit LSN of the last transaction a :func:`batch_tag` says its commit applies (None: the tag
+    says none)."""
+    if tag.get("last_commit_lsn_bigint") is not None:
+        return int(tag["last_commit_lsn_bigint"])
+    return parse_lsn(tag["last_commit_lsn"]) if tag.get("last_commit_lsn") else None
 
 
 class SilverLedger:

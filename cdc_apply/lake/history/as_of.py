@@ -269,12 +269,12 @@ def _silver_version(engine: SparkTables, progress, relation_id: int, ref: TableR
     if recorded is not None:
         return int(recorded)
     from cdc_apply.lake.books.commit_tag import decode_tag
-    from cdc_apply.lake.history.lsn import lsn_value as value
+    from cdc_apply.lake.books.ledger import tag_commit_lsn
 
     best = None
     for row in engine.delta_table(ref).history().select("version", "userMetadata").collect():
-        tag = decode_tag(row.userMetadata) or {}
-        if "last_commit_lsn" in tag and value(tag["last_commit_lsn"]) <= end:
+        lsn = tag_commit_lsn(decode_tag(row.userMetadata) or {})
+        if lsn is not None and lsn <= end:
             best = max(best or -1, int(row.version))
     return best
 
