@@ -253,17 +253,11 @@ class SourceSnapshot:
 
     def grouped_sums(self, table: SourceTable, columns: list[ColumnEncoding], column: str, kind: RangeKind,
                      bounds: list) -> dict[int, tuple[int, int]]:
-        """``{range: (rows, hash sum)}`` of every range cut at ``bounds`` on ``column``, in one scan: a row's range
-        is ``width_bucket`` over the cut points (the count of those at or below its key, as Spark's
-        :func:`~cdc_apply.verification.encoding.spark_range_index` numbers it), in the order both sides use.
-        One scan of the table costs less than a query per range: each is an index range scan that reads the
-        heap in the index's order."""
-        h = pg_row_hash(columns)
-        c = pg_ident(column) + (' COLLATE "C"' if kind == "text" else "")
-        array = {"int": "int8", "uuid": "uuid", "text": "text"}[kind]
-        sql = (f"SELECT r, count(*), sum(h) FROM (SELECT width_bucket({c}, %s::{array}[]) AS r, {h} AS h "
-               f"FROM {table.sql} WHERE {table.where('TRUE')}) g GROUP BY r")
-        out = {int(r): (int(n), int(s)) for r, n, s in self._query(sql, [list(bounds)]) if n}
+        """``{range: (rows, hash sum)}`` of every range cut at ``bounds`` on ``column``, in one scan
+        (:func:`grouped_sums_sql`). One scan of the table costs less than a query per range: each is an index
+        range scan that reads the heap in the index's order."""
+        sql, params = grouped_sums_sql(table, columns, column, kind, bounds)
+        out = {int(r): (int(n), int(s)) for r, n, s in self._query(sql, params) if n}
         self.limit.read(sum(n for n, _ in out.values()))
         return out
 
@@ -297,6 +291,24 @@ class SourceSnapshot:
             pass
         finally:
             conn.close()
+
+
+def grouped_sums_sql(table: SourceTable, columns: list[ColumnEncoding], column: str, kind: RangeKind,
+                     bounds: list) -> tuple[str, list]:
+    """SQL and parameters of every range's ``(range, rows, hash sum)``: a row's range is ``width_bucket`` over
+    the cut points (the count of those at or below its key, as Spark's
+    :func:`~cdc_apply.verification.encoding.spark_range_index` numbers it), in the order both sides use.
+
+    The rows are grouped through a join with the ranges' numbers (``generate_series``), not by ``width_bucket``
+    alone: the planner takes an expression of a unique key for as many groups as rows and sorts the whole
+    table (on disk) to group it; told there are ``len(bounds) + 1`` groups, each parallel worker hashes them.
+    A replica identity's key columns are NOT NULL, so every row has a range and joins."""
+    h = pg_row_hash(columns)
+    c = pg_ident(column) + (' COLLATE "C"' if kind == "text" else "")
+    array = {"int": "int8", "uuid": "uuid", "text": "text"}[kind]
+    return (f"SELECT b.r, count(*), sum(g.h) FROM (SELECT width_bucket({c}, %s::{array}[]) AS r, {h} AS h "
+            f"FROM {table.sql} WHERE {table.where('TRUE')}) g JOIN generate_series(0, {len(bounds)}) b(r) "
+            "ON b.r = g.r GROUP BY b.r", [list(bounds)])
 
 
 def key_predicate(table: SourceTable, range_column: str | None, kind: RangeKind | None, low, high) -> tuple[str, list]:
