@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -143,27 +142,19 @@ def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = N
         # The source's sums are read in a thread of their own while this one waits for the apply job and reads
         # silver: both sides are read at once. One worker runs its tasks in order: every table's plan (the
         # catalog and a key sample, quick), then every table's sums.
-        # Silver's sums of each table's newest version are read while the run waits, in a thread of their own;
-        # a table whose pinned version is that one and leaves no key out takes them (tb.early_silver_total).
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-source") as pool, \
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-silver") as early_pool:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-source") as pool:
             planned = [pool.submit(tb.plan_table, engine, config, snap, name, ref, rel, options, range_rows,
                                    tables is not None, present[name]) for name, ref, rel in relations]
             summed = [pool.submit(_source_sums, snap, p, run) for p in planned]
-            waited = threading.Event()
-            early = [early_pool.submit(_early_sums, engine, config, p, waited, run) for p in planned]
             try:
                 with run.timed("wait"):
                     run.applied_lsn = sv.wait_applied(engine, config, source, point.lsn, wait_seconds)
-                waited.set()
-                for future, early_sums in zip(planned, early):
-                    tb.silver_side(engine, config, future.result(), point.lsn, wait_seconds, run.timed, early_sums)
+                for future in planned:
+                    tb.silver_side(engine, config, future.result(), point.lsn, wait_seconds, run.timed)
                 for done in summed:
                     done.result()
             except BaseException:
                 # Nothing to compare: the source's query under way stops, the ones not begun never start.
-                waited.set()
-                early_pool.shutdown(wait=False, cancel_futures=True)
                 pool.shutdown(wait=False, cancel_futures=True)
                 snap.cancel()
                 raise
@@ -189,15 +180,6 @@ def verify(spark: SparkSession, config: Config, tables: Sequence[str] | None = N
 def _source_sums(snap: SourceSnapshot, plan: Future[tb.Plan], run: Verification) -> None:
     with run.timed("source"):
         tb.source_sums(snap, plan.result())
-
-
-def _early_sums(engine: SparkTables, config: Config, plan: Future[tb.Plan], waited: threading.Event,
-                run: Verification) -> None:
-    """One table's early silver sums, begun only while the run still waits for the apply job."""
-    if waited.is_set():
-        return
-    with run.timed("silver_early"):
-        tb.early_silver_total(engine, config, plan.result())
 
 
 def _relations(engine: SparkTables, config: Config, source: str, tables: Sequence[str] | None

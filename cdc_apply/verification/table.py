@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
@@ -66,8 +65,6 @@ class Plan:
     excluded: list = field(default_factory=list)
     silver_total: tuple[int, int] | None = None
     source_seconds: float = 0.0               # the source's sums, read in the source's thread
-    early_version: int | None = None          # the silver version summed while waiting (early_silver_total)
-    early_total: tuple[int, int] | None = None
 
     def where(self, index: int) -> tuple[str, list]:
         if self.buckets:
@@ -171,22 +168,10 @@ def source_sums(snap: SourceSnapshot, plan: Plan) -> None:
     plan.source_seconds = time.monotonic() - started
 
 
-def early_silver_total(engine: SparkTables, config: Config, plan: Plan) -> None:
-    """While verify waits for the apply job: silver's whole-table (rows, hash sum) at its newest version now.
-    :func:`silver_side` takes it when the version it pins is the same and no key is left out — a table the
-    apply job did not write since (a quiet source, or changes to other tables), which is then read once, at
-    the same time as the wait."""
-    if not plan.compared:
-        return
-    plan.early_version, frame = sv.pin(engine, plan.found()[1])
-    plan.early_total = sv.total(_prepared(config, plan, frame))
-
-
 def silver_side(engine: SparkTables, config: Config, plan: Plan, lsn: int, wait_seconds: float,
-                timed: Timed, early: Future | None = None) -> None:
+                timed: Timed) -> None:
     """Silver's side, once the apply job is past ``lsn``: pin the table, find the keys changed past the point
-    (the history table, else bronze), and sum the other rows' hashes (one aggregation, no ranges) — or take
-    the sums ``early`` (:func:`early_silver_total`) read of the same version."""
+    (the history table, else bronze), and sum the other rows' hashes (one aggregation, no ranges)."""
     if not plan.compared:
         return
     started = time.monotonic()
@@ -196,6 +181,7 @@ def silver_side(engine: SparkTables, config: Config, plan: Plan, lsn: int, wait_
     try:
         with timed("pin"):
             result.silver_version, frame = sv.pin(engine, silver)
+        frame = live_rows(frame, config.silver.metadata_prefix)   # soft-deleted rows are rows the source lacks
         history = history_ref_for(config, config.source.name, relation.versions)
         with timed("excluded"):
             if config.history_for(result.table) is not None and engine.exists(history):
@@ -204,37 +190,14 @@ def silver_side(engine: SparkTables, config: Config, plan: Plan, lsn: int, wait_
             else:
                 plan.excluded = _changed_from_bronze(engine, config, plan, lsn, key, wait_seconds)
         result.excluded_keys = len(plan.excluded)
-        plan.rows = sv.without(engine, _prepared(config, plan, frame), key, plan.excluded)
+        range_sql = spark_range_index(key[0], plan.kind, plan.bounds) if key and plan.kind and plan.bounds else None
+        plan.rows = sv.without(engine, sv.prepared(frame, plan.columns, key, range_sql, plan.buckets), key,
+                               plan.excluded)
         with timed("silver_sums"):
-            if not plan.excluded and _early_done(early, plan) == result.silver_version:
-                plan.silver_total = plan.early_total
-            else:
-                plan.silver_total = sv.total(plan.rows)
+            plan.silver_total = sv.total(plan.rows)
     except CdcApplyError as err:
         result.status, result.error = cmp.ERROR, str(err)
     result.seconds += time.monotonic() - started
-
-
-def _prepared(config: Config, plan: Plan, frame):
-    """Silver's rows as ``(key texts..., hash, range)`` (:func:`~cdc_apply.verification.silver.prepared`),
-    soft-deleted rows left out: they are rows the source lacks."""
-    key = list(plan.found()[0].key)
-    range_sql = spark_range_index(key[0], plan.kind, plan.bounds) if key and plan.kind and plan.bounds else None
-    return sv.prepared(live_rows(frame, config.silver.metadata_prefix), plan.columns, key, range_sql, plan.buckets)
-
-
-def _early_done(early: Future | None, plan: Plan) -> int | None:
-    """The version the early sums read, once they are done (None: none — not begun, which cancels them, a
-    version other than the pinned one, or failed: silver's side sums again)."""
-    if early is None or early.cancel():
-        return None
-    if plan.early_version is not None and plan.early_version != plan.result.silver_version:
-        return None   # a version the apply job has written past: not worth waiting for
-    try:
-        early.result()
-    except Exception:  # the sums are read again, and fail again with their own error if they must
-        return None
-    return plan.early_version if plan.early_total is not None else None
 
 
 def compare(engine: SparkTables, snap: SourceSnapshot, plan: Plan, samples: int, timed: Timed) -> None:
