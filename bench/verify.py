@@ -86,9 +86,10 @@ def _canonical_floor(spark, config, silver_path: str, columns) -> float:
     return time.monotonic() - started
 
 
-def _hash_floor(spark, config, silver_path: str) -> tuple[float, list]:
+def _hash_floor(spark, config, silver_path: str, start: threading.Barrier | None = None) -> tuple[float, list]:
     """One PostgreSQL query hashing every row with verify's own encoding (no ranges, no Spark side): what the
-    source's side costs at the least, one session. Returns its seconds and the columns' encodings."""
+    source's side costs at the least, one session. Returns its seconds and the columns' encodings. ``start``:
+    the query waits there once its session is open (the snapshot, the table's shape), for the other side."""
     from cdc_apply.lander.dsn import resolve_dsn
     from cdc_apply.verification.encoding import encode_column
     from cdc_apply.verification.silver import silver_columns
@@ -101,16 +102,21 @@ def _hash_floor(spark, config, silver_path: str) -> tuple[float, list]:
         assert shape is not None
         columns = [e for e in (encode_column(c.name, c.type, types[c.name]) for c in shape.columns)
                    if not isinstance(e, NotCompared)]
+        if start is not None:
+            start.wait()
         started = time.monotonic()
         snap.range_sums(shape, columns, "TRUE", [])
         return time.monotonic() - started, columns
 
 
 def _both_at_once(spark, config, silver_path: str, columns) -> float:
-    """PostgreSQL's hashing (in a thread) and the canonical floor at the same time: seconds until both end."""
-    started = time.monotonic()
-    source = threading.Thread(target=_hash_floor, args=(spark, config, silver_path))
+    """PostgreSQL's hashing (in a thread) and the canonical floor at the same time: seconds from the moment the
+    source's session is open until both end."""
+    start = threading.Barrier(2)
+    source = threading.Thread(target=_hash_floor, args=(spark, config, silver_path, start))
     source.start()
+    start.wait()
+    started = time.monotonic()
     _canonical_floor(spark, config, silver_path, columns)
     source.join()
     return time.monotonic() - started
