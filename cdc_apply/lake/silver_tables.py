@@ -60,8 +60,10 @@ from cdc_apply.lake.silver.replace_rows import ALLOW_EXISTS
 from cdc_apply.lake.silver.schema_changes import apply_schema_ops
 from cdc_apply.lake.silver.snapshot_loads import (
     MIN_SPLITS,
+    batch_byte_limit,
     clear_ranges,
     drop_cleared,
+    load_row_bytes,
     load_settings,
     load_snapshots,
     load_width,
@@ -266,7 +268,8 @@ class SilverTables:
             revive = work.deleted is not None and not known.empty   # marked rows stay
             # Read on the table's session, which plans the read's splits and the decode's batches.
             settings = load_settings(load_width(loads), tables.default_parallelism(),
-                                     tables.spark.conf.get(MIN_SPLITS, None))
+                                     tables.spark.conf.get(MIN_SPLITS, None), load_row_bytes(loads),
+                                     batch_byte_limit(tables.spark))
 
             def load(meta):
                 with session_settings(tables.spark, settings):

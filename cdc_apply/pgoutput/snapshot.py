@@ -16,10 +16,11 @@ range and the rows it holds, and there is no Truncate — the apply empties only
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Iterator
 
 from cdc_apply.pgoutput import messages as m
+from cdc_apply.pgoutput.encoder import encode
 
 SNAPSHOT_XID = 2  # FrozenTransactionId: never a transaction's xid
 SNAPSHOT_PREFIX = "cdc_apply.snapshot"
@@ -28,25 +29,32 @@ SNAPSHOT_PREFIX = "cdc_apply.snapshot"
 @dataclass(frozen=True, slots=True)
 class KeyRange:
     """Rows whose ``column`` (the first column of the table's replica identity key, an integer type) lies
-    in ``[low, high)``; ``None`` leaves that end open. ``rows``: how many the chunk holds."""
+    in ``[low, high)``; ``None`` leaves that end open. ``rows``: how many the chunk holds; ``widest``: the
+    length in bytes of its longest Insert payload, which bounds the apply's batches of its rows
+    (``None``: not said, as by landers before it)."""
 
     column: str
     low: int | None
     high: int | None
     rows: int | None = None
+    widest: int | None = None
 
     def holds(self, value: int) -> bool:
         return (self.low is None or value >= self.low) and (self.high is None or value < self.high)
 
     def as_json(self) -> dict:
-        body = {"column": self.column, "low": self.low, "high": self.high}
-        return body if self.rows is None else {**body, "rows": self.rows}
+        body: dict[str, object] = {"column": self.column, "low": self.low, "high": self.high}
+        if self.rows is not None:
+            body["rows"] = self.rows
+        if self.widest is not None:
+            body["widest"] = self.widest
+        return body
 
     @classmethod
     def from_json(cls, body: dict) -> "KeyRange":
-        low, high, rows = body.get("low"), body.get("high"), body.get("rows")
+        low, high, rows, widest = (body.get(k) for k in ("low", "high", "rows", "widest"))
         return cls(str(body["column"]), None if low is None else int(low), None if high is None else int(high),
-                   None if rows is None else int(rows))
+                   None if rows is None else int(rows), None if widest is None else int(widest))
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +122,12 @@ def snapshot_messages(relation: m.Relation, lsn: int, commit_ts: int,
                       chunks: Iterable[Iterable[m.TupleData]],
                       key_range: KeyRange | None = None) -> Iterator[m.PgOutputMessage]:
     """Every message of a whole snapshot (``commit_ts`` in PostgreSQL microseconds); one block per chunk.
-    The lander writes the same sequence, chunk by chunk, from COPY BINARY rows."""
+    The lander writes the same sequence, chunk by chunk, from COPY BINARY rows — a key-range chunk's
+    marker saying its longest Insert payload (:attr:`KeyRange.widest`) unless ``key_range`` says it."""
+    if key_range is not None and key_range.widest is None:
+        chunks = [list(rows) for rows in chunks]
+        inserts = (m.Insert(SNAPSHOT_XID, relation.relation_id, row) for rows in chunks for row in rows)
+        key_range = replace(key_range, widest=max((len(encode(i)) for i in inserts), default=None))
     first = True
     for rows in chunks:
         yield from snapshot_head(relation, lsn, key_range=key_range) if first else (

@@ -228,3 +228,50 @@ def test_a_split_count_the_user_set_is_kept_by_a_load():
     from cdc_apply.lake.silver.snapshot_loads import MIN_SPLITS, load_settings
 
     assert MIN_SPLITS not in load_settings(15, slots=2, user_splits="3")
+
+
+def test_a_load_whose_rows_fit_the_batch_byte_limit_runs_without_spark_measuring_each_row():
+    from cdc_apply.lake.silver.snapshot_loads import ARROW_BATCH_BYTES, UNCHECKED_BATCH_BYTES, load_settings
+
+    # 100,000 rows of at most 600 bytes: 60 MB, within Spark's default 64 MiB, however Spark spells it.
+    for limit in ("67108864b", "64m", "64MB", "67108864"):
+        assert load_settings(15, slots=2, row_bytes=600, batch_bytes=limit)[ARROW_BATCH_BYTES] == UNCHECKED_BATCH_BYTES
+    assert ARROW_BATCH_BYTES not in load_settings(15, slots=2, row_bytes=700, batch_bytes="64m")  # 70 MB
+    assert ARROW_BATCH_BYTES not in load_settings(15, slots=2, row_bytes=None, batch_bytes="64m")  # not said
+    assert ARROW_BATCH_BYTES not in load_settings(15, slots=2, row_bytes=600, batch_bytes=None)  # no such limit
+    assert ARROW_BATCH_BYTES not in load_settings(15, slots=2, row_bytes=600, batch_bytes="lots")
+
+
+def test_a_loads_row_bytes_come_from_every_chunk_saying_its_longest_payload():
+    from types import SimpleNamespace
+
+    from cdc_apply.lake.silver.snapshot_loads import ROW_OVERHEAD_BYTES, load_row_bytes
+    from cdc_apply.pgoutput.snapshot import KeyRange
+
+    def chunk(widest):
+        return SimpleNamespace(source="src", key_range=KeyRange("id", None, None, rows=1, widest=widest))
+
+    assert load_row_bytes([chunk(90), chunk(120)]) == 120 + len("src") + ROW_OVERHEAD_BYTES
+    assert load_row_bytes([chunk(90), chunk(None)]) is None                      # a chunk of an older lander
+    assert load_row_bytes([SimpleNamespace(source="src", key_range=None)]) is None   # a whole table's copy
+
+
+def test_key_range_chunks_load_without_the_per_row_byte_check_and_a_whole_table_keeps_it(lake_factory, monkeypatch):
+    import cdc_apply.lake.silver_tables as silver_tables
+    from cdc_apply.lake.silver.snapshot_loads import ARROW_BATCH_BYTES
+    from cdc_apply.pgoutput.snapshot import KeyRange
+
+    used = []
+    real = silver_tables.load_settings
+    monkeypatch.setattr(silver_tables, "load_settings", lambda *a, **k: used.append(real(*a, **k)) or used[-1])
+    b = StreamBuilder("widest")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    w = b.relation("public", "w", [("id", "int4", True), ("v", "text", False)])
+    b.snapshot(t, [{"id": i, "v": f"t{i}"} for i in range(0, 20)], key_range=KeyRange("id", None, 20, rows=20))
+    b.snapshot(w, [{"id": i, "v": f"w{i}"} for i in range(0, 20)])
+    lake = lake_factory("snapshot_widest")
+    lake.land(b.rows())
+    lake.apply()
+    assert sorted(r.v for r in lake.silver("public", "t").collect()) == sorted(f"t{i}" for i in range(20))
+    assert sorted(r.v for r in lake.silver("public", "w").collect()) == sorted(f"w{i}" for i in range(20))
+    assert sorted(ARROW_BATCH_BYTES in s for s in used) == [False, True], used

@@ -170,6 +170,29 @@ def committed_ranges(rows) -> dict[int, list[tuple]]:
     return ranges
 
 
+def chunk_widths(rows) -> list[tuple[int | None, int]]:
+    """Per committed key-range chunk in all of bronze's ``rows``: the longest Insert payload its marker says
+    (``widest``) and the longest one its blocks hold."""
+    out, said, longest, block = [], None, 0, None
+    for _, _, payload in rows:
+        kind = payload[:1]
+        if kind == f.STREAM_START:
+            block = f.stream_start(payload)[0]
+        elif kind == f.STREAM_STOP:
+            block = None
+        elif block == SNAPSHOT_XID and kind == f.MESSAGE:
+            parsed = parse_message(payload, in_block=True)
+            if parsed and parsed[1] == SNAPSHOT_PREFIX:
+                said, longest = json.loads(parsed[2]).get("range"), 0
+        elif block == SNAPSHOT_XID and kind == b"I":
+            longest = max(longest, len(payload))
+        elif kind in (f.STREAM_COMMIT, f.STREAM_ABORT) and f.stream_abort(payload)[0] == SNAPSHOT_XID:
+            if kind == f.STREAM_COMMIT and said is not None:
+                out.append((said.get("widest"), longest))
+            said = None
+    return out
+
+
 def covers_once(chunks) -> bool:
     """Whether key ranges ``(low, high, ...)`` in landing order cover every key exactly once."""
     edges = [(low, high) for low, high, *_ in chunks]

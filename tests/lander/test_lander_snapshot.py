@@ -22,6 +22,7 @@ from snapshot_helpers import (
     PUBLISHED,
     SETUP,
     Workload,
+    chunk_widths,
     committed_ranges,
     covers_once,
     expected_tables,
@@ -129,9 +130,13 @@ def test_a_lander_killed_in_its_initial_snapshot_goes_on_from_the_next_key_range
     assert set(ranges) == {oid(pg, t) for t in PUBLISHED}
     # Rounds after the restart took points of their own, and the stream's transactions landed between them.
     later = [seq for _, _, seq, _ in ranges[docs][len(landed):]]
-    commits = [seq for seq, _, payload in bronze_rows(spark, story["root"] / "bronze", SOURCE)
-               if payload[:1] == b"C" and later[0] < seq < later[-1]]
+    everything = bronze_rows(spark, story["root"] / "bronze", SOURCE)
+    commits = [seq for seq, _, payload in everything if payload[:1] == b"C" and later[0] < seq < later[-1]]
     assert len(later) >= 2 and commits, (later, commits)
+    # Each chunk's marker says its longest Insert payload: the apply's batches of its rows are sized by it.
+    widths = chunk_widths(everything)
+    assert len(widths) >= len(ranges[docs]) and all(said == (longest or None) for said, longest in widths), widths
+    assert any(longest for _, longest in widths)
 
 
 # The table joins once the lander streams (two batches landed), so that the session finds it, not the check

@@ -46,6 +46,18 @@ def test_a_committed_snapshot_is_found_with_its_blocks_its_slot_and_its_point():
     assert not any(load.holds(r[1]) for r in rows[:4] + rows[-3:])   # the transactions around it
 
 
+def test_a_key_range_chunks_load_knows_its_longest_insert_payload_from_the_marker():
+    from cdc_apply.pgoutput.snapshot import KeyRange
+
+    b = StreamBuilder("src")
+    t = b.relation("public", "t", [("id", "int4", True), ("v", "text", False)])
+    b.snapshot(t, [{"id": i, "v": "x" * i} for i in range(1, 8)], chunk_rows=3, key_range=KeyRange("id", None, 8, 7))
+    plan, histories, rows = _plan(b)
+    [load] = find_snapshot_loads(plan, histories, lambda source, rid: True)
+    longest = max(len(r[3]) for r in rows if load.holds(r[1]) and r[3][:1] == b"I")
+    assert load.key_range is not None and load.key_range.widest == longest
+
+
 def test_the_narrowed_plan_decodes_a_snapshots_rows_as_the_batchs_own_plan_does():
     b = StreamBuilder("src")
     t = b.relation("public", "t", [("id", "int8", True), ("v", "text", False), ("n", "numeric", False)])

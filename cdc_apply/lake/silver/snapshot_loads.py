@@ -9,6 +9,7 @@ A key-range chunk empties only its range first (:func:`clear_ranges`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from functools import partial, reduce
 from typing import TYPE_CHECKING
@@ -40,6 +41,15 @@ MIN_SPLITS = "spark.sql.files.minPartitionNum"
 LOAD_BATCH_VALUES = 1_500_000
 LOAD_BATCH_ROWS = (10_000, 100_000)
 ARROW_BATCH_ROWS = "spark.sql.execution.arrow.maxRecordsPerBatch"
+# Spark 4 also ends a batch at this many bytes, and measures the batch after every row it adds — unless
+# the setting is INT_MAX, which it takes for no limit: ~0.5 µs of a task's time a row (a 10M-row load's
+# tables phase 15.0 -> 13.2 s in a warm session, docs/BENCHMARKS.md). When every chunk of a load says
+# its longest payload (KeyRange.widest), no batch of the load's rows can reach the limit the user's
+# session sets, so the load runs without the check: the same batches, cut by rows alone.
+ARROW_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+UNCHECKED_BATCH_BYTES = str(2**31 - 1)
+# An input row's bytes besides its payload and source name: seq, lsn, two offsets, validity bits.
+ROW_OVERHEAD_BYTES = 64
 
 
 def snapshot_inserts(messages, loads: list[SnapshotLoad]):
@@ -188,15 +198,52 @@ def load_width(loads) -> int:
     return max(len(insert_columns(load.decode)) for load in loads)
 
 
-def load_settings(width: int, slots: int, user_splits: str | None = None) -> dict[str, str]:
+def load_row_bytes(loads) -> int | None:
+    """The most bytes one bronze row of ``loads`` takes in the decode's Arrow batches: the longest payload
+    their chunks say (:attr:`KeyRange.widest`), the source's name and :data:`ROW_OVERHEAD_BYTES`; ``None``
+    when a load does not say it (a whole table's snapshot, a chunk an older lander landed)."""
+    widest = [None if load.key_range is None else load.key_range.widest for load in loads]
+    known = [w for w in widest if w is not None]
+    if not known or len(known) < len(widest):
+        return None
+    return max(known) + max(len(load.source.encode()) for load in loads) + ROW_OVERHEAD_BYTES
+
+
+def load_settings(width: int, slots: int, user_splits: str | None = None, row_bytes: int | None = None,
+                  batch_bytes: str | None = None) -> dict[str, str]:
     """The settings the session reading and decoding a table's loads runs them with: :data:`SPLITS_PER_SLOT`
     of ``slots`` (a split count the user set, ``user_splits``, is kept) and Arrow batches of
-    :data:`LOAD_BATCH_VALUES` by ``width``, the decode's output columns (:func:`load_width`)."""
+    :data:`LOAD_BATCH_VALUES` by ``width``, the decode's output columns (:func:`load_width`), whose bytes
+    go unmeasured (:data:`ARROW_BATCH_BYTES`) when a batch of rows of at most ``row_bytes``
+    (:func:`load_row_bytes`) stays within the session's limit, ``batch_bytes`` as Spark gives it."""
     low, high = LOAD_BATCH_ROWS
-    settings = {ARROW_BATCH_ROWS: str(max(low, min(high, LOAD_BATCH_VALUES // max(width, 1))))}
+    rows = max(low, min(high, LOAD_BATCH_VALUES // max(width, 1)))
+    settings = {ARROW_BATCH_ROWS: str(rows)}
     if user_splits is None:
         settings[MIN_SPLITS] = str(SPLITS_PER_SLOT * slots)
+    limit = byte_size(batch_bytes)
+    if row_bytes is not None and limit is not None and rows * row_bytes <= limit:
+        settings[ARROW_BATCH_BYTES] = UNCHECKED_BATCH_BYTES
     return settings
+
+
+def batch_byte_limit(spark) -> str | None:
+    """The session's :data:`ARROW_BATCH_BYTES` as Spark gives it — its default when unset, which
+    ``conf.get(key, None)`` would hide — or ``None`` where Spark has no such setting."""
+    try:
+        return spark.conf.get(ARROW_BATCH_BYTES)
+    except Exception:  # noqa: BLE001 - classic and Connect sessions raise their own kinds for an unknown key
+        return None
+
+
+_BYTE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def byte_size(text: str | None) -> int | None:
+    """A Spark size setting in bytes (``67108864b``, ``64m``, ``64mb``, ``1024``); ``None`` when unset or
+    not a size."""
+    found = re.fullmatch(r"\s*(\d+)\s*([kmgtp]?)b?\s*", text or "", re.IGNORECASE)
+    return None if found is None else int(found[1]) * _BYTE_UNITS[found[2].lower()]
 
 
 def with_null_columns(decoded, plan, columns: tuple[str, ...]):

@@ -23,6 +23,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
+import pyarrow.compute as pc
+
 from cdc_apply.config import SourceConfig
 from cdc_apply.lander import framing as f
 from cdc_apply.lander.snapshots import catalog
@@ -211,7 +213,9 @@ def land_range(landing, shape: catalog.TableShape, serves: list, point: Consiste
     ``repair``: a range copied again on request, not part of a table's copy."""
     relation = shape.relation
     rows = sum(len(p) for p in payloads)
-    marker = snapshot_marker(relation, point.lsn, key_range=replace(key, rows=rows), serves=serves, repair=repair)
+    widest = max((pc.max(pc.binary_length(p)).as_py() for p in payloads if len(p)), default=None)
+    marker = snapshot_marker(relation, point.lsn, key_range=replace(key, rows=rows, widest=widest), serves=serves,
+                             repair=repair)
     landing.frame([m.StreamStart(SNAPSHOT_XID, True), marker, *shape.types, relation])
     for part in payloads:
         if len(part):
