@@ -268,8 +268,8 @@ class SilverTables:
             revive = work.deleted is not None and not known.empty   # marked rows stay
             # Read on the table's session, which plans the read's splits and the decode's batches.
             settings = load_settings(load_width(loads), tables.default_parallelism(),
-                                     tables.spark.conf.get(MIN_SPLITS, None), load_row_bytes(loads),
-                                     batch_byte_limit(tables.spark))
+                                     user_splits=tables.spark.conf.get(MIN_SPLITS, None),
+                                     row_bytes=load_row_bytes(loads), batch_bytes=batch_byte_limit(tables.spark))
 
             def load(meta):
                 with session_settings(tables.spark, settings):

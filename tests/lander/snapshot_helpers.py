@@ -136,8 +136,9 @@ def framing_rows(spark, path, source: str) -> list[tuple[int, int, bytes]]:
 
 
 def _snapshot_ends(rows):
-    """Each snapshot stream (xid 2) in bronze rows as it ends: ``(seq, marker content or None, "commit" | "abort")``."""
-    current, block = None, None
+    """Each snapshot stream (xid 2) in bronze rows as it ends: ``(seq, marker content or None, "commit" | "abort",
+    the length of its longest Insert)`` (0 over rows without Inserts, as :func:`framing_rows` reads)."""
+    current, block, longest = None, None, 0
     for seq, _, payload in rows:
         kind = payload[:1]
         if kind == f.STREAM_START:
@@ -147,22 +148,24 @@ def _snapshot_ends(rows):
         elif block == SNAPSHOT_XID and kind == f.MESSAGE:
             parsed = parse_message(payload, in_block=True)
             if parsed and parsed[1] == SNAPSHOT_PREFIX:
-                current = json.loads(parsed[2])
+                current, longest = json.loads(parsed[2]), 0
+        elif block == SNAPSHOT_XID and kind == b"I":
+            longest = max(longest, len(payload))
         elif kind in (f.STREAM_COMMIT, f.STREAM_ABORT) and f.stream_abort(payload)[0] == SNAPSHOT_XID:
-            yield seq, current, "commit" if kind == f.STREAM_COMMIT else "abort"
+            yield seq, current, "commit" if kind == f.STREAM_COMMIT else "abort", longest
             current = None
 
 
 def snapshot_outcomes(rows) -> Counter:
     """``(relation_id, "commit" | "abort")`` counts of the snapshot streams (xid 2) in bronze rows."""
-    return Counter((body["relation_id"] if body else None, end) for _, body, end in _snapshot_ends(rows))
+    return Counter((body["relation_id"] if body else None, end) for _, body, end, _ in _snapshot_ends(rows))
 
 
 def committed_ranges(rows) -> dict[int, list[tuple]]:
     """Per relation, its committed snapshots as ``(low, high, seq of the commit, "range" | "whole")`` in
     bronze order (a whole-table snapshot: ``(None, None, seq, "whole")``)."""
     ranges: dict[int, list[tuple]] = {}
-    for seq, body, end in _snapshot_ends(rows):
+    for seq, body, end, _ in _snapshot_ends(rows):
         if end == "commit" and body is not None:
             rng = body.get("range")
             ranges.setdefault(body["relation_id"], []).append(
@@ -173,24 +176,8 @@ def committed_ranges(rows) -> dict[int, list[tuple]]:
 def chunk_widths(rows) -> list[tuple[int | None, int]]:
     """Per committed key-range chunk in all of bronze's ``rows``: the longest Insert payload its marker says
     (``widest``) and the longest one its blocks hold."""
-    out, said, longest, block = [], None, 0, None
-    for _, _, payload in rows:
-        kind = payload[:1]
-        if kind == f.STREAM_START:
-            block = f.stream_start(payload)[0]
-        elif kind == f.STREAM_STOP:
-            block = None
-        elif block == SNAPSHOT_XID and kind == f.MESSAGE:
-            parsed = parse_message(payload, in_block=True)
-            if parsed and parsed[1] == SNAPSHOT_PREFIX:
-                said, longest = json.loads(parsed[2]).get("range"), 0
-        elif block == SNAPSHOT_XID and kind == b"I":
-            longest = max(longest, len(payload))
-        elif kind in (f.STREAM_COMMIT, f.STREAM_ABORT) and f.stream_abort(payload)[0] == SNAPSHOT_XID:
-            if kind == f.STREAM_COMMIT and said is not None:
-                out.append((said.get("widest"), longest))
-            said = None
-    return out
+    return [(body["range"].get("widest"), longest) for _, body, end, longest in _snapshot_ends(rows)
+            if end == "commit" and body is not None and body.get("range")]
 
 
 def covers_once(chunks) -> bool:

@@ -202,9 +202,9 @@ def load_row_bytes(loads) -> int | None:
     """The most bytes one bronze row of ``loads`` takes in the decode's Arrow batches: the longest payload
     their chunks say (:attr:`KeyRange.widest`), the source's name and :data:`ROW_OVERHEAD_BYTES`; ``None``
     when a load does not say it (a whole table's snapshot, a chunk an older lander landed)."""
-    widest = [None if load.key_range is None else load.key_range.widest for load in loads]
-    known = [w for w in widest if w is not None]
-    if not known or len(known) < len(widest):
+    ranges = [load.key_range for load in loads if load.key_range is not None]
+    known = [r.widest for r in ranges if r.widest is not None]
+    if not known or len(known) < len(loads):
         return None
     return max(known) + max(len(load.source.encode()) for load in loads) + ROW_OVERHEAD_BYTES
 
